@@ -1,0 +1,1 @@
+"""loadwise: a load-aware secondary scheduler for Kubernetes."""

@@ -1,0 +1,53 @@
+"""Operator settings, read from LOADWISE_* environment variables (the chart sets them)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .metrics.prometheus import DEFAULT_CPU_QUERY, DEFAULT_MEMORY_QUERY
+
+PREFIX = "LOADWISE_"
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scheduler_name: str = Field("loadwise-scheduler", min_length=1)
+    metrics_source: Literal["prometheus", "none"] = "prometheus"
+    prometheus_url: str = "http://prometheus-server.monitoring.svc"
+    prometheus_cpu_query: str = DEFAULT_CPU_QUERY
+    prometheus_memory_query: str = DEFAULT_MEMORY_QUERY
+    prometheus_node_label: str = "node"
+    prometheus_timeout: float = Field(5.0, gt=0)
+    # How much older than query time the data is assumed to be (scrape interval + rate window).
+    metrics_lag: float = Field(15.0, ge=0)
+    metrics_interval: float = Field(10.0, gt=0)
+    bind_concurrency: int = Field(64, ge=1, le=4096)
+    initial_backoff: float = Field(1.0, gt=0)
+    max_backoff: float = Field(10.0, gt=0)
+    unschedulable_timeout: float = Field(60.0, gt=0, le=300)
+    # Repeated FailedScheduling events for one pod with the same message are at most this often.
+    failure_event_interval: float = Field(60.0, ge=0)
+    http_host: str = "0.0.0.0"  # in a pod: its own address; tests use 127.0.0.1
+    http_port: int = Field(8080, ge=0, le=65535)  # /metrics, /healthz; 0 disables
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        env = os.environ if env is None else env
+        values = {
+            name: env[PREFIX + name.upper()]
+            for name in cls.model_fields
+            if PREFIX + name.upper() in env
+        }
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"invalid settings: {problems}") from None

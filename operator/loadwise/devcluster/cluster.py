@@ -1,0 +1,163 @@
+"""LocalCluster: control plane + usage exporter + Prometheus, and the operator run in-process.
+
+Shared by the test suite, `loadwise demo` and the benchmarks, so all three exercise the same
+real parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kopf
+
+from ..config import Config
+from ..crd import build_crd
+from ..handlers import build_registry
+from ..runtime import Runtime
+from . import manifests
+from .controlplane import ControlPlane
+from .exporter import UsageExporter
+from .kube import ApiError, Kube
+from .prometheus import SIM_CPU_QUERY, Prometheus
+
+T = TypeVar("T")
+
+
+async def wait_for(
+    probe: Callable[[], Awaitable[T]], timeout: float, interval: float = 0.1, what: str = "condition"
+) -> T:
+    """Poll `probe` until it returns something truthy; its last value on success."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+class LocalCluster:
+    def __init__(self, prometheus: bool = True) -> None:
+        self.cp = ControlPlane()
+        self.exporter = UsageExporter()
+        self.prometheus: Prometheus | None = None
+        self._want_prometheus = prometheus
+
+    def start(self) -> LocalCluster:
+        try:
+            self.cp.start()
+            if self._want_prometheus:
+                self.exporter.start()
+                self.prometheus = Prometheus([self.exporter.address]).start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        with contextlib.suppress(Exception):
+            self.exporter.stop()
+        self.cp.stop()
+
+    def kube(self, pool: int = 256) -> Kube:
+        return Kube(self.cp.server, self.cp.token, self.cp.ca_file, pool)
+
+    def operator_config(self, **overrides: Any) -> Config:
+        values: dict[str, Any] = {
+            "metrics_source": "prometheus" if self.prometheus else "none",
+            "prometheus_url": self.prometheus.url if self.prometheus else "http://127.0.0.1:1",
+            "prometheus_cpu_query": SIM_CPU_QUERY,
+            "metrics_interval": 1.0,
+            "metrics_lag": 3.0,  # 1 s scrapes and a 5 s rate window
+            "http_port": 0,
+            "http_host": "127.0.0.1",
+        }
+        values.update(overrides)
+        return Config(**values)
+
+    # --- setup helpers -------------------------------------------------------------------------
+    async def install_crd(self, kube: Kube) -> None:
+        crd = build_crd()
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        try:
+            await kube.create(path, crd)
+        except ApiError as exc:
+            if exc.status != 409:  # already installed is fine; anything else is a bug
+                raise
+
+        async def established() -> bool:
+            current = await kube.get(f"{path}/{crd['metadata']['name']}")
+            conditions = (current.get("status") or {}).get("conditions") or ()
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        await wait_for(established, 30, what="CRD established")
+
+    async def add_node(
+        self, kube: Kube, name: str, cpu_usage: float = 0.0, mem_usage: float = 0.0, **spec: Any
+    ) -> dict[str, Any]:
+        body = manifests.node(name, **spec)
+        memory_total = _bytes(body["status"]["capacity"]["memory"])
+        self.exporter.set_usage(name, cpu_usage, mem_usage, memory_total)
+        created: dict[str, Any] = await kube.create("/api/v1/nodes", body)
+        return created
+
+    async def wait_metrics(self, expected: dict[str, float], tolerance: float = 0.02) -> None:
+        """Until Prometheus's CPU figure for each node is within tolerance of `expected`."""
+        assert self.prometheus is not None
+        prometheus = self.prometheus
+
+        async def settled() -> bool:
+            answer = await asyncio.to_thread(prometheus.query, SIM_CPU_QUERY)
+            seen = {r["metric"]["node"]: float(r["value"][1]) for r in answer["data"]["result"]}
+            return all(abs(seen.get(n, -1) - v) <= tolerance for n, v in expected.items())
+
+        await wait_for(settled, 30, interval=0.5, what="Prometheus to see node usage")
+
+
+def _bytes(quantity: str) -> int:
+    from ..resources import parse_quantity
+
+    return int(parse_quantity(quantity))
+
+
+@contextlib.asynccontextmanager
+async def running_operator(config: Config, kubeconfig: Path) -> AsyncIterator[Runtime]:
+    """The operator, exactly as `loadwise run` builds it, inside this event loop."""
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    memo = kopf.Memo()
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    task = asyncio.create_task(
+        kopf.operator(
+            registry=build_registry(config),
+            clusterwide=True,
+            standalone=True,
+            memo=memo,
+            stop_flag=stop,
+            ready_flag=ready,
+        )
+    )
+
+    async def started() -> bool:
+        if task.done():
+            task.result()  # surface the operator's crash
+        return hasattr(memo, "runtime")
+
+    try:
+        await wait_for(started, 60, what="operator startup")
+        yield memo.runtime
+    finally:
+        stop.set()
+        try:
+            await asyncio.wait_for(task, 30)
+        except TimeoutError:
+            task.cancel()

@@ -1,0 +1,276 @@
+"""A real local control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager, and
+(on demand) kube-scheduler, built by hack/ensure-tools from pinned Kubernetes modules.
+
+No kubelet runs: nodes are Node objects created through the API. Two choices follow from that:
+- the node lifecycle controller is off (it would mark kubelet-less nodes NotReady and evict);
+- the TaintNodesByCondition admission plugin is off (it taints every new Node not-ready, and with
+  no lifecycle controller nothing would remove the taint).
+Authentication is a static admin token (group system:masters) plus real service-account tokens
+(TokenRequest), so tests can run the operator with exactly the chart's RBAC.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+K8S_VERSION = "v1.36.3"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def k8s_bin_dir() -> Path:
+    explicit = os.environ.get("LOADWISE_K8S_BIN")
+    if explicit:
+        return Path(explicit)
+    cache = Path(os.environ.get("LOADWISE_CACHE", Path.home() / ".cache" / "loadwise"))
+    return cache / "bin" / f"k8s-{K8S_VERSION}"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(directory: Path) -> None:
+    """A CA, a serving certificate for 127.0.0.1/localhost, and a service-account key pair."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _openssl("genrsa", "-out", "ca.key", "2048", cwd=directory)
+    _openssl(
+        "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=loadwise-local-ca",
+        "-days", "365", "-out", "ca.crt", cwd=directory,
+    )  # fmt: skip
+    (directory / "san.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
+    )
+    _openssl("genrsa", "-out", "apiserver.key", "2048", cwd=directory)
+    _openssl(
+        "req", "-new", "-key", "apiserver.key", "-subj", "/CN=kube-apiserver",
+        "-out", "apiserver.csr", cwd=directory,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "365", "-extfile", "san.cnf", "-out", "apiserver.crt",
+        cwd=directory,
+    )  # fmt: skip
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
+
+
+def kubeconfig(server: str, ca_file: Path, token: str, user: str = "admin") -> str:
+    ca = base64.b64encode(ca_file.read_bytes()).decode()
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "local", "cluster": {"server": server, "certificate-authority-data": ca}}
+            ],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+            "current-context": "local",
+        }
+    )
+
+
+@dataclass
+class ControlPlane:
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="loadwise-cp-")))
+    bin_dir: Path = field(default_factory=k8s_bin_dir)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    token: str = field(default_factory=lambda: base64.b32encode(os.urandom(20)).decode().lower())
+    apiserver_port: int = 0
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "pki" / "ca.crt"
+
+    def binary(self, name: str) -> str:
+        path = self.bin_dir / name
+        if not path.exists():
+            raise FileNotFoundError(f"{path} missing: run hack/ensure-tools first")
+        return str(path)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self, controller_manager: bool = True, timeout: float = 90.0) -> ControlPlane:
+        pki = self.workdir / "pki"
+        make_pki(pki)
+        (self.workdir / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
+        self._start_etcd()
+        self._start_apiserver(pki)
+        self.kubeconfig.write_text(kubeconfig(self.server, self.ca_file, self.token))
+        self.wait_ready(timeout)
+        if controller_manager:
+            self._start_controller_manager(pki)
+        return self
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
+        self.processes[name] = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+    def _start_etcd(self) -> None:
+        # On tmpfs: etcd's fsyncs would otherwise dominate every write on this small machine.
+        data = Path(tempfile.mkdtemp(prefix="loadwise-etcd-", dir="/dev/shm"))
+        self._etcd_data = data
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn(
+            "etcd",
+            [
+                shutil.which("etcd") or "etcd",
+                "--name=local",
+                f"--data-dir={data}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=local=http://127.0.0.1:{peer}",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+        )
+
+    def _start_apiserver(self, pki: Path) -> None:
+        self.apiserver_port = free_port()
+        self._spawn(
+            "kube-apiserver",
+            [
+                self.binary("kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--token-auth-file={self.workdir / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--api-audiences=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--disable-admission-plugins=TaintNodesByCondition",
+                "--endpoint-reconciler-type=none",
+                "--max-requests-inflight=2000",
+                "--max-mutating-requests-inflight=1000",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+
+    def _start_controller_manager(self, pki: Path) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                self.binary("kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+                "--controllers=*,-nodelifecycle",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--v=1",
+            ],
+        )
+
+    def start_scheduler(self, qps: int = 50, burst: int = 100) -> subprocess.Popen[bytes]:
+        """The real kube-scheduler, as oracle and baseline (schedules `default-scheduler` pods)."""
+        config = self.workdir / "kube-scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {
+                        "kubeconfig": str(self.kubeconfig),
+                        "qps": qps,
+                        "burst": burst,
+                    },
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                self.binary("kube-scheduler"),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--v=1",
+            ],
+        )
+        return self.processes["kube-scheduler"]
+
+    def stop_process(self, name: str, timeout: float = 10.0) -> None:
+        proc = self.processes.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop(self) -> None:
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            self.stop_process(name)
+        shutil.rmtree(getattr(self, "_etcd_data", ""), ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # --- readiness -----------------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited: see {self.workdir / (name + '.log')}")
+            request = urllib.request.Request(
+                self.server + "/readyz", headers={"Authorization": f"Bearer {self.token}"}
+            )
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError as exc:
+                last = exc
+            time.sleep(0.2)
+        raise TimeoutError(f"kube-apiserver not ready after {timeout}s: {last}")

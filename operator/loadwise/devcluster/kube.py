@@ -1,0 +1,95 @@
+"""A thin async REST client for the harness (tests, demo, benchmarks): raw JSON, no models.
+
+The operator itself talks through kubernetes-asyncio; the harness wants speed and exact control
+over requests (field validation modes, status codes), which a few lines of aiohttp give.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.body = body
+        message = body.get("message") if isinstance(body, dict) else body
+        super().__init__(f"HTTP {status}: {message}")
+
+
+class Kube:
+    def __init__(self, server: str, token: str, ca_file: Path, pool: int = 256) -> None:
+        self.server = server
+        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self._ssl = ssl.create_default_context(cafile=str(ca_file))
+        self._pool = pool
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Kube:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=self._pool),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        async with self.session.request(
+            method,
+            self.server + path,
+            json=body,
+            params=params,
+            headers={"Content-Type": content_type},
+        ) as resp:
+            payload = await resp.json(content_type=None) if resp.content_length != 0 else None
+            if resp.status >= 300:
+                raise ApiError(resp.status, payload)
+            return payload
+
+    async def create(self, path: str, body: Any, **params: str) -> Any:
+        return await self.request("POST", path, body, params or None)
+
+    async def get(self, path: str, **params: str) -> Any:
+        return await self.request("GET", path, params=params or None)
+
+    async def delete(self, path: str) -> Any:
+        return await self.request("DELETE", path)
+
+    async def merge_patch(self, path: str, body: Any) -> Any:
+        return await self.request("PATCH", path, body, content_type="application/merge-patch+json")
+
+    async def list(self, path: str, **params: str) -> list[Any]:
+        items: list[Any] = []
+        token = ""
+        while True:
+            query = dict(params, limit="1000")
+            if token:
+                query["continue"] = token
+            page = await self.get(path, **query)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items

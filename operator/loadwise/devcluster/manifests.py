@@ -1,0 +1,96 @@
+"""Manifests for simulated nodes and sample pods."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+
+def node(
+    name: str,
+    cpu: str = "4",
+    memory: str = "16Gi",
+    pods: int = 110,
+    labels: Mapping[str, str] | None = None,
+    unschedulable: bool = False,
+    ready: bool = True,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Node as a kubelet would register it: capacity, allocatable, a Ready condition."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), **(extra or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "loadwise.io/simulated": "true",
+                **(labels or {}),
+            },
+        },
+        "spec": {"unschedulable": unschedulable},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "simulated node",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        },
+    }
+
+
+def pod(
+    name: str,
+    namespace: str = "default",
+    scheduler_name: str = "loadwise-scheduler",
+    cpu: str = "100m",
+    memory: str = "128Mi",
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler_name,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            }
+        ],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+    }
+
+
+def policy(name: str, cpu: float = 1, memory: float = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "loadwise.io/v1alpha1",
+        "kind": "SchedulingPolicy",
+        "metadata": {"name": name},
+        "spec": {"weights": {"cpu": cpu, "memory": memory}, **spec},
+    }

@@ -1,0 +1,86 @@
+"""Load scoring: lower weighted utilisation, higher score; then kube-scheduler's normalisation.
+
+Utilisation of a node = its last fresh metrics sample, plus an estimate for the pods placed since
+that sample (their requests over allocatable: metrics lag bindings, and without this a burst herds
+onto whichever node looked idlest), plus the incoming pod's own requests. A node with no fresh
+sample is scored by requested/allocatable instead, so a dead metrics source degrades to
+request-based balancing rather than stopping scheduling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ..metrics.cache import NodeSample
+from ..policy import Policy
+from ..resources import CPU, MEMORY
+from ..state import ClusterState, NodeInfo, PodInfo
+
+MAX_SCORE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScore:
+    node: str
+    score: float  # raw, 0..100
+    cpu: float  # utilisation fraction used for the score (may exceed 1 when over-used)
+    memory: float
+    source: Literal["metrics", "requests"]
+    sample_age: float | None  # seconds, when source == "metrics"
+
+
+def utilisation(
+    pod: PodInfo,
+    node: NodeInfo,
+    state: ClusterState,
+    sample: NodeSample | None,
+    now: float,
+    max_age: float,
+) -> tuple[float, float, Literal["metrics", "requests"], float | None]:
+    alloc_cpu = node.allocatable.get(CPU, 0)
+    alloc_mem = node.allocatable.get(MEMORY, 0)
+    fresh = sample is not None and now - sample.timestamp <= max_age
+    if sample is not None and fresh:
+        extra_cpu = pod.requests.get(CPU)
+        extra_mem = pod.requests.get(MEMORY)
+        for placed in state.placed_since(node.name, sample.timestamp):
+            extra_cpu += placed.requests.get(CPU)
+            extra_mem += placed.requests.get(MEMORY)
+        cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
+        mem = sample.memory + _ratio(extra_mem, alloc_mem)
+        return cpu, mem, "metrics", max(0.0, now - sample.timestamp)
+    requested = state.requested(node.name)
+    cpu = _ratio(requested.get(CPU, 0) + pod.requests.get(CPU), alloc_cpu)
+    mem = _ratio(requested.get(MEMORY, 0) + pod.requests.get(MEMORY), alloc_mem)
+    return cpu, mem, "requests", None
+
+
+def score_node(
+    pod: PodInfo,
+    node: NodeInfo,
+    state: ClusterState,
+    policy: Policy,
+    samples: Mapping[str, NodeSample],
+    now: float,
+) -> NodeScore:
+    weights = policy.spec.weights
+    cpu, mem, source, age = utilisation(
+        pod, node, state, samples.get(node.name), now, policy.spec.metrics.max_age_seconds
+    )
+    load = (weights.cpu * cpu + weights.memory * mem) / (weights.cpu + weights.memory)
+    score = MAX_SCORE * min(1.0, max(0.0, 1.0 - load))
+    return NodeScore(node.name, score, cpu, mem, source, age)
+
+
+def normalize(scores: list[float]) -> list[float]:
+    """DefaultNormalizeScore: scale so the best node scores 100."""
+    top = max(scores, default=0.0)
+    if top <= 0:
+        return [0.0 for _ in scores]
+    return [s * MAX_SCORE / top for s in scores]
+
+
+def _ratio(used: int, total: int) -> float:
+    return used / total if total > 0 else 1.0

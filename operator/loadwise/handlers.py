@@ -1,0 +1,100 @@
+"""kopf wiring only: each handler translates an event into one call on the Runtime's services.
+
+Pods and Nodes use `@kopf.on.event` (kopf writes nothing to them: no annotations, no
+finalizers). SchedulingPolicy uses change handlers and the metrics timer; those may annotate
+the policy objects (there are few) and the timer adds kopf's finalizer to them.
+All handlers are `async`: kopf runs sync handlers in threads, and our state is single-threaded.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from .config import Config
+from .policy import GROUP, PLURAL, VERSION
+from .runtime import Runtime
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    # kopf's own log lines would otherwise become Events on every pod it sees.
+    settings.posting.level = logging.WARNING
+    settings.peering.standalone = True
+    settings.scanning.disabled = True
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.persistence.finalizer = f"{GROUP}/metrics-timer"
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_registry(config: Config) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # In a pod: the service account; elsewhere: $KUBECONFIG or ~/.kube/config.
+        info = kopf.login_with_service_account(**kwargs)
+        return info or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        configure(settings)
+        memo.runtime = await Runtime.start(config)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        runtime: Runtime | None = getattr(memo, "runtime", None)
+        if runtime is not None:
+            await runtime.stop()
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo.runtime.scheduler.on_node_event(event["type"], event["object"])
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo.runtime.scheduler.on_pod_event(event["type"], event["object"])
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
+    async def policy_changed(
+        name: str,
+        spec: kopf.Spec,
+        meta: kopf.Meta,
+        status: kopf.Status,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
+        logger: kopf.Logger,
+        **_: Any,
+    ) -> None:
+        try:
+            memo.runtime.scheduler.apply_policy(name, dict(spec))
+            ready = {"type": "Ready", "status": "True", "reason": "Valid", "message": ""}
+        except ValueError as exc:
+            logger.warning("SchedulingPolicy %s is invalid and ignored: %s", name, exc)
+            ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": str(exc)}
+        previous = next((c for c in status.get("conditions") or () if c["type"] == "Ready"), {})
+        same = previous.get("status") == ready["status"]
+        ready["lastTransitionTime"] = previous.get("lastTransitionTime", "") if same else _stamp()
+        patch.status["observedGeneration"] = meta.get("generation", 0)
+        patch.status["conditions"] = [ready]
+
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
+    async def policy_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
+        memo.runtime.scheduler.remove_policy(name)
+
+    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.metrics_interval, registry=registry)
+    async def refresh_metrics(memo: kopf.Memo, **_: Any) -> None:
+        # One timer per policy object: the cache makes it one refresh per interval in total.
+        await memo.runtime.refresh_metrics()
+
+    return registry

@@ -1,0 +1,1 @@
+"""Node metrics: sources (Prometheus) and the cache the scorers read."""

@@ -1,0 +1,213 @@
+"""SchedulingPolicy: the pydantic model, pod matching, and the set of live policies.
+
+The model is the one source of truth: `loadwise.crd` turns its JSON schema into the CRD that the
+API server enforces, so the server and the operator refuse the same objects with the same words.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "loadwise.io"
+VERSION = "v1alpha1"
+PLURAL = "schedulingpolicies"
+KIND = "SchedulingPolicy"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class Weights(_Model):
+    """How much each resource's utilisation counts in a node's load score."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.cpu + self.memory > 0",
+                    "message": "at least one of weights.cpu and weights.memory must be above 0",
+                }
+            ]
+        }
+    )
+
+    cpu: float = Field(1.0, ge=0, le=100, description="Weight of CPU utilisation (0..100).")
+    memory: float = Field(1.0, ge=0, le=100, description="Weight of memory utilisation (0..100).")
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> Weights:
+        if self.cpu + self.memory <= 0:
+            raise ValueError("at least one of weights.cpu and weights.memory must be above 0")
+        return self
+
+
+class LabelSelectorRequirement(_Model):
+    """One label requirement, as in a Kubernetes LabelSelector."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.operator in ['In', 'NotIn']"
+                    " ? (has(self.values) && size(self.values) > 0)"
+                    " : (!has(self.values) || size(self.values) == 0)",
+                    "message": "In and NotIn need values; Exists and DoesNotExist take none",
+                }
+            ]
+        }
+    )
+
+    key: str = Field(min_length=1, max_length=317, description="The label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the key relates to the values."
+    )
+    values: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list, max_length=256, description="Values for In and NotIn."
+    )
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> LabelSelectorRequirement:
+        if (self.operator in ("In", "NotIn")) != bool(self.values):
+            raise ValueError("In and NotIn need values; Exists and DoesNotExist take none")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        present = labels.get(self.key) in self.values
+        return present if self.operator == "In" else not present
+
+
+class LabelSelector(_Model):
+    """Selects pods by label; an empty selector selects every pod."""
+
+    match_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Labels the pod must carry with exactly these values."
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, max_length=64, description="Requirements that must all hold."
+    )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+class MetricsSettings(_Model):
+    """How fresh node metrics must be for load-aware scoring."""
+
+    max_age_seconds: int = Field(
+        60,
+        ge=1,
+        le=3600,
+        description="A node sample older than this is stale; the node is then scored by its "
+        "requests instead of its measured usage.",
+    )
+
+
+class SchedulingPolicySpec(_Model):
+    """Which pods a policy governs and how nodes are scored for them."""
+
+    weights: Weights = Field(
+        default_factory=Weights, description="Weights of CPU and memory utilisation in the score."
+    )
+    pod_selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description="Pods (of this scheduler) the policy governs; empty selects all of them.",
+    )
+    precedence: int = Field(
+        0,
+        ge=-1000,
+        le=1000,
+        description="When several policies select a pod, the highest precedence wins; ties go "
+        "to the policy whose name sorts first.",
+    )
+    metrics: MetricsSettings = Field(
+        default_factory=MetricsSettings, description="Freshness rules for node metrics."
+    )
+
+
+class Condition(_Model):
+    type: str = Field(description="Ready or Invalid.")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = Field("", description="RFC 3339 time of the last change.")
+
+
+class SchedulingPolicyStatus(_Model):
+    """Written by the operator."""
+
+    observed_generation: int = Field(0, description="The generation the operator last read.")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Policy:
+    """A validated policy as the scheduler uses it."""
+
+    __slots__ = ("name", "spec")
+
+    def __init__(self, name: str, spec: SchedulingPolicySpec) -> None:
+        self.name = name
+        self.spec = spec
+
+    @property
+    def sort_key(self) -> tuple[int, str]:
+        return (-self.spec.precedence, self.name)
+
+
+DEFAULT_POLICY = Policy("(built-in default)", SchedulingPolicySpec())
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line per problem, naming the field by its path in the object (spec.weights.cpu)."""
+    lines = []
+    for error in exc.errors():
+        path = ".".join(str(p) for p in ("spec", *error["loc"]))
+        lines.append(f"{path}: {error['msg']}")
+    return "; ".join(lines)
+
+
+def parse_spec(spec: Mapping[str, Any] | None) -> SchedulingPolicySpec:
+    """Validate a SchedulingPolicy's spec; raises ValueError with a message a user can act on."""
+    try:
+        return SchedulingPolicySpec.model_validate(dict(spec or {}))
+    except ValidationError as exc:
+        raise ValueError(validation_message(exc)) from None
+
+
+class PolicySet:
+    """The valid policies, ordered by precedence, and the choice for a pod."""
+
+    def __init__(self) -> None:
+        self._ordered: list[Policy] = []
+
+    def __len__(self) -> int:
+        return len(self._ordered)
+
+    def upsert(self, policy: Policy) -> None:
+        self.remove(policy.name)
+        bisect.insort(self._ordered, policy, key=lambda p: p.sort_key)
+
+    def remove(self, name: str) -> None:
+        self._ordered = [p for p in self._ordered if p.name != name]
+
+    def names(self) -> list[str]:
+        return [p.name for p in self._ordered]
+
+    def for_pod(self, labels: Mapping[str, str]) -> Policy:
+        for policy in self._ordered:
+            if policy.spec.pod_selector.matches(labels):
+                return policy
+        return DEFAULT_POLICY

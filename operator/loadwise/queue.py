@@ -1,0 +1,190 @@
+"""SchedulingQueue: kube-scheduler's three queues in one object.
+
+- active: ready to schedule, ordered by priority (higher first), then creation time;
+- backoff: failed recently; each attempt doubles the wait from `initial_backoff` to `max_backoff`;
+- unschedulable: fit nowhere; parked until a cluster event could make them fit
+  (`move_all_to_active`) or until `unschedulable_timeout` passes, so nothing waits forever.
+
+Entries are keyed by pod UID; stale heap items are skipped lazily by sequence number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from .state import PodInfo
+
+Where = Literal["active", "backoff", "unschedulable", "in_flight"]
+
+
+@dataclass(slots=True)
+class QueuedPod:
+    pod: PodInfo
+    where: Where
+    seq: int
+    attempts: int = 0
+    backoff_until: float = 0.0
+    parked_at: float = 0.0
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        unschedulable_timeout: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.unschedulable_timeout = unschedulable_timeout
+        self.clock = clock
+        self._entries: dict[str, QueuedPod] = {}
+        self._active: list[tuple[int, float, int, str]] = []
+        self._backoff: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+
+    # --- membership --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._entries
+
+    def counts(self) -> dict[str, int]:
+        out = {"active": 0, "backoff": 0, "unschedulable": 0, "in_flight": 0}
+        for entry in self._entries.values():
+            out[entry.where] += 1
+        return out
+
+    def add(self, pod: PodInfo) -> None:
+        """A pending pod appeared or changed. New pods go active; a parked pod whose labels or
+        requests changed is retried (its change may make it fit); otherwise just refresh it."""
+        entry = self._entries.get(pod.uid)
+        if entry is None:
+            self._entries[pod.uid] = entry = QueuedPod(pod, "active", 0)
+            self._push_active(entry)
+            return
+        changed = entry.pod.labels != pod.labels or entry.pod.requests != pod.requests
+        entry.pod = pod
+        if changed and entry.where == "unschedulable":
+            self._push_active(entry)
+
+    def remove(self, uid: str) -> None:
+        """The pod was bound, deleted, or is no longer ours."""
+        self._entries.pop(uid, None)
+
+    done = remove
+
+    # --- outcomes of an attempt --------------------------------------------------------------
+    def backoff(self, uid: str) -> None:
+        """A transient failure (the bind errored): retry after this pod's backoff."""
+        entry = self._entries.get(uid)
+        if entry is None:
+            return
+        self._count_attempt(entry)
+        self._push_backoff(entry)
+
+    def park(self, uid: str) -> None:
+        """No node fits: wait for a cluster event (or the timeout)."""
+        entry = self._entries.get(uid)
+        if entry is None:
+            return
+        self._count_attempt(entry)
+        entry.where = "unschedulable"
+        entry.parked_at = self.clock()
+        entry.seq = next(self._seq)
+
+    def move_all_to_active(self) -> int:
+        """A cluster event could make parked pods fit: those still backing off wait out their
+        backoff, the rest go active now. Returns how many moved."""
+        moved = 0
+        now = self.clock()
+        for entry in self._entries.values():
+            if entry.where == "unschedulable":
+                self._requeue(entry, now)
+                moved += 1
+        return moved
+
+    # --- consumption -------------------------------------------------------------------------
+    async def pop(self) -> PodInfo:
+        """The next pod to schedule; waits while none is ready."""
+        while True:
+            now = self.clock()
+            self._flush(now)
+            while self._active:
+                *_, seq, uid = heapq.heappop(self._active)
+                entry = self._entries.get(uid)
+                if entry is not None and entry.seq == seq and entry.where == "active":
+                    entry.where = "in_flight"
+                    return entry.pod
+            self._wake.clear()
+            timeout = self._next_deadline(now)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def pop_nowait(self) -> PodInfo | None:
+        """The next ready pod without waiting (lets the loop drain a batch between yields)."""
+        now = self.clock()
+        self._flush(now)
+        while self._active:
+            *_, seq, uid = heapq.heappop(self._active)
+            entry = self._entries.get(uid)
+            if entry is not None and entry.seq == seq and entry.where == "active":
+                entry.where = "in_flight"
+                return entry.pod
+        return None
+
+    # --- internals ---------------------------------------------------------------------------
+    def _count_attempt(self, entry: QueuedPod) -> None:
+        entry.attempts += 1
+        delay = min(self.initial_backoff * 2 ** (entry.attempts - 1), self.max_backoff)
+        entry.backoff_until = self.clock() + delay
+
+    def _requeue(self, entry: QueuedPod, now: float) -> None:
+        if entry.backoff_until > now:
+            self._push_backoff(entry)
+        else:
+            self._push_active(entry)
+
+    def _push_active(self, entry: QueuedPod) -> None:
+        entry.where = "active"
+        entry.seq = next(self._seq)
+        heapq.heappush(self._active, (-entry.pod.priority, entry.pod.created, entry.seq, entry.pod.uid))
+        self._wake.set()
+
+    def _push_backoff(self, entry: QueuedPod) -> None:
+        entry.where = "backoff"
+        entry.seq = next(self._seq)
+        heapq.heappush(self._backoff, (entry.backoff_until, entry.seq, entry.pod.uid))
+        self._wake.set()
+
+    def _flush(self, now: float) -> None:
+        while self._backoff and self._backoff[0][0] <= now:
+            _, seq, uid = heapq.heappop(self._backoff)
+            entry = self._entries.get(uid)
+            if entry is not None and entry.seq == seq and entry.where == "backoff":
+                self._push_active(entry)
+        for entry in self._entries.values():
+            if entry.where == "unschedulable" and now - entry.parked_at >= self.unschedulable_timeout:
+                self._requeue(entry, now)
+
+    def _next_deadline(self, now: float) -> float | None:
+        deadlines = [self._backoff[0][0] - now] if self._backoff else []
+        parked = [
+            e.parked_at + self.unschedulable_timeout - now
+            for e in self._entries.values()
+            if e.where == "unschedulable"
+        ]
+        if parked:
+            deadlines.append(min(parked))
+        return max(0.0, min(deadlines)) if deadlines else None

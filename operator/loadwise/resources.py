@@ -1,0 +1,132 @@
+"""Resource quantities and pod requests, parsed once per object into plain integers.
+
+CPU is held in millicores and everything else in base units (bytes, counts), so the hot path
+compares ints. Parsing follows Kubernetes' quantity grammar; unparseable values raise ValueError
+and callers decide (a node with garbage allocatable is unschedulable, never a crash).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+}
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """Parse a Kubernetes quantity ("100m", "1.5Gi", "2e3") into a Decimal of base units."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"invalid quantity {value!r}")
+        return Decimal(str(value))
+    text = str(value).strip()
+    if not text:
+        raise ValueError("empty quantity")
+    try:
+        if text[-2:] in _BINARY:
+            return Decimal(text[:-2]) * _BINARY[text[-2:]]
+        if text[-1:] in _DECIMAL and not text[-1:].isdigit():
+            number = text[:-1]
+            if number[-1:] in ("e", "E"):  # "1e" is not a quantity
+                raise ValueError(f"invalid quantity {value!r}")
+            return Decimal(number) * _DECIMAL[text[-1:]]
+        result = Decimal(text)
+    except (InvalidOperation, IndexError):
+        raise ValueError(f"invalid quantity {value!r}") from None
+    if not result.is_finite():
+        raise ValueError(f"invalid quantity {value!r}")
+    return result
+
+
+def to_amount(name: str, value: str | int | float) -> int:
+    """Quantity as the integer unit we account in: millicores for cpu, base units otherwise.
+
+    Rounds up like Kubernetes does (a request of 0.5m cpu counts as 1m).
+    """
+    quantity = parse_quantity(value)
+    if name == CPU:
+        quantity *= 1000
+    return math.ceil(quantity)
+
+
+def parse_resource_list(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    """A ResourceList (name -> quantity) as integer amounts; raises ValueError on bad quantities."""
+    if not raw:
+        return {}
+    return {name: to_amount(name, value) for name, value in raw.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequests:
+    """Effective requests of a pod, as kube-scheduler computes them for fitting."""
+
+    amounts: Mapping[str, int]
+
+    def get(self, name: str) -> int:
+        return self.amounts.get(name, 0)
+
+
+def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
+    """Effective pod requests: max(sum of app containers + sidecars, each init container's peak),
+    plus pod overhead. Sidecars are init containers with restartPolicy Always: they keep running,
+    so they add to every later init container and to the app containers.
+    """
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        _add(total, _container_requests(container))
+    init_peak: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    for container in spec.get("initContainers") or ():
+        requests = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(sidecars, requests)
+            _max(init_peak, sidecars)
+        else:
+            peak = dict(sidecars)
+            _add(peak, requests)
+            _max(init_peak, peak)
+    _add(total, sidecars)
+    _max(total, init_peak)
+    _add(total, parse_resource_list(spec.get("overhead")))
+    return PodRequests(total)
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    requests = parse_resource_list(resources.get("requests"))
+    # As in the API server's defaulting: a limit without a request makes the request equal it.
+    for name, amount in parse_resource_list(resources.get("limits")).items():
+        requests.setdefault(name, amount)
+    return requests
+
+
+def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        if amount > into.get(name, 0):
+            into[name] = amount

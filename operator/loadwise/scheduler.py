@@ -1,0 +1,233 @@
+"""Scheduler: the service behind the kopf handlers.
+
+Watch events go in through `on_pod_event` / `on_node_event` (synchronous, cheap); `run()` is the
+loop: pop a pod, run the pure cycle against in-memory state, Reserve (assume) the chosen node,
+and hand the Binding to a bounded set of concurrent bind tasks. The cycle never awaits the
+network; binds and events are the only API writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from . import observability as obs
+from .binder import Binder, BindResult
+from .framework.cycle import Decision, schedule_one
+from .metrics.cache import MetricsCache
+from .policy import Policy, PolicySet, parse_spec
+from .queue import SchedulingQueue
+from .state import ClusterState, NodeInfo, PodInfo, is_terminal, parse_pod
+
+log = logging.getLogger(__name__)
+
+
+def decision_record(decision: Decision) -> str:
+    """The short why that goes into the Scheduled event."""
+    chosen = decision.chosen
+    text = f"score {decision.score:.0f} ({_load(chosen.cpu, chosen.memory, chosen.source, chosen.sample_age)})"
+    runner = decision.runner_up
+    if runner is not None:
+        text += f"; runner-up {runner[1].node} score {runner[0]:.0f}"
+    return f"{text}; policy {decision.policy}"
+
+
+def _load(cpu: float, mem: float, source: str, age: float | None) -> str:
+    where = f"metrics {age:.0f}s old" if age is not None else "requests"
+    return f"cpu {cpu:.0%} mem {mem:.0%} by {where}"
+
+
+def _node_changed_for_scheduling(old: NodeInfo | None, new: NodeInfo) -> bool:
+    """Could this node update make a parked pod fit? (Heartbeat-only updates cannot.)"""
+    if old is None:
+        return True
+    return (
+        old.allocatable != new.allocatable
+        or old.labels != new.labels
+        or old.ready != new.ready
+        or old.unschedulable != new.unschedulable
+        or old.valid != new.valid
+    )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        scheduler_name: str,
+        binder: Binder,
+        metrics: MetricsCache,
+        queue: SchedulingQueue,
+        bind_concurrency: int = 64,
+        failure_event_interval: float = 60.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = scheduler_name
+        self.binder = binder
+        self.metrics = metrics
+        self.queue = queue
+        self.state = ClusterState()
+        self.policies = PolicySet()
+        self.failure_event_interval = failure_event_interval
+        self.rng = rng or random.Random()
+        self._slots = asyncio.Semaphore(bind_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
+        self.bound = 0
+
+    # --- watch events ------------------------------------------------------------------------
+    def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        name = (raw.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if event_type == "DELETED":
+            self.state.delete_node(name)
+            return
+        old = self.state.nodes.get(name)
+        new = self.state.upsert_node(raw)
+        if _node_changed_for_scheduling(old, new):
+            self.queue.move_all_to_active()
+
+    def on_pod_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        meta = raw.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        if event_type == "DELETED":
+            self._forget_pod(uid)
+            if self.state.remove_pod(uid):
+                self.queue.move_all_to_active()
+            return
+        spec = raw.get("spec") or {}
+        node_name = spec.get("nodeName")
+        if node_name:
+            self._forget_pod(uid)
+            terminal = is_terminal(raw)
+            known = self.state.pods.get(uid)
+            if known is not None and known.node_name == node_name and not terminal:
+                known.assumed = False  # cheap path: most pod events are status churn
+                return
+            if self.state.observe_bound(parse_pod(raw), terminal):
+                self.queue.move_all_to_active()
+            return
+        if spec.get("schedulerName") != self.name:
+            return
+        if meta.get("deletionTimestamp") or is_terminal(raw):
+            self._forget_pod(uid)
+            return
+        if uid in self.state.pods:
+            return  # assumed: our bind is in flight
+        self.queue.add(parse_pod(raw))
+
+    def _forget_pod(self, uid: str) -> None:
+        self.queue.remove(uid)
+        self._reported.pop(uid, None)
+
+    # --- policies ----------------------------------------------------------------------------
+    def apply_policy(self, name: str, spec: Mapping[str, Any] | None) -> Policy:
+        """Validate and install a policy; raises ValueError (and drops any previous version)."""
+        try:
+            policy = Policy(name, parse_spec(spec))
+        except ValueError:
+            self.policies.remove(name)
+            raise
+        self.policies.upsert(policy)
+        self.queue.move_all_to_active()
+        return policy
+
+    def remove_policy(self, name: str) -> None:
+        self.policies.remove(name)
+
+    # --- the loop ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        log.info("scheduler %s running", self.name)
+        try:
+            while True:
+                await self._slots.acquire()
+                pod = await self.queue.pop()
+                self.schedule(pod)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+
+    def schedule(self, pod: PodInfo) -> None:
+        """One cycle for one pod; owns one bind slot, handed to the task it starts."""
+        if pod.uid in self.state.pods:  # bound or assumed meanwhile
+            self.queue.done(pod.uid)
+            self._slots.release()
+            return
+        policy = self.policies.for_pod(pod.labels)
+        started = time.perf_counter()
+        result = schedule_one(pod, self.state, policy, self.metrics.samples, time.time(), self.rng)
+        obs.CYCLE_SECONDS.observe(time.perf_counter() - started)
+        if isinstance(result, Decision):
+            self.state.assume(pod, result.node)
+            self._spawn(self._bind(pod, result))
+            return
+        obs.SCHEDULE_ATTEMPTS.labels("unschedulable").inc()
+        self.queue.park(pod.uid)
+        if self._should_report(pod.uid, result.message):
+            self._spawn(self._report_unschedulable(pod, result.message))
+        else:
+            self._slots.release()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _should_report(self, uid: str, message: str) -> bool:
+        now = time.monotonic()
+        last = self._reported.get(uid)
+        if last is not None and last[0] == message and now - last[1] < self.failure_event_interval:
+            return False
+        self._reported[uid] = (message, now)
+        return True
+
+    async def _bind(self, pod: PodInfo, decision: Decision) -> None:
+        try:
+            started = time.perf_counter()
+            result = await self.binder.bind(pod, decision.node)
+            obs.BIND_SECONDS.observe(time.perf_counter() - started)
+            if result is BindResult.BOUND:
+                self.bound += 1
+                self.queue.done(pod.uid)
+                self._reported.pop(pod.uid, None)
+                obs.SCHEDULE_ATTEMPTS.labels("scheduled").inc()
+                obs.E2E_SECONDS.observe(max(0.0, time.time() - pod.created))
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("bound %s to %s: %s", pod.key, decision.node, decision_record(decision))
+                message = (
+                    f"Successfully assigned {pod.key} to {decision.node}; "
+                    f"{decision_record(decision)}"
+                )
+                await self.binder.event(pod, "Normal", "Scheduled", message)
+            elif result in (BindResult.GONE, BindResult.CONFLICT):
+                # Deleted, or bound by someone else: the watch brings the truth.
+                self.state.forget(pod.uid)
+                self.queue.done(pod.uid)
+            else:
+                obs.SCHEDULE_ATTEMPTS.labels("error").inc()
+                self.state.forget(pod.uid)
+                self.queue.backoff(pod.uid)
+        finally:
+            self._slots.release()
+
+    async def _report_unschedulable(self, pod: PodInfo, message: str) -> None:
+        try:
+            await self.binder.event(pod, "Warning", "FailedScheduling", message)
+            await self.binder.mark_unschedulable(pod, message)
+        finally:
+            self._slots.release()
+
+    def update_gauges(self) -> None:
+        for name, count in self.queue.counts().items():
+            obs.PENDING.labels(name).set(count)
+
+    async def drain(self) -> None:
+        """Wait for in-flight binds and reports (used at shutdown and by tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
