@@ -1,0 +1,90 @@
+"""A session-wide real control plane (etcd + kube-apiserver + controller-manager on loopback) with
+a real Prometheus scraping the simulated nodes' usage; the operator runs in-process per test."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from loadwise.devcluster.cluster import LocalCluster, running_operator, wait_for
+from loadwise.devcluster.kube import ApiError, Kube
+from loadwise.runtime import Runtime
+
+POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    cluster = LocalCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+async def kube(local_cluster: LocalCluster) -> AsyncIterator[Kube]:
+    async with local_cluster.kube() as client:
+        await local_cluster.install_crd(client)
+        yield client
+
+
+@pytest.fixture
+async def clean(kube: Kube, local_cluster: LocalCluster) -> None:
+    """Each test starts with no nodes and no policies, so placements are its own."""
+    for policy in await kube.list(POLICIES):
+        name = policy["metadata"]["name"]
+        # The operator of the previous test is gone: drop the timer's finalizer ourselves.
+        await kube.merge_patch(f"{POLICIES}/{name}", {"metadata": {"finalizers": None}})
+        with contextlib.suppress(ApiError):
+            await kube.delete(f"{POLICIES}/{name}")
+    for node in await kube.list("/api/v1/nodes"):
+        await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
+        local_cluster.exporter.remove(node["metadata"]["name"])
+
+
+@pytest.fixture
+async def ns(kube: Kube, clean: None) -> AsyncIterator[str]:
+    name = f"t{next(_names)}"
+    await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    await wait_for(
+        lambda: _exists(kube, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        30,
+        what="the namespace's default ServiceAccount",
+    )
+    yield name
+    # No kubelet finishes graceful deletion: force-delete the pods, then the namespace.
+    for pod in await kube.list(f"/api/v1/namespaces/{name}/pods"):
+        with contextlib.suppress(ApiError):
+            await kube.request(
+                "DELETE",
+                f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}",
+                params={"gracePeriodSeconds": "0"},
+            )
+    await kube.delete(f"/api/v1/namespaces/{name}")
+
+
+async def _exists(kube: Kube, path: str) -> bool:
+    try:
+        await kube.get(path)
+        return True
+    except ApiError:
+        return False
+
+
+OperatorFactory = Callable[..., contextlib.AbstractAsyncContextManager[Runtime]]
+
+
+@pytest.fixture
+def operator(local_cluster: LocalCluster) -> OperatorFactory:
+    """`async with operator(**config_overrides) as runtime:` runs the operator in this loop."""
+
+    def start(**overrides: Any) -> contextlib.AbstractAsyncContextManager[Runtime]:
+        return running_operator(local_cluster.operator_config(**overrides), local_cluster.cp.kubeconfig)
+
+    return start

@@ -1,0 +1,34 @@
+"""The committed CRD files must be exactly what the pydantic model generates."""
+
+from pathlib import Path
+
+import pytest
+
+from loadwise.crd import TARGETS, build_crd, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_committed_crd_matches_model(target: str) -> None:
+    committed = (ROOT / target).read_text()
+    assert committed == render(), f"{target} drifted: run `python -m loadwise.crd --write`"
+
+
+def test_schema_is_structural_and_documented() -> None:
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    weights = spec["properties"]["weights"]
+    assert weights["properties"]["cpu"]["minimum"] == 0
+    assert weights["properties"]["cpu"]["description"]
+    assert weights["x-kubernetes-validations"]
+
+    def walk(node: dict[str, object]) -> None:
+        assert "$ref" not in node and "anyOf" not in node and "title" not in node
+        assert node.get("additionalProperties") is not False
+        for sub in (node.get("properties") or {}).values():  # type: ignore[attr-defined]
+            walk(sub)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"])  # type: ignore[arg-type]
+
+    walk(spec)

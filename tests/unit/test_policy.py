@@ -1,0 +1,71 @@
+import pytest
+
+from loadwise.policy import DEFAULT_POLICY, Policy, PolicySet, parse_spec
+
+
+def test_defaults() -> None:
+    spec = parse_spec({})
+    assert (spec.weights.cpu, spec.weights.memory) == (1, 1)
+    assert spec.metrics.max_age_seconds == 60
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"weights": {"cpu": -1}}, "spec.weights.cpu"),
+        ({"weights": {"cpu": "lots"}}, "spec.weights.cpu"),
+        ({"weights": {"cpu": 0, "memory": 0}}, "spec.weights"),
+        ({"weights": {"cpu": 1, "disk": 2}}, "spec.weights.disk"),
+        ({"colour": "red"}, "spec.colour"),
+        ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, "spec.podSelector"),
+        ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}, "operator"),
+        ({"precedence": 5000}, "spec.precedence"),
+    ],
+)
+def test_invalid_specs_name_the_field(spec: dict[str, object], field: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_spec(spec)
+    assert field in str(info.value)
+
+
+def test_both_weights_zero_says_what_to_do() -> None:
+    with pytest.raises(ValueError, match="at least one of weights.cpu and weights.memory"):
+        parse_spec({"weights": {"cpu": 0, "memory": 0}})
+
+
+def test_selection_by_precedence_then_name() -> None:
+    policies = PolicySet()
+    policies.upsert(Policy("b-all", parse_spec({})))
+    policies.upsert(Policy("a-all", parse_spec({})))
+    policies.upsert(
+        Policy("batch", parse_spec({"precedence": 10, "podSelector": {"matchLabels": {"t": "b"}}}))
+    )
+    assert policies.for_pod({"t": "b"}).name == "batch"
+    assert policies.for_pod({"t": "x"}).name == "a-all"  # tie on precedence: name order
+    policies.remove("a-all")
+    policies.remove("b-all")
+    assert policies.for_pod({}) is DEFAULT_POLICY
+
+
+def test_match_expressions() -> None:
+    spec = parse_spec(
+        {
+            "podSelector": {
+                "matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["web", "api"]},
+                    {"key": "canary", "operator": "DoesNotExist"},
+                ]
+            }
+        }
+    )
+    assert spec.pod_selector.matches({"tier": "web"})
+    assert not spec.pod_selector.matches({"tier": "db"})
+    assert not spec.pod_selector.matches({"tier": "web", "canary": "1"})
+
+
+def test_reapplying_a_policy_replaces_it() -> None:
+    policies = PolicySet()
+    policies.upsert(Policy("p", parse_spec({"weights": {"cpu": 1}})))
+    policies.upsert(Policy("p", parse_spec({"weights": {"cpu": 7}})))
+    assert len(policies) == 1
+    assert policies.for_pod({}).spec.weights.cpu == 7
