@@ -75,7 +75,9 @@ def event_body(
 
 class Binder:
     def __init__(self, api: ApiClient, scheduler_name: str) -> None:
-        self.core = CoreV1Api(api)
+        # Any: we pass plain dicts and read raw responses (_preload_content=False), which the
+        # generated signatures do not describe.
+        self.core: Any = CoreV1Api(api)
         self.scheduler_name = scheduler_name
 
     async def bind(self, pod: PodInfo, node: str) -> BindResult:
@@ -84,7 +86,7 @@ class Binder:
                 pod.name, pod.namespace, binding_body(pod, node), _preload_content=False
             )
         except ApiException as exc:
-            return self._classify(exc.status, exc.reason)
+            return self._classify(exc.status, exc.reason or "")
         except Exception as exc:  # network errors: retry later, never lose the pod
             log.warning("bind %s -> %s failed: %r", pod.key, node, exc)
             return BindResult.ERROR

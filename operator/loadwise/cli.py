@@ -20,9 +20,7 @@ def run(config: Config) -> None:
     )
     # kopf logs every handled pod event at DEBUG/INFO: keep it quiet on the hot path.
     logging.getLogger("kopf").setLevel(logging.WARNING)
-    asyncio.run(
-        kopf.operator(registry=build_registry(config), clusterwide=True, standalone=True)
-    )
+    asyncio.run(kopf.operator(registry=build_registry(config), clusterwide=True, standalone=True))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,9 +80,7 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _object_default(schema: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: sub["default"] for name, sub in schema["properties"].items() if "default" in sub
-    }
+    return {name: sub["default"] for name, sub in schema["properties"].items() if "default" in sub}
 
 
 def _number(value: float) -> int | float:

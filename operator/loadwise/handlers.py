@@ -82,7 +82,9 @@ def build_registry(config: Config) -> kopf.OperatorRegistry:
         except ValueError as exc:
             logger.warning("SchedulingPolicy %s is invalid and ignored: %s", name, exc)
             ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": str(exc)}
-        previous = next((c for c in status.get("conditions") or () if c["type"] == "Ready"), {})
+        previous: dict[str, Any] = next(
+            (c for c in status.get("conditions") or () if c["type"] == "Ready"), {}
+        )
         same = previous.get("status") == ready["status"]
         ready["lastTransitionTime"] = previous.get("lastTransitionTime", "") if same else _stamp()
         patch.status["observedGeneration"] = meta.get("generation", 0)

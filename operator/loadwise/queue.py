@@ -11,6 +11,7 @@ Entries are keyed by pod UID; stale heap items are skipped lazily by sequence nu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
@@ -127,10 +128,8 @@ class SchedulingQueue:
                     return entry.pod
             self._wake.clear()
             timeout = self._next_deadline(now)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
 
     def pop_nowait(self) -> PodInfo | None:
         """The next ready pod without waiting (lets the loop drain a batch between yields)."""
@@ -159,7 +158,9 @@ class SchedulingQueue:
     def _push_active(self, entry: QueuedPod) -> None:
         entry.where = "active"
         entry.seq = next(self._seq)
-        heapq.heappush(self._active, (-entry.pod.priority, entry.pod.created, entry.seq, entry.pod.uid))
+        heapq.heappush(
+            self._active, (-entry.pod.priority, entry.pod.created, entry.seq, entry.pod.uid)
+        )
         self._wake.set()
 
     def _push_backoff(self, entry: QueuedPod) -> None:
@@ -175,7 +176,10 @@ class SchedulingQueue:
             if entry is not None and entry.seq == seq and entry.where == "backoff":
                 self._push_active(entry)
         for entry in self._entries.values():
-            if entry.where == "unschedulable" and now - entry.parked_at >= self.unschedulable_timeout:
+            if (
+                entry.where == "unschedulable"
+                and now - entry.parked_at >= self.unschedulable_timeout
+            ):
                 self._requeue(entry, now)
 
     def _next_deadline(self, now: float) -> float | None:

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
-from kubernetes_asyncio import client, config as kube_config
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
 
 from . import observability as obs
 from .binder import Binder
@@ -32,7 +33,7 @@ async def api_client(pool_size: int) -> client.ApiClient:
     """An ApiClient from the in-cluster service account, or from $KUBECONFIG / ~/.kube/config."""
     configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kube_config.load_incluster_config(client_configuration=configuration)
+        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         # kubernetes-asyncio reads $KUBECONFIG at import time; read it now instead.
         await kube_config.load_kube_config(
@@ -99,7 +100,9 @@ class Runtime:
             config.scheduler_name,
             Binder(api, config.scheduler_name),
             MetricsCache(source, config.metrics_interval),
-            SchedulingQueue(config.initial_backoff, config.max_backoff, config.unschedulable_timeout),
+            SchedulingQueue(
+                config.initial_backoff, config.max_backoff, config.unschedulable_timeout
+            ),
             bind_concurrency=config.bind_concurrency,
             failure_event_interval=config.failure_event_interval,
         )

@@ -29,14 +29,15 @@ log = logging.getLogger(__name__)
 def decision_record(decision: Decision) -> str:
     """The short why that goes into the Scheduled event."""
     chosen = decision.chosen
-    text = f"score {decision.score:.0f} ({_load(chosen.cpu, chosen.memory, chosen.source, chosen.sample_age)})"
+    load = _load(chosen.cpu, chosen.memory, chosen.sample_age)
+    text = f"score {decision.score:.0f} ({load})"
     runner = decision.runner_up
     if runner is not None:
         text += f"; runner-up {runner[1].node} score {runner[0]:.0f}"
     return f"{text}; policy {decision.policy}"
 
 
-def _load(cpu: float, mem: float, source: str, age: float | None) -> str:
+def _load(cpu: float, mem: float, age: float | None) -> str:
     where = f"metrics {age:.0f}s old" if age is not None else "requests"
     return f"cpu {cpu:.0%} mem {mem:.0%} by {where}"
 
@@ -199,7 +200,9 @@ class Scheduler:
                 obs.SCHEDULE_ATTEMPTS.labels("scheduled").inc()
                 obs.E2E_SECONDS.observe(max(0.0, time.time() - pod.created))
                 if log.isEnabledFor(logging.DEBUG):
-                    log.debug("bound %s to %s: %s", pod.key, decision.node, decision_record(decision))
+                    log.debug(
+                        "bound %s to %s: %s", pod.key, decision.node, decision_record(decision)
+                    )
                 message = (
                     f"Successfully assigned {pod.key} to {decision.node}; "
                     f"{decision_record(decision)}"

@@ -22,7 +22,7 @@ _TERMINAL = frozenset({"Succeeded", "Failed"})
 
 @dataclass(slots=True)
 class NodeInfo:
-    """A node as the filters and scorers need it. `valid` is False when its allocatable is garbage."""
+    """A node as the filters and scorers need it; `valid` is False if its allocatable is garbage."""
 
     name: str
     labels: Mapping[str, str]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster.cluster import LocalCluster, running_operator, wait_for
+from loadwise.devcluster.cluster import LocalCluster, running_operator
 from loadwise.devcluster.kube import ApiError, Kube
 from loadwise.runtime import Runtime
 
@@ -49,14 +49,10 @@ async def clean(kube: Kube, local_cluster: LocalCluster) -> None:
 
 
 @pytest.fixture
-async def ns(kube: Kube, clean: None) -> AsyncIterator[str]:
+async def ns(kube: Kube, local_cluster: LocalCluster, clean: None) -> AsyncIterator[str]:
     name = f"t{next(_names)}"
     await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    await wait_for(
-        lambda: _exists(kube, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
-        30,
-        what="the namespace's default ServiceAccount",
-    )
+    await local_cluster.wait_namespace(kube, name)
     yield name
     # No kubelet finishes graceful deletion: force-delete the pods, then the namespace.
     for pod in await kube.list(f"/api/v1/namespaces/{name}/pods"):
@@ -69,14 +65,6 @@ async def ns(kube: Kube, clean: None) -> AsyncIterator[str]:
     await kube.delete(f"/api/v1/namespaces/{name}")
 
 
-async def _exists(kube: Kube, path: str) -> bool:
-    try:
-        await kube.get(path)
-        return True
-    except ApiError:
-        return False
-
-
 OperatorFactory = Callable[..., contextlib.AbstractAsyncContextManager[Runtime]]
 
 
@@ -85,6 +73,8 @@ def operator(local_cluster: LocalCluster) -> OperatorFactory:
     """`async with operator(**config_overrides) as runtime:` runs the operator in this loop."""
 
     def start(**overrides: Any) -> contextlib.AbstractAsyncContextManager[Runtime]:
-        return running_operator(local_cluster.operator_config(**overrides), local_cluster.cp.kubeconfig)
+        return running_operator(
+            local_cluster.operator_config(**overrides), local_cluster.cp.kubeconfig
+        )
 
     return start

@@ -38,7 +38,9 @@ async def test_placement_follows_prometheus_and_policy_weights(
         await create_pods(kube, ns, ["p1"])
         assert (await wait_bound(kube, ns, ["p1"]))["p1"] == "mem-busy"
 
-        await kube.merge_patch(f"{POLICIES}/weights", {"spec": {"weights": {"cpu": 1, "memory": 10}}})
+        await kube.merge_patch(
+            f"{POLICIES}/weights", {"spec": {"weights": {"cpu": 1, "memory": 10}}}
+        )
 
         async def observed() -> bool:
             status = (await kube.get(f"{POLICIES}/weights")).get("status") or {}
@@ -116,7 +118,10 @@ async def test_burst_never_overcommits_allocatable(
         async def settled() -> list[dict[str, object]] | None:
             pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
             bound = [p for p in pods if p["spec"].get("nodeName")]
-            failed = {e["involvedObject"]["name"] for e in await events(kube, ns, reason="FailedScheduling")}
+            failed = {
+                e["involvedObject"]["name"]
+                for e in await events(kube, ns, reason="FailedScheduling")
+            }
             return bound if len(bound) == 18 and len(failed) == 22 else None
 
         bound = await wait_for(settled, 60, what="18 bound and 22 unschedulable")
@@ -126,7 +131,8 @@ async def test_burst_never_overcommits_allocatable(
     assert all(cpu <= 2000 for cpu in per_node.values()), per_node
     scheduled = await events(kube, ns, reason="Scheduled")
     assert sorted(e["involvedObject"]["name"] for e in scheduled) == sorted(
-        p["metadata"]["name"] for p in bound  # type: ignore[index]
+        p["metadata"]["name"]
+        for p in bound  # type: ignore[index]
     ), "each bound pod has exactly one Scheduled event: none bound twice"
 
 

@@ -21,7 +21,9 @@ async def wait_bound(kube: Kube, ns: str, names: list[str], timeout: float = 30)
     return await wait_for(bound, timeout, what=f"pods {names} bound")
 
 
-async def events(kube: Kube, ns: str, pod: str | None = None, reason: str | None = None) -> list[Any]:
+async def events(
+    kube: Kube, ns: str, pod: str | None = None, reason: str | None = None
+) -> list[Any]:
     items = await kube.list(f"/api/v1/namespaces/{ns}/events")
     return [
         e

@@ -1,5 +1,6 @@
 """The committed CRD files must be exactly what the pydantic model generates."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,14 @@ def test_schema_is_structural_and_documented() -> None:
             walk(node["items"])  # type: ignore[arg-type]
 
     walk(spec)
+
+
+def test_go_module_pins_the_same_kubernetes_version() -> None:
+    from loadwise.devcluster.controlplane import pinned_versions
+
+    version = pinned_versions()["K8S_VERSION"]
+    go_mod = (ROOT / "hack" / "k8s" / "go.mod").read_text()
+    assert re.search(rf"^\s*k8s\.io/kubernetes {re.escape(version)}\b", go_mod, re.M)
+    staging = "v0." + version.removeprefix("v1.")
+    replaces = [line for line in go_mod.splitlines() if "=> k8s.io/" in line]
+    assert replaces and all(line.endswith(staging) for line in replaces)

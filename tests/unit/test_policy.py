@@ -17,7 +17,10 @@ def test_defaults() -> None:
         ({"weights": {"cpu": 0, "memory": 0}}, "spec.weights"),
         ({"weights": {"cpu": 1, "disk": 2}}, "spec.weights.disk"),
         ({"colour": "red"}, "spec.colour"),
-        ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, "spec.podSelector"),
+        (
+            {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+            "spec.podSelector",
+        ),
         ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}, "operator"),
         ({"precedence": 5000}, "spec.precedence"),
     ],
@@ -29,7 +32,7 @@ def test_invalid_specs_name_the_field(spec: dict[str, object], field: str) -> No
 
 
 def test_both_weights_zero_says_what_to_do() -> None:
-    with pytest.raises(ValueError, match="at least one of weights.cpu and weights.memory"):
+    with pytest.raises(ValueError, match=r"at least one of weights\.cpu and weights\.memory"):
         parse_spec({"weights": {"cpu": 0, "memory": 0}})
 
 

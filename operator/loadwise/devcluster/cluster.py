@@ -30,7 +30,10 @@ T = TypeVar("T")
 
 
 async def wait_for(
-    probe: Callable[[], Awaitable[T]], timeout: float, interval: float = 0.1, what: str = "condition"
+    probe: Callable[[], Awaitable[T | None]],
+    timeout: float,
+    interval: float = 0.1,
+    what: str = "condition",
 ) -> T:
     """Poll `probe` until it returns something truthy; its last value on success."""
     deadline = time.monotonic() + timeout
@@ -109,6 +112,12 @@ class LocalCluster:
         self.exporter.set_usage(name, cpu_usage, mem_usage, memory_total)
         created: dict[str, Any] = await kube.create("/api/v1/nodes", body)
         return created
+
+    async def wait_namespace(self, kube: Kube, namespace: str) -> None:
+        """Pods need their namespace's `default` ServiceAccount, which the controller-manager
+        creates a moment after the namespace."""
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+        await wait_for(lambda: kube.exists(path), 30, what=f"ServiceAccount {namespace}/default")
 
     async def wait_metrics(self, expected: dict[str, float], tolerance: float = 0.02) -> None:
         """Until Prometheus's CPU figure for each node is within tolerance of `expected`."""

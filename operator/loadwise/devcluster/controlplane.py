@@ -25,7 +25,17 @@ from pathlib import Path
 
 import yaml
 
-K8S_VERSION = "v1.36.3"
+VERSIONS_FILE = Path(__file__).resolve().parents[3] / "hack" / "versions.env"
+
+
+def pinned_versions() -> dict[str, str]:
+    """hack/versions.env as a dict (the harness runs from a source checkout)."""
+    pairs = (
+        line.split("=", 1)
+        for line in VERSIONS_FILE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    return {key.strip(): value.strip() for key, value in pairs}
 
 
 def free_port() -> int:
@@ -34,12 +44,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _cache() -> Path:
+    return Path(os.environ.get("LOADWISE_CACHE", Path.home() / ".cache" / "loadwise"))
+
+
 def k8s_bin_dir() -> Path:
+    """Where hack/ensure-tools put the pinned Kubernetes binaries."""
     explicit = os.environ.get("LOADWISE_K8S_BIN")
-    if explicit:
-        return Path(explicit)
-    cache = Path(os.environ.get("LOADWISE_CACHE", Path.home() / ".cache" / "loadwise"))
-    return cache / "bin" / f"k8s-{K8S_VERSION}"
+    version = pinned_versions()["K8S_VERSION"]
+    return Path(explicit) if explicit else _cache() / "bin" / f"k8s-{version}"
+
+
+def helm_binary() -> Path:
+    return _cache() / "bin" / f"helm-{pinned_versions()['HELM_VERSION']}" / "helm"
 
 
 def _openssl(*args: str, cwd: Path) -> None:

@@ -26,6 +26,7 @@ class _Node:
 
 class UsageExporter:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._host = host
         self._nodes: dict[str, _Node] = {}
         self._lock = threading.Lock()
         exporter = self
@@ -47,8 +48,7 @@ class UsageExporter:
 
     @property
     def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"{host}:{port}"
+        return f"{self._host}:{self._server.server_port}"
 
     def start(self) -> UsageExporter:
         self._thread.start()

@@ -75,6 +75,15 @@ class Kube:
     async def get(self, path: str, **params: str) -> Any:
         return await self.request("GET", path, params=params or None)
 
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     async def delete(self, path: str) -> Any:
         return await self.request("DELETE", path)
 

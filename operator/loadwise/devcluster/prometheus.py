@@ -36,7 +36,9 @@ class Prometheus:
     def start(self, timeout: float = 30.0) -> Prometheus:
         config = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": "5s"},
-            "scrape_configs": [{"job_name": "nodes", "static_configs": [{"targets": self.targets}]}],
+            "scrape_configs": [
+                {"job_name": "nodes", "static_configs": [{"targets": self.targets}]}
+            ],
         }
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         binary = shutil.which("prometheus")

@@ -37,7 +37,7 @@ class Unschedulable:
 
 
 def failure_message(total_nodes: int, reasons: Mapping[str, int]) -> str:
-    """kube-scheduler's summary: "0/12 nodes are available: 5 Insufficient cpu, 7 ...". """
+    """kube-scheduler's summary: "0/12 nodes are available: 5 Insufficient cpu, 7 ..."."""
     if total_nodes == 0:
         return "no nodes available to schedule pods"
     parts = sorted(f"{count} {reason}" for reason, count in reasons.items())

@@ -1,0 +1,128 @@
+"""e2e: `helm install` the chart into the local control plane, then run the operator with the
+chart's ServiceAccount token and the settings its Deployment renders. No kubelet runs here, so
+the Deployment's pod itself never starts; the operator runs in-process with exactly its identity,
+which proves the ClusterRole is sufficient. A fixed expected rule list keeps it minimal."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from loadwise.config import Config
+from loadwise.devcluster import manifests
+from loadwise.devcluster.cluster import LocalCluster, running_operator, wait_for
+from loadwise.devcluster.controlplane import helm_binary, kubeconfig, pinned_versions
+from loadwise.devcluster.kube import Kube
+
+from .conftest import POLICIES
+from .util import wait_bound, wait_event
+
+pytestmark = pytest.mark.cluster
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "loadwise"
+RELEASE, NAMESPACE = "lw", "loadwise-system"
+EXPECTED_RULES = [
+    {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {
+        "apiGroups": ["loadwise.io"],
+        "resources": ["schedulingpolicies"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {"apiGroups": ["loadwise.io"], "resources": ["schedulingpolicies/status"], "verbs": ["patch"]},
+]
+
+
+async def helm(cluster: LocalCluster, *args: str, check: bool = True) -> str:
+    process = await asyncio.create_subprocess_exec(
+        str(helm_binary()),
+        "--kubeconfig",
+        str(cluster.cp.kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0 or not check, err.decode()
+    return out.decode()
+
+
+async def test_chart_lints_and_renders(local_cluster: LocalCluster) -> None:
+    await helm(local_cluster, "lint", str(CHART))
+    version = pinned_versions()["K8S_VERSION"]
+    rendered = await helm(local_cluster, "template", "x", str(CHART), "--kube-version", version)
+    assert "cluster-admin" not in rendered
+    assert "runAsNonRoot: true" in rendered
+
+
+async def test_helm_install_then_schedule_with_the_charts_service_account(
+    kube: Kube, local_cluster: LocalCluster, ns: str, tmp_path: Path
+) -> None:
+    assert local_cluster.prometheus is not None
+    await local_cluster.add_node(kube, "n1", cpu_usage=0.7)
+    await local_cluster.add_node(kube, "n2", cpu_usage=0.2)
+    await local_cluster.wait_metrics({"n1": 0.7, "n2": 0.2})
+    await helm(
+        local_cluster,
+        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+        "--set", f"metrics.prometheusUrl={local_cluster.prometheus.url}",
+        "--set", "metrics.lagSeconds=3",
+    )  # fmt: skip
+    try:
+        role = await kube.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-loadwise")
+        assert role["rules"] == EXPECTED_RULES
+
+        deployment = await kube.get(
+            f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-loadwise"
+        )
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        # The chart's settings, with the simulation's CPU window; no HTTP port in-process.
+        config = Config.from_env(env).model_copy(
+            update={
+                "http_port": 0,
+                "prometheus_cpu_query": local_cluster.operator_config().prometheus_cpu_query,
+                "metrics_interval": 1.0,
+            }
+        )
+        sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        token = await kube.create(
+            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{sa}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )
+        sa_kubeconfig = tmp_path / "sa.kubeconfig"
+        sa_kubeconfig.write_text(
+            kubeconfig(local_cluster.cp.server, local_cluster.cp.ca_file, token["status"]["token"])
+        )
+
+        async with running_operator(config, sa_kubeconfig):
+            await kube.create(
+                f"/api/v1/namespaces/{ns}/pods", manifests.pod("chart-pod", namespace=ns)
+            )
+            assert (await wait_bound(kube, ns, ["chart-pod"]))["chart-pod"] == "n2"
+            await wait_event(kube, ns, "chart-pod", "Scheduled")
+            await kube.create(
+                f"/api/v1/namespaces/{ns}/pods", manifests.pod("too-big", namespace=ns, cpu="64")
+            )
+            await wait_event(kube, ns, "too-big", "FailedScheduling")
+
+            async def policy_ready() -> bool:
+                status = (await kube.get(f"{POLICIES}/default")).get("status") or {}
+                return any(c["status"] == "True" for c in status.get("conditions") or ())
+
+            await wait_for(policy_ready, 15, what="chart's default policy Ready")
+            pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/too-big")
+            conditions = {c["type"]: c for c in pod["status"].get("conditions") or ()}
+            assert conditions["PodScheduled"]["reason"] == "Unschedulable"
+            await helm(local_cluster, "uninstall", RELEASE, "--namespace", NAMESPACE)
+            # The policy outlives the release (resource-policy: keep), not stuck in deletion.
+            policy = await kube.get(f"{POLICIES}/default")
+            assert "deletionTimestamp" not in policy["metadata"]
+    finally:
+        await helm(
+            local_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", check=False
+        )
