@@ -15,7 +15,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,6 +49,7 @@ class SchedulingQueue:
         self._entries: dict[str, QueuedPod] = {}
         self._active: list[tuple[int, float, int, str]] = []
         self._backoff: list[tuple[float, int, str]] = []
+        self._parked: list[tuple[float, int, str]] = []  # (parked_at, seq, uid)
         self._seq = itertools.count()
         self._wake = asyncio.Event()
 
@@ -102,34 +103,28 @@ class SchedulingQueue:
         entry.where = "unschedulable"
         entry.parked_at = self.clock()
         entry.seq = next(self._seq)
+        heapq.heappush(self._parked, (entry.parked_at, entry.seq, uid))
 
     def move_all_to_active(self) -> int:
         """A cluster event could make parked pods fit: those still backing off wait out their
         backoff, the rest go active now. Returns how many moved."""
         moved = 0
         now = self.clock()
-        for entry in self._entries.values():
-            if entry.where == "unschedulable":
-                self._requeue(entry, now)
-                moved += 1
+        for entry in self._pop_due(self._parked, float("inf"), "unschedulable"):
+            self._requeue(entry, now)
+            moved += 1
         return moved
 
     # --- consumption -------------------------------------------------------------------------
     async def pop(self) -> PodInfo:
         """The next pod to schedule; waits while none is ready."""
         while True:
-            now = self.clock()
-            self._flush(now)
-            while self._active:
-                *_, seq, uid = heapq.heappop(self._active)
-                entry = self._entries.get(uid)
-                if entry is not None and entry.seq == seq and entry.where == "active":
-                    entry.where = "in_flight"
-                    return entry.pod
-            self._wake.clear()
-            timeout = self._next_deadline(now)
+            pod = self.pop_nowait()
+            if pod is not None:
+                return pod
+            self._wake.clear()  # no await since pop_nowait: nothing was added in between
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                await asyncio.wait_for(self._wake.wait(), self._next_deadline(self.clock()))
 
     def pop_nowait(self) -> PodInfo | None:
         """The next ready pod without waiting (lets the loop drain a batch between yields)."""
@@ -170,17 +165,21 @@ class SchedulingQueue:
         self._wake.set()
 
     def _flush(self, now: float) -> None:
-        while self._backoff and self._backoff[0][0] <= now:
-            _, seq, uid = heapq.heappop(self._backoff)
+        for entry in self._pop_due(self._backoff, now, "backoff"):
+            self._push_active(entry)
+        cutoff = now - self.unschedulable_timeout
+        for entry in self._pop_due(self._parked, cutoff, "unschedulable"):
+            self._requeue(entry, now)
+
+    def _pop_due(
+        self, heap: list[tuple[float, int, str]], until: float, where: Where
+    ) -> Iterator[QueuedPod]:
+        """Entries whose heap key is <= `until`, skipping items made stale by a later push."""
+        while heap and heap[0][0] <= until:
+            _, seq, uid = heapq.heappop(heap)
             entry = self._entries.get(uid)
-            if entry is not None and entry.seq == seq and entry.where == "backoff":
-                self._push_active(entry)
-        for entry in self._entries.values():
-            if (
-                entry.where == "unschedulable"
-                and now - entry.parked_at >= self.unschedulable_timeout
-            ):
-                self._requeue(entry, now)
+            if entry is not None and entry.seq == seq and entry.where == where:
+                yield entry
 
     def _next_deadline(self, now: float) -> float | None:
         deadlines = [self._backoff[0][0] - now] if self._backoff else []
