@@ -59,6 +59,10 @@ def build_registry(config: Config) -> kopf.OperatorRegistry:
     async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         memo.runtime.scheduler.on_node_event(event["type"], event["object"])
 
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    async def namespace_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo.runtime.scheduler.on_namespace_event(event["type"], event["object"])
+
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         memo.runtime.scheduler.on_pod_event(event["type"], event["object"])

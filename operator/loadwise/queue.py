@@ -52,6 +52,7 @@ class SchedulingQueue:
         self._parked: list[tuple[float, int, str]] = []  # (parked_at, seq, uid)
         self._seq = itertools.count()
         self._wake = asyncio.Event()
+        self._parked_waiting_for_pods = 0
 
     # --- membership --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -75,13 +76,18 @@ class SchedulingQueue:
             self._push_active(entry)
             return
         changed = entry.pod.labels != pod.labels or entry.pod.requests != pod.requests
+        where = entry.where
+        self._set_where(entry, "in_flight")  # detach from the counters while the pod changes
         entry.pod = pod
+        self._set_where(entry, where)
         if changed and entry.where == "unschedulable":
             self._push_active(entry)
 
     def remove(self, uid: str) -> None:
         """The pod was bound, deleted, or is no longer ours."""
-        self._entries.pop(uid, None)
+        entry = self._entries.pop(uid, None)
+        if entry is not None:
+            self._set_where(entry, "in_flight")
 
     done = remove
 
@@ -100,16 +106,36 @@ class SchedulingQueue:
         if entry is None:
             return
         self._count_attempt(entry)
-        entry.where = "unschedulable"
+        self._set_where(entry, "unschedulable")
         entry.parked_at = self.clock()
         entry.seq = next(self._seq)
         heapq.heappush(self._parked, (entry.parked_at, entry.seq, uid))
 
-    def move_all_to_active(self) -> int:
+    @property
+    def waiting_for_pods(self) -> int:
+        """Parked pods whose fit depends on other pods (affinity, spread)."""
+        return self._parked_waiting_for_pods
+
+    def move_all_to_active(self, only_waiting_for_pods: bool = False) -> int:
         """A cluster event could make parked pods fit: those still backing off wait out their
-        backoff, the rest go active now. Returns how many moved."""
+        backoff, the rest go active now. Returns how many moved. With `only_waiting_for_pods`
+        (a pod was placed), only pods with affinity or spread constraints move."""
+        if only_waiting_for_pods and not self._parked_waiting_for_pods:
+            return 0
         moved = 0
         now = self.clock()
+        if only_waiting_for_pods:
+            for _, seq, uid in self._parked:
+                entry = self._entries.get(uid)
+                if (
+                    entry is not None
+                    and entry.seq == seq
+                    and entry.where == "unschedulable"
+                    and entry.pod.waits_for_pods
+                ):
+                    self._requeue(entry, now)  # its heap item goes stale: skipped later
+                    moved += 1
+            return moved
         for entry in self._pop_due(self._parked, float("inf"), "unschedulable"):
             self._requeue(entry, now)
             moved += 1
@@ -134,11 +160,18 @@ class SchedulingQueue:
             *_, seq, uid = heapq.heappop(self._active)
             entry = self._entries.get(uid)
             if entry is not None and entry.seq == seq and entry.where == "active":
-                entry.where = "in_flight"
+                self._set_where(entry, "in_flight")
                 return entry.pod
         return None
 
     # --- internals ---------------------------------------------------------------------------
+    def _set_where(self, entry: QueuedPod, where: Where) -> None:
+        if entry.pod.waits_for_pods:
+            self._parked_waiting_for_pods += (where == "unschedulable") - (
+                entry.where == "unschedulable"
+            )
+        entry.where = where
+
     def _count_attempt(self, entry: QueuedPod) -> None:
         entry.attempts += 1
         delay = min(self.initial_backoff * 2 ** (entry.attempts - 1), self.max_backoff)
@@ -151,7 +184,7 @@ class SchedulingQueue:
             self._push_active(entry)
 
     def _push_active(self, entry: QueuedPod) -> None:
-        entry.where = "active"
+        self._set_where(entry, "active")
         entry.seq = next(self._seq)
         heapq.heappush(
             self._active, (-entry.pod.priority, entry.pod.created, entry.seq, entry.pod.uid)
@@ -159,7 +192,7 @@ class SchedulingQueue:
         self._wake.set()
 
     def _push_backoff(self, entry: QueuedPod) -> None:
-        entry.where = "backoff"
+        self._set_where(entry, "backoff")
         entry.seq = next(self._seq)
         heapq.heappush(self._backoff, (entry.backoff_until, entry.seq, entry.pod.uid))
         self._wake.set()
@@ -183,11 +216,6 @@ class SchedulingQueue:
 
     def _next_deadline(self, now: float) -> float | None:
         deadlines = [self._backoff[0][0] - now] if self._backoff else []
-        parked = [
-            e.parked_at + self.unschedulable_timeout - now
-            for e in self._entries.values()
-            if e.where == "unschedulable"
-        ]
-        if parked:
-            deadlines.append(min(parked))
+        if self._parked:  # may be a stale item: waking early is harmless
+            deadlines.append(self._parked[0][0] + self.unschedulable_timeout - now)
         return max(0.0, min(deadlines)) if deadlines else None

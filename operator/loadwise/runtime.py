@@ -118,6 +118,8 @@ class Runtime:
 
     async def _seed(self) -> None:
         nodes = pods = 0
+        async for namespace in list_raw(self.api, "/api/v1/namespaces"):
+            self.scheduler.on_namespace_event(None, namespace)
         async for node in list_raw(self.api, "/api/v1/nodes"):
             self.scheduler.on_node_event(None, node)
             nodes += 1

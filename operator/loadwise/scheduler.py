@@ -92,6 +92,16 @@ class Scheduler:
         if _node_changed_for_scheduling(old, new):
             self.queue.move_all_to_active()
 
+    def on_namespace_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        meta = raw.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return
+        if event_type == "DELETED":
+            self.state.delete_namespace(name)
+        elif self.state.upsert_namespace(name, meta.get("labels") or {}):
+            self.queue.move_all_to_active()  # namespace selectors of affinity terms may match now
+
     def on_pod_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         meta = raw.get("metadata") or {}
         uid = meta.get("uid")
@@ -111,8 +121,12 @@ class Scheduler:
             if known is not None and known.node_name == node_name and not terminal:
                 known.assumed = False  # cheap path: most pod events are status churn
                 return
-            if self.state.observe_bound(parse_pod(raw), terminal):
+            pod = parse_pod(raw)
+            if self.state.observe_bound(pod, terminal):
                 self.queue.move_all_to_active()
+            elif known is None and not terminal:
+                # A newly placed pod can satisfy parked pods' affinity or spread constraints.
+                self.queue.move_all_to_active(only_waiting_for_pods=True)
             return
         if spec.get("schedulerName") != self.name:
             return
@@ -121,7 +135,11 @@ class Scheduler:
             return
         if uid in self.state.pods:
             return  # assumed: our bind is in flight
-        self.queue.add(parse_pod(raw))
+        pod = parse_pod(raw)
+        if pod.gated:
+            self._forget_pod(uid)  # scheduling gates: wait until they are all removed
+            return
+        self.queue.add(pod)
 
     def _forget_pod(self, uid: str) -> None:
         self.queue.remove(uid)
@@ -167,6 +185,9 @@ class Scheduler:
         if isinstance(result, Decision):
             self.state.assume(pod, result.node)
             self._spawn(self._bind(pod, result))
+            if pod.anti_affinity_terms or self.queue.waiting_for_pods:
+                # Assumed pods count like placed ones (affinity, spread, anti-affinity).
+                self.queue.move_all_to_active(only_waiting_for_pods=True)
             return
         obs.SCHEDULE_ATTEMPTS.labels("unschedulable").inc()
         self.queue.park(pod.uid)

@@ -9,13 +9,29 @@ consistent picture. Raw API objects are parsed once into slotted dataclasses.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .framework.podaffinity import AffinityTerm, required_terms
+from .framework.selectors import (
+    NodeSelectorTerm,
+    RequiredNodeAffinity,
+    parse_preferred_node_affinity,
+    parse_required_node_affinity,
+)
+from .framework.spread import SpreadConstraint, parse_constraints
+from .framework.taints import Taint, Toleration, parse_taints, parse_tolerations
 from .resources import CPU, MEMORY, PODS, PodRequests, parse_resource_list, pod_requests
+
+HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
+_NO_AFFINITY = RequiredNodeAffinity((), None)
+
+# Volume kinds whose placement depends on storage topology or attach limits, which loadwise does
+# not evaluate: such pods get a clear FailedScheduling instead of a possibly wrong node.
+UNSUPPORTED_VOLUMES = ("persistentVolumeClaim", "ephemeral", "csi")
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -29,6 +45,7 @@ class NodeInfo:
     allocatable: Mapping[str, int]
     ready: bool
     unschedulable: bool
+    taints: tuple[Taint, ...] = ()
     valid: bool = True
     invalid_reason: str = ""
 
@@ -48,7 +65,20 @@ class PodInfo:
     deleting: bool = False
     assumed: bool = False
     placed_at: float = 0.0  # wall-clock time we first knew it on its node
-    invalid_reason: str = ""
+    invalid_reason: str = ""  # cannot be scheduled as written (bad quantities, unsupported)
+    gated: bool = False  # spec.schedulingGates not yet removed: not ours to schedule yet
+    tolerations: tuple[Toleration, ...] = ()
+    node_affinity: RequiredNodeAffinity = _NO_AFFINITY
+    preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+    affinity_terms: tuple[AffinityTerm, ...] = ()
+    anti_affinity_terms: tuple[AffinityTerm, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+
+    @property
+    def waits_for_pods(self) -> bool:
+        """Could another pod's arrival make this pod fit (affinity, spread)?"""
+        return bool(self.affinity_terms or self.spread)
 
     @property
     def key(self) -> str:
@@ -62,6 +92,7 @@ class NodeLoad:
     requested: dict[str, int] = field(default_factory=dict)
     pods: set[str] = field(default_factory=set)
     recent: deque[tuple[float, str]] = field(default_factory=deque)  # (placed_at, uid)
+    host_ports: Counter[HostPort] = field(default_factory=Counter)
 
 
 def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
@@ -80,6 +111,7 @@ def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
     )
     try:
+        node.taints = parse_taints(spec.get("taints"))
         node.allocatable = parse_resource_list(status.get("allocatable") or status.get("capacity"))
     except (ValueError, TypeError, AttributeError) as exc:
         node.valid, node.invalid_reason = False, f"invalid allocatable: {exc}"
@@ -108,7 +140,66 @@ def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
         pod.requests = pod_requests(spec)
     except (ValueError, TypeError, AttributeError) as exc:
         pod.invalid_reason = f"invalid resource requests: {exc}"
+    try:
+        _parse_placement(pod, spec)
+    except (ValueError, TypeError, AttributeError) as exc:
+        pod.invalid_reason = f"invalid scheduling constraints: {exc}"
     return pod
+
+
+def _parse_placement(pod: PodInfo, spec: Mapping[str, Any]) -> None:
+    """The parts of a spec the filters read. Cheap when absent, as on most pods."""
+    pod.gated = bool(spec.get("schedulingGates"))
+    pod.host_ports = host_ports(spec)
+    affinity = spec.get("affinity")
+    if affinity:
+        pod.affinity_terms = required_terms(spec, "podAffinity", pod.namespace)
+        pod.anti_affinity_terms = required_terms(spec, "podAntiAffinity", pod.namespace)
+        pod.preferred_node_affinity = parse_preferred_node_affinity(spec)
+    if affinity or spec.get("nodeSelector"):
+        pod.node_affinity = parse_required_node_affinity(spec)
+    if spec.get("tolerations"):
+        pod.tolerations = parse_tolerations(spec.get("tolerations"))
+    if spec.get("topologySpreadConstraints"):
+        pod.spread = parse_constraints(spec, pod.labels)
+    unsupported = sorted(
+        {
+            kind
+            for volume in spec.get("volumes") or ()
+            for kind in UNSUPPORTED_VOLUMES
+            if kind in volume
+        }
+    )
+    if unsupported:
+        pod.invalid_reason = (
+            f"pod uses {', '.join(unsupported)} volumes; loadwise does not check volume binding, "
+            "topology or attach limits (use the default scheduler for this pod)"
+        )
+    elif spec.get("resourceClaims"):
+        pod.invalid_reason = (
+            "pod uses resourceClaims (dynamic resource allocation), which loadwise does not "
+            "support (use the default scheduler for this pod)"
+        )
+
+
+def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    ports = []
+    containers = list(spec.get("containers") or ())
+    containers += [
+        c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"
+    ]
+    for container in containers:
+        for port in container.get("ports") or ():
+            number = int(port.get("hostPort") or 0)
+            if number > 0:
+                ports.append(
+                    (
+                        str(port.get("hostIP") or "0.0.0.0"),
+                        str(port.get("protocol") or "TCP"),
+                        number,
+                    )
+                )
+    return tuple(ports)
 
 
 def is_terminal(raw: Mapping[str, Any]) -> bool:
@@ -122,6 +213,8 @@ class ClusterState:
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}  # bound or assumed pods that hold resources
         self.loads: dict[str, NodeLoad] = {}
+        self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
+        self.anti_affinity_pods: set[str] = set()  # placed pods with required anti-affinity
         self.generation = 0  # bumped on every change that could make a pod fit
 
     # --- nodes -------------------------------------------------------------------------------
@@ -134,6 +227,15 @@ class ClusterState:
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self.generation += 1
+
+    def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Returns True if the labels changed (namespace selectors may now match)."""
+        changed = self.namespaces.get(name) != labels
+        self.namespaces[name] = labels
+        return changed
+
+    def delete_namespace(self, name: str) -> None:
+        self.namespaces.pop(name, None)
 
     # --- pods that hold resources ------------------------------------------------------------
     def observe_bound(self, pod: PodInfo, terminal: bool) -> bool:
@@ -174,6 +276,8 @@ class ClusterState:
             for name, amount in pod.requests.amounts.items():
                 load.requested[name] = load.requested.get(name, 0) - amount
             load.requested[PODS] = load.requested.get(PODS, 0) - 1
+            load.host_ports.subtract(pod.host_ports)
+        self.anti_affinity_pods.discard(uid)
         self.generation += 1
         return True
 
@@ -187,11 +291,26 @@ class ClusterState:
             load.requested[name] = load.requested.get(name, 0) + amount
         load.requested[PODS] = load.requested.get(PODS, 0) + 1
         load.recent.append((pod.placed_at, pod.uid))
+        if pod.host_ports:
+            load.host_ports.update(pod.host_ports)
+        if pod.anti_affinity_terms:
+            self.anti_affinity_pods.add(pod.uid)
 
     # --- reads -------------------------------------------------------------------------------
     def requested(self, node_name: str) -> Mapping[str, int]:
         load = self.loads.get(node_name)
         return load.requested if load is not None else {}
+
+    def pods_on(self, node_name: str) -> Iterator[PodInfo]:
+        load = self.loads.get(node_name)
+        for uid in load.pods if load is not None else ():
+            pod = self.pods.get(uid)
+            if pod is not None:
+                yield pod
+
+    def used_ports(self, node_name: str) -> Counter[HostPort]:
+        load = self.loads.get(node_name)
+        return load.host_ports if load is not None else Counter()
 
     def placed_since(self, node_name: str, since: float) -> Iterator[PodInfo]:
         """Pods placed on the node after `since` (wall clock): their usage is not in a sample

@@ -24,7 +24,11 @@ pytestmark = pytest.mark.cluster
 CHART = Path(__file__).resolve().parents[2] / "charts" / "loadwise"
 RELEASE, NAMESPACE = "lw", "loadwise-system"
 EXPECTED_RULES = [
-    {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["nodes", "pods", "namespaces"],
+        "verbs": ["get", "list", "watch"],
+    },
     {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},

@@ -9,16 +9,29 @@ from dataclasses import dataclass
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
-from ..state import ClusterState, PodInfo
+from ..state import ClusterState, NodeInfo, PodInfo
+from . import spread
+from .context import CycleContext
 from .filters import DEFAULT_FILTERS, Filter
-from .scoring import NodeScore, normalize, score_node
+from .scoring import (
+    LOAD_WEIGHT,
+    NODE_AFFINITY_WEIGHT,
+    SPREAD_WEIGHT,
+    TAINT_WEIGHT,
+    NodeScore,
+    combine,
+    normalize,
+    reverse_normalize,
+    score_node,
+)
+from .taints import PREFER_NO_SCHEDULE, first_untolerated
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     node: str
     score: float  # normalised 0..100
-    ranked: Sequence[tuple[float, NodeScore]]  # (normalised, raw details), best first
+    ranked: Sequence[tuple[float, NodeScore]]  # (combined score, load details), best first
     policy: str
 
     @property
@@ -55,12 +68,12 @@ def schedule_one(
 ) -> Decision | Unschedulable:
     if pod.invalid_reason:
         return Unschedulable(f"pod cannot be scheduled: {pod.invalid_reason}", {})
+    ctx = CycleContext(pod, state)
     reasons: Counter[str] = Counter()
     feasible = []
     for node in state.nodes.values():
-        requested = state.requested(node.name)
         for check in filters:
-            failed = check(pod, node, requested)
+            failed = check(ctx, node)
             if failed:
                 reasons.update(failed)
                 break
@@ -68,11 +81,44 @@ def schedule_one(
             feasible.append(node)
     if not feasible:
         return Unschedulable(failure_message(len(state.nodes), reasons), reasons)
-    raw = [score_node(pod, node, state, policy, samples, now) for node in feasible]
-    normalised = normalize([s.score for s in raw])
+    load = [score_node(pod, node, state, policy, samples, now) for node in feasible]
+    totals = combine(
+        [(LOAD_WEIGHT, normalize([s.score for s in load])), *preferences(ctx, feasible)]
+    )
     # Random tie-break among equal best scores, as kube-scheduler does: equal nodes share a burst.
-    keyed = [(n, rng.random(), s) for n, s in zip(normalised, raw, strict=True)]
-    keyed.sort(key=lambda item: (-item[0], item[1]))
-    ranked = [(n, s) for n, _, s in keyed]
+    keyed = sorted(
+        zip(totals, (rng.random() for _ in load), load, strict=True),
+        key=lambda item: (-item[0], item[1]),
+    )
+    ranked = [(total, details) for total, _, details in keyed]
     best_score, best = ranked[0]
     return Decision(best.node, best_score, ranked, policy.name)
+
+
+def preferences(ctx: CycleContext, nodes: list[NodeInfo]) -> list[tuple[int, list[float]]]:
+    """The preference plugins that apply to this pod, each normalised 0..100 over `nodes`."""
+    pod = ctx.pod
+    out: list[tuple[int, list[float]]] = []
+    prefer_no = [
+        sum(
+            1
+            for t in node.taints
+            if t.effect == PREFER_NO_SCHEDULE
+            and first_untolerated((t,), pod.tolerations, frozenset({PREFER_NO_SCHEDULE}))
+        )
+        for node in nodes
+    ]
+    if any(prefer_no):
+        out.append((TAINT_WEIGHT, reverse_normalize([float(c) for c in prefer_no])))
+    if pod.preferred_node_affinity:
+        sums = [
+            float(
+                sum(w for w, term in pod.preferred_node_affinity if term.matches(n.name, n.labels))
+            )
+            for n in nodes
+        ]
+        out.append((NODE_AFFINITY_WEIGHT, normalize(sums)))
+    soft = ctx.soft_spread
+    if soft is not None:
+        out.append((SPREAD_WEIGHT, reverse_normalize([spread.soft_score(n, soft) for n in nodes])))
+    return out

@@ -84,3 +84,26 @@ def normalize(scores: list[float]) -> list[float]:
 
 def _ratio(used: int, total: int) -> float:
     return used / total if total > 0 else 1.0
+
+
+# Weights of the combined score. Preference plugins use kube-scheduler's default weights; the
+# load score outweighs any single one of them, since placing by real load is the point.
+LOAD_WEIGHT = 4
+TAINT_WEIGHT = 3
+NODE_AFFINITY_WEIGHT = 2
+SPREAD_WEIGHT = 2
+
+
+def reverse_normalize(raw: list[float]) -> list[float]:
+    """Lower raw is better: the lowest gets 100, the highest 0 (all equal: all 100)."""
+    low, high = min(raw, default=0.0), max(raw, default=0.0)
+    if high == low:
+        return [float(MAX_SCORE) for _ in raw]
+    return [MAX_SCORE * (high - r) / (high - low) for r in raw]
+
+
+def combine(components: list[tuple[int, list[float]]]) -> list[float]:
+    """Weighted mean of normalised plugin scores, per node."""
+    total = sum(weight for weight, _ in components)
+    size = len(components[0][1])
+    return [sum(w * scores[i] for w, scores in components) / total for i in range(size)]
