@@ -55,7 +55,8 @@ class UsageExporter:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() would wait forever for a loop never started
+            self._server.shutdown()
         self._server.server_close()
 
     def set_usage(self, node: str, cpu: float, memory: float, memory_total: int = 16 << 30) -> None:

@@ -1,0 +1,397 @@
+"""Differential testing against the real kube-scheduler: is loadwise's choice feasible?
+
+For each generated pod, on one control plane where loadwise and kube-scheduler both run:
+1. a copy for loadwise is created; it ends bound to node X or refused (PodScheduled=False);
+   it is then deleted so every pod sees the same cluster;
+2. a copy for kube-scheduler (the oracle) is created: pinned to X by required node affinity
+   (`matchFields metadata.name In [X]`, ANDed into every term) when loadwise placed it, unpinned
+   when loadwise refused it;
+3. agreement: loadwise placed it and kube-scheduler binds the pinned copy, or loadwise refused it
+   and kube-scheduler cannot place the unpinned copy either.
+The pin is node affinity, which PodTopologySpread's default `nodeAffinityPolicy: Honor` would
+fold into its domain counting; generated pods with spread constraints therefore carry no node
+affinity of their own, and their pinned oracle copy uses `nodeAffinityPolicy: Ignore`, which for
+such pods counts exactly the domains Honor would have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import manifests
+from .kube import ApiError, Kube
+
+NS, NS_B = "diff", "diff-b"
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+TAINTS = [
+    {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},
+    {"key": "maintenance", "value": "", "effect": "NoExecute"},
+    {"key": "team", "value": "x", "effect": "NoSchedule"},
+]
+TOLERATIONS = [
+    {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "dedicated", "operator": "Exists"},
+    {"key": "maintenance", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "team", "operator": "Equal", "value": "y"},
+    {"operator": "Exists"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+# --- generation -------------------------------------------------------------------------------
+def gen_nodes(rng: random.Random, prefix: str) -> list[dict[str, Any]]:
+    nodes = []
+    for i in range(rng.randint(5, 8)):
+        labels = {"disk": rng.choice(["ssd", "hdd"]), "cores": rng.choice(["2", "4", "8", "16"])}
+        if rng.random() < 0.9:
+            labels[ZONE] = rng.choice("abc")
+        extra = {"nvidia.com/gpu": str(rng.randint(1, 4))} if rng.random() < 0.25 else None
+        node = manifests.node(
+            f"{prefix}-n{i}",
+            cpu=str(rng.choice([2, 4, 8])),
+            memory=f"{rng.choice([4, 8, 16, 32])}Gi",
+            pods=rng.randint(6, 30),
+            labels=labels,
+            unschedulable=rng.random() < 0.1,
+            extra=extra,
+        )
+        if rng.random() < 0.3:
+            node["spec"]["taints"] = [copy.deepcopy(rng.choice(TAINTS))]
+        nodes.append(node)
+    return nodes
+
+
+def _labels(rng: random.Random) -> dict[str, str]:
+    return {"app": rng.choice(["web", "db", "cache"]), "tenant": rng.choice(["t1", "t2"])}
+
+
+def _term(rng: random.Random, namespaced: bool = True) -> dict[str, Any]:
+    term: dict[str, Any] = {
+        "labelSelector": {"matchLabels": {"app": rng.choice(["web", "db", "cache"])}},
+        "topologyKey": rng.choice([ZONE, HOST]),
+    }
+    if namespaced and rng.random() < 0.3:
+        if rng.random() < 0.5:
+            term["namespaces"] = [NS_B]
+        else:
+            term["namespaceSelector"] = {"matchLabels": {"team": "b"}}
+    return term
+
+
+def gen_existing(rng: random.Random, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods already placed (spec.nodeName set at creation), within each node's capacity."""
+    pods = []
+    for i in range(rng.randint(6, 18)):
+        node = rng.choice(nodes)
+        ns = NS if rng.random() < 0.8 else NS_B
+        pod = manifests.pod(
+            f"existing-{i}",
+            namespace=ns,
+            scheduler_name="default-scheduler",
+            cpu=f"{rng.choice([100, 200, 300])}m",
+            memory=f"{rng.choice([64, 128, 256])}Mi",
+            labels=_labels(rng),
+        )
+        pod["spec"]["nodeName"] = node["metadata"]["name"]
+        if rng.random() < 0.15:
+            pod["spec"]["containers"][0]["ports"] = [
+                {"containerPort": 80, "hostPort": rng.choice([80, 443]), "protocol": "TCP"}
+            ]
+        if rng.random() < 0.15:
+            pod["spec"]["affinity"] = {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_term(rng)]}
+            }
+        pods.append(pod)
+    return pods
+
+
+def _node_expression(rng: random.Random) -> dict[str, Any]:
+    key, values = rng.choice(
+        [("disk", ["ssd", "hdd"]), ("cores", ["2", "4", "8", "16"]), (ZONE, ["a", "b", "c"])]
+    )
+    operator = rng.choice(
+        ["In", "NotIn", "Exists", "DoesNotExist"] + (["Gt", "Lt"] if key == "cores" else [])
+    )
+    expression: dict[str, Any] = {"key": key, "operator": operator}
+    if operator in ("In", "NotIn"):
+        expression["values"] = rng.sample(values, rng.randint(1, 2))
+    elif operator in ("Gt", "Lt"):
+        expression["values"] = [rng.choice(values)]
+    return expression
+
+
+def gen_pod(rng: random.Random, name: str) -> dict[str, Any]:
+    pod = manifests.pod(
+        name,
+        namespace=NS,
+        cpu=f"{rng.choice([50, 100, 250, 500, 1000, 2000, 3500])}m",
+        memory=f"{rng.choice([64, 256, 1024, 4096, 12288])}Mi",
+        labels=_labels(rng),
+    )
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    if rng.random() < 0.05:
+        container["resources"]["requests"]["nvidia.com/gpu"] = str(rng.randint(1, 2))
+        container["resources"]["limits"] = {
+            "nvidia.com/gpu": container["resources"]["requests"]["nvidia.com/gpu"]
+        }
+    affinity: dict[str, Any] = {}
+    spread = rng.random() < 0.2
+    if spread:
+        constraint: dict[str, Any] = {
+            "maxSkew": rng.randint(1, 2),
+            "topologyKey": rng.choice([ZONE, HOST]),
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": pod["metadata"]["labels"]["app"]}},
+        }
+        if rng.random() < 0.3:
+            constraint["minDomains"] = rng.randint(2, 4)
+        if rng.random() < 0.3:
+            constraint["nodeTaintsPolicy"] = "Honor"
+        spec["topologySpreadConstraints"] = [constraint]
+    else:  # node affinity only without spread (see the module docstring)
+        if rng.random() < 0.2:
+            spec["nodeSelector"] = {"disk": rng.choice(["ssd", "hdd"])}
+        if rng.random() < 0.25:
+            terms = [
+                {"matchExpressions": [_node_expression(rng) for _ in range(rng.randint(1, 2))]}
+                for _ in range(rng.randint(1, 2))
+            ]
+            affinity["nodeAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+            }
+    if rng.random() < 0.35:
+        spec["tolerations"] = rng.sample(TOLERATIONS, rng.randint(1, 2))
+    if rng.random() < 0.1:
+        container["ports"] = [
+            {"containerPort": 80, "hostPort": rng.choice([80, 443, 8080]), "protocol": "TCP"}
+        ]
+    if rng.random() < 0.12:
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [_term(rng)]}
+    if rng.random() < 0.15:
+        affinity["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [_term(rng)]
+        }
+    if affinity:
+        spec["affinity"] = affinity
+    return pod
+
+
+def pin(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """The oracle copy, restricted to `node` (see the module docstring)."""
+    pinned = copy.deepcopy(pod)
+    spec = pinned["spec"]
+    field_pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": [{}]}
+    )
+    for term in required["nodeSelectorTerms"]:
+        term.setdefault("matchFields", []).append(field_pin)
+    for constraint in spec.get("topologySpreadConstraints") or ():
+        constraint["nodeAffinityPolicy"] = "Ignore"
+    return pinned
+
+
+# --- running ----------------------------------------------------------------------------------
+@dataclass
+class Report:
+    pods: int = 0
+    agree: int = 0
+    placed: int = 0
+    refused: int = 0
+    disagreements: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def agreement(self) -> float:
+        return self.agree / self.pods if self.pods else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pods": self.pods,
+            "agree": self.agree,
+            "agreement": round(self.agreement, 4),
+            "loadwise_placed": self.placed,
+            "loadwise_refused": self.refused,
+            "seconds": round(self.seconds, 1),
+            "disagreements": self.disagreements,
+        }
+
+
+VANISHED = "(deleted before its outcome was read)"
+
+
+async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str | None:
+    """The node a pod got, or None once its scheduler marked it Unschedulable. VANISHED when the
+    pod is gone: a pod bound to a node with an untolerated NoExecute taint is evicted at once."""
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pod = await kube.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return VANISHED
+            raise
+        if pod["spec"].get("nodeName"):
+            return str(pod["spec"]["nodeName"])
+        for condition in (pod.get("status") or {}).get("conditions") or ():
+            if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                return None
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"{ns}/{name} neither bound nor marked Unschedulable in {timeout}s")
+
+
+async def _delete(kube: Kube, ns: str, name: str) -> None:
+    with contextlib.suppress(ApiError):
+        await kube.request(
+            "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", params={"gracePeriodSeconds": "0"}
+        )
+
+
+async def reset(kube: Kube) -> None:
+    """No nodes, no pods in the differential namespaces; namespaces exist with their labels."""
+    for ns, labels in ((NS, {"team": "a"}), (NS_B, {"team": "b"})):
+        for pod in await kube.list(f"/api/v1/namespaces/{ns}/pods"):
+            await _delete(kube, ns, pod["metadata"]["name"])
+        with contextlib.suppress(ApiError):
+            await kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
+    for node in await kube.list("/api/v1/nodes"):
+        await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
+
+
+async def run(
+    kube: Kube,
+    seed: int,
+    scenarios: int,
+    pods_per_scenario: int,
+    scheduler_name: str = "loadwise-scheduler",
+    wait_namespace: Any = None,
+) -> Report:
+    rng = random.Random(seed)
+    report = Report()
+    started = time.monotonic()
+    for s in range(scenarios):
+        await reset(kube)
+        if wait_namespace is not None:
+            await wait_namespace(NS)
+            await wait_namespace(NS_B)
+        nodes = gen_nodes(rng, f"s{s}")
+        for node in nodes:
+            await kube.create("/api/v1/nodes", node)
+        for pod in gen_existing(rng, nodes):
+            await kube.create(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod)
+        await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
+        for i in range(pods_per_scenario):
+            template = gen_pod(rng, "x")
+            ours = copy.deepcopy(template)
+            ours["metadata"]["name"] = f"lw-{s}-{i}"
+            ours["spec"]["schedulerName"] = scheduler_name
+            await kube.create(f"/api/v1/namespaces/{NS}/pods", ours)
+            chosen = await outcome(kube, NS, ours["metadata"]["name"])
+            await _delete(kube, NS, ours["metadata"]["name"])
+            accepted: str | None = "(not asked)"
+            if chosen != VANISHED:
+                oracle = pin(template, chosen) if chosen else copy.deepcopy(template)
+                oracle["metadata"]["name"] = f"ks-{s}-{i}"
+                oracle["spec"]["schedulerName"] = "default-scheduler"
+                await kube.create(f"/api/v1/namespaces/{NS}/pods", oracle)
+                accepted = await outcome(kube, NS, oracle["metadata"]["name"])
+                await _delete(kube, NS, oracle["metadata"]["name"])
+            report.pods += 1
+            report.placed += chosen is not None
+            report.refused += chosen is None
+            if (
+                chosen != VANISHED
+                and accepted != VANISHED
+                and (chosen is None) == (accepted is None)
+            ):
+                report.agree += 1
+            else:
+                report.disagreements.append(
+                    {
+                        "scenario": s,
+                        "pod": i,
+                        "loadwise": chosen,
+                        "kube_scheduler": accepted,
+                        "spec": template["spec"],
+                        "nodes": [_node_summary(n) for n in nodes],
+                    }
+                )
+    report.seconds = time.monotonic() - started
+    await reset(kube)
+    return report
+
+
+def _node_summary(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": node["metadata"]["name"],
+        "labels": node["metadata"]["labels"],
+        "taints": node["spec"].get("taints"),
+        "unschedulable": node["spec"]["unschedulable"],
+    }
+
+
+async def _run_local(seed: int, scenarios: int, pods: int) -> Report:
+    """A throw-away control plane with kube-scheduler and the operator, then `run`."""
+    import logging
+
+    from .cluster import LocalCluster, running_operator
+
+    logging.basicConfig(level=logging.WARNING)
+    cluster = LocalCluster(prometheus=False).start()
+    try:
+        cluster.cp.start_scheduler(qps=1000, burst=1000)
+        async with cluster.kube() as kube:
+            await cluster.install_crd(kube)
+            async with running_operator(cluster.operator_config(), cluster.cp.kubeconfig):
+                return await run(
+                    kube,
+                    seed,
+                    scenarios,
+                    pods,
+                    wait_namespace=lambda ns: cluster.wait_namespace(kube, ns),
+                )
+    finally:
+        cluster.stop()
+
+
+def main() -> int:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description="loadwise vs kube-scheduler feasibility")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--scenarios", type=int, default=25)
+    parser.add_argument("--pods", type=int, default=24, help="pods per scenario")
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args()
+    report = asyncio.run(_run_local(args.seed, args.scenarios, args.pods))
+    result = report.as_dict()
+    print(
+        f"differential vs kube-scheduler: {result['agree']}/{result['pods']} pods agree "
+        f"({result['agreement']:.1%}); loadwise placed {result['loadwise_placed']}, refused "
+        f"{result['loadwise_refused']}; {result['seconds']}s; seed {args.seed}"
+    )
+    for d in report.disagreements:
+        print(
+            f"  disagreement: scenario {d['scenario']} pod {d['pod']}: "
+            f"loadwise {d['loadwise']!r}, kube-scheduler {d['kube_scheduler']!r}"
+        )
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps({"seed": args.seed, **result}, indent=1))
+    return 0 if not report.disagreements else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
