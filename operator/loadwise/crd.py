@@ -47,6 +47,14 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         target = defs[node["$ref"].rsplit("/", 1)[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _convert(merged, defs)
+    if "anyOf" in node:  # Optional[X]: the API has no null, an absent field means unset
+        variants = [v for v in node["anyOf"] if v.get("type") != "null"]
+        if len(variants) != 1:
+            raise ValueError(f"cannot express union {node['anyOf']} in a structural schema")
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if rest.get("default", "") is None:
+            rest.pop("default")
+        return _convert({**variants[0], **rest}, defs)
     if "const" in node:
         node = {**node, "enum": [node["const"]]}
     out: dict[str, Any] = {}

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from .framework.selectors import requirement_matches
+
 GROUP = "loadwise.io"
 VERSION = "v1alpha1"
 PLURAL = "schedulingpolicies"
@@ -80,12 +82,7 @@ class LabelSelectorRequirement(_Model):
         return self
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "Exists":
-            return self.key in labels
-        if self.operator == "DoesNotExist":
-            return self.key not in labels
-        present = labels.get(self.key) in self.values
-        return present if self.operator == "In" else not present
+        return requirement_matches(self.key, self.operator, self.values, labels)
 
 
 class LabelSelector(_Model):
@@ -105,8 +102,13 @@ class LabelSelector(_Model):
 
 
 class MetricsSettings(_Model):
-    """How fresh node metrics must be for load-aware scoring."""
+    """Where node usage comes from and how fresh it must be for load-aware scoring."""
 
+    source: Literal["prometheus", "metrics-server"] = Field(
+        "prometheus",
+        description="Which of the operator's metrics sources this policy reads. A source the "
+        "operator does not run leaves every node scored by requests (see status).",
+    )
     max_age_seconds: int = Field(
         60,
         ge=1,
@@ -116,11 +118,47 @@ class MetricsSettings(_Model):
     )
 
 
+class HotThresholds(_Model):
+    """Utilisation above which a node is hot: hot nodes get no new pods while any feasible node
+    is below its thresholds; when every feasible node is hot, the least loaded one is used (so a
+    pod never waits on load alone: cluster-autoscaler would not see it). 100 disables."""
+
+    cpu: float = Field(80, ge=1, le=100, description="Percent CPU utilisation.")
+    memory: float = Field(90, ge=1, le=100, description="Percent memory utilisation.")
+
+
 class SchedulingPolicySpec(_Model):
     """Which pods a policy governs and how nodes are scored for them."""
 
     weights: Weights = Field(
         default_factory=Weights, description="Weights of CPU and memory utilisation in the score."
+    )
+    hot_thresholds: HotThresholds = Field(
+        default_factory=HotThresholds, description="When a node counts as hot."
+    )
+    load_share: int = Field(
+        80,
+        ge=0,
+        le=100,
+        description="Percent of a node's score that comes from measured load; the rest comes "
+        "from requested/allocatable (kube-scheduler-like balance). 0 ignores metrics.",
+    )
+    placement_estimate: float = Field(
+        1.0,
+        ge=0,
+        le=10,
+        description="Pods placed since a node's last sample, and the pod being placed, add "
+        "this factor times their requests to the node's measured usage (metrics lag bindings; "
+        "without it bursts herd onto the node that looked idlest). 0 disables.",
+    )
+    scheduler_name: str | None = Field(
+        None,
+        min_length=1,
+        description="Governs only pods with this spec.schedulerName; unset: all of ours.",
+    )
+    namespace_selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description="Governs pods in namespaces with these labels; empty selects all.",
     )
     pod_selector: LabelSelector = Field(
         default_factory=LabelSelector,
@@ -150,7 +188,18 @@ class SchedulingPolicyStatus(_Model):
     """Written by the operator."""
 
     observed_generation: int = Field(0, description="The generation the operator last read.")
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready (valid and in use) and MetricsAvailable."
+    )
+    nodes_with_fresh_metrics: int = Field(
+        0, description="Nodes whose latest sample is within metrics.maxAgeSeconds."
+    )
+    pods_scheduled: int = Field(
+        0, description="Pods bound under this policy since the operator started."
+    )
+    last_metrics_refresh: str = Field(
+        "", description="RFC 3339 time of the last successful metrics refresh."
+    )
 
 
 class Policy:
@@ -206,8 +255,23 @@ class PolicySet:
     def names(self) -> list[str]:
         return [p.name for p in self._ordered]
 
-    def for_pod(self, labels: Mapping[str, str]) -> Policy:
+    def policies(self) -> list[Policy]:
+        return list(self._ordered)
+
+    def for_pod(
+        self,
+        labels: Mapping[str, str],
+        namespace_labels: Mapping[str, str] | None = None,
+        scheduler_name: str | None = None,
+    ) -> Policy:
+        """Precedence order: the first policy whose scheduler name, namespace selector and pod
+        selector all match; the built-in default when none does."""
         for policy in self._ordered:
-            if policy.spec.pod_selector.matches(labels):
+            spec = policy.spec
+            if spec.scheduler_name is not None and spec.scheduler_name != scheduler_name:
+                continue
+            if not spec.namespace_selector.matches(namespace_labels or {}):
+                continue
+            if spec.pod_selector.matches(labels):
                 return policy
         return DEFAULT_POLICY

@@ -34,6 +34,10 @@ def decision_record(decision: Decision) -> str:
     runner = decision.runner_up
     if runner is not None:
         text += f"; runner-up {runner[1].node} score {runner[0]:.0f}"
+    if decision.hot_skipped:
+        text += f"; {decision.hot_skipped} hot node(s) passed over"
+    if decision.all_hot:
+        text += "; every feasible node is hot: least loaded chosen"
     return f"{text}; policy {decision.policy}"
 
 
@@ -178,7 +182,9 @@ class Scheduler:
             self.queue.done(pod.uid)
             self._slots.release()
             return
-        policy = self.policies.for_pod(pod.labels)
+        policy = self.policies.for_pod(
+            pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
+        )
         started = time.perf_counter()
         result = schedule_one(pod, self.state, policy, self.metrics.samples, time.time(), self.rng)
         obs.CYCLE_SECONDS.observe(time.perf_counter() - started)

@@ -30,10 +30,11 @@ async def create_pods(kube: Kube, ns: str, names: list[str], **spec: object) -> 
 async def test_placement_follows_prometheus_and_policy_weights(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
 ) -> None:
-    await local_cluster.add_node(kube, "cpu-busy", cpu_usage=0.8, mem_usage=0.1)
-    await local_cluster.add_node(kube, "mem-busy", cpu_usage=0.1, mem_usage=0.8)
+    # Below the default hot thresholds (80% cpu, 90% memory): only the weights decide.
+    await local_cluster.add_node(kube, "cpu-busy", cpu_usage=0.7, mem_usage=0.1)
+    await local_cluster.add_node(kube, "mem-busy", cpu_usage=0.1, mem_usage=0.7)
     await kube.create(POLICIES, manifests.policy("weights", cpu=10, memory=1))
-    await local_cluster.wait_metrics({"cpu-busy": 0.8, "mem-busy": 0.1})
+    await local_cluster.wait_metrics({"cpu-busy": 0.7, "mem-busy": 0.1})
     async with operator():
         await create_pods(kube, ns, ["p1"])
         assert (await wait_bound(kube, ns, ["p1"]))["p1"] == "mem-busy"

@@ -38,11 +38,77 @@ def test_least_loaded_node_wins() -> None:
 
 def test_weights_change_the_choice() -> None:
     state = state_with(manifests.node("cpu-busy"), manifests.node("mem-busy"))
-    usage = samples(**{"cpu-busy": (0.8, 0.1), "mem-busy": (0.1, 0.8)})
+    usage = samples(**{"cpu-busy": (0.7, 0.1), "mem-busy": (0.1, 0.7)})
     by_cpu = schedule_one(pod_info(), state, policy(cpu=10, memory=1), usage, NOW, RNG)
     by_mem = schedule_one(pod_info(), state, policy(cpu=1, memory=10), usage, NOW, RNG)
     assert isinstance(by_cpu, Decision) and by_cpu.node == "mem-busy"
     assert isinstance(by_mem, Decision) and by_mem.node == "cpu-busy"
+
+
+def spec_policy(**spec: object) -> Policy:
+    return Policy("p", parse_spec(spec))
+
+
+def test_hot_nodes_get_nothing_while_a_cool_node_fits() -> None:
+    state = state_with(manifests.node("hot"), manifests.node("warm"))
+    usage = samples(hot=(0.85, 0.2), warm=(0.6, 0.95))
+    by_cpu_only = spec_policy(
+        weights={"cpu": 1, "memory": 0}, hotThresholds={"cpu": 80, "memory": 100}
+    )
+    result = schedule_one(pod_info(), state, by_cpu_only, usage, NOW, RNG)
+    assert isinstance(result, Decision)
+    assert (result.node, result.hot_skipped, result.all_hot) == ("warm", 1, False)
+
+
+def test_when_every_node_is_hot_the_least_loaded_is_used() -> None:
+    """Never pending on load alone: cluster-autoscaler would not act on such a pod."""
+    state = state_with(manifests.node("a"), manifests.node("b"))
+    result = schedule_one(
+        pod_info(), state, policy(), samples(a=(0.95, 0.5), b=(0.85, 0.5)), NOW, RNG
+    )
+    assert isinstance(result, Decision)
+    assert (result.node, result.all_hot) == ("b", True)
+
+
+def test_hot_means_after_the_estimate_of_recent_placements() -> None:
+    state = state_with(manifests.node("a", cpu="4"), manifests.node("b", cpu="4"))
+    state.assume(pod_info(cpu="1"), "a")  # +25% since the sample: 0.6 -> 0.85, hot
+    result = schedule_one(
+        pod_info(cpu="10m"), state, policy(memory=0), samples(a=(0.6, 0.0), b=(0.7, 0.0)), NOW, RNG
+    )
+    assert isinstance(result, Decision) and result.node == "b" and result.hot_skipped == 1
+
+
+def test_load_share_zero_ignores_metrics() -> None:
+    state = state_with(manifests.node("a"), manifests.node("b"))
+    state.assume(pod_info(cpu="2"), "a")
+    result = schedule_one(
+        pod_info(), state, spec_policy(loadShare=0), samples(a=(0.0, 0.0), b=(0.7, 0.7)), NOW, RNG
+    )
+    assert isinstance(result, Decision) and result.node == "b"
+    assert result.chosen.source == "requests"
+
+
+def test_naive_policy_herds() -> None:
+    """The articles' scorer (100 - cpu%, no estimate, no thresholds) sends a whole burst to the
+    node that looked idlest; the default policy spreads it."""
+    naive = spec_policy(
+        weights={"cpu": 1, "memory": 0},
+        loadShare=100,
+        placementEstimate=0,
+        hotThresholds={"cpu": 100, "memory": 100},
+    )
+    for chosen_policy, expect_herd in ((naive, True), (policy(), False)):
+        state = state_with(*(manifests.node(f"n{i}", cpu="8") for i in range(4)))
+        usage = samples(n0=(0.10, 0.1), n1=(0.15, 0.1), n2=(0.2, 0.1), n3=(0.25, 0.1))
+        rng = random.Random(3)
+        for i in range(20):
+            pod = pod_info(f"b{i}", cpu="500m")
+            result = schedule_one(pod, state, chosen_policy, usage, NOW, rng)
+            assert isinstance(result, Decision)
+            state.assume(pod, result.node)
+        busiest = max(state.requested(f"n{i}").get("pods", 0) for i in range(4))
+        assert (busiest == 16) is expect_herd  # 16 = all that fit on one 8-cpu node
 
 
 def test_stale_metrics_fall_back_to_requests() -> None:

@@ -33,6 +33,8 @@ class Decision:
     score: float  # normalised 0..100
     ranked: Sequence[tuple[float, NodeScore]]  # (combined score, load details), best first
     policy: str
+    hot_skipped: int = 0  # feasible nodes passed over because they were hot
+    all_hot: bool = False  # every feasible node was hot: the least loaded one was taken
 
     @property
     def chosen(self) -> NodeScore:
@@ -82,6 +84,15 @@ def schedule_one(
     if not feasible:
         return Unschedulable(failure_message(len(state.nodes), reasons), reasons)
     load = [score_node(pod, node, state, policy, samples, now) for node in feasible]
+    hot = sum(s.hot for s in load)
+    all_hot = hot == len(load)
+    if hot and not all_hot:  # hot nodes get nothing while a cooler feasible node exists
+        keep = [i for i, s in enumerate(load) if not s.hot]
+        feasible = [feasible[i] for i in keep]
+        load = [load[i] for i in keep]
+    elif all_hot:  # never leave a pod pending on load alone: take the least loaded
+        least = max(range(len(load)), key=lambda i: (load[i].score, rng.random()))
+        feasible, load = [feasible[least]], [load[least]]
     totals = combine(
         [(LOAD_WEIGHT, normalize([s.score for s in load])), *preferences(ctx, feasible)]
     )
@@ -92,7 +103,8 @@ def schedule_one(
     )
     ranked = [(total, details) for total, _, details in keyed]
     best_score, best = ranked[0]
-    return Decision(best.node, best_score, ranked, policy.name)
+    skipped = 0 if all_hot else hot
+    return Decision(best.node, best_score, ranked, policy.name, skipped, all_hot)
 
 
 def preferences(ctx: CycleContext, nodes: list[NodeInfo]) -> list[tuple[int, list[float]]]:

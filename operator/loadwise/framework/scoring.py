@@ -4,7 +4,7 @@ Utilisation of a node = its last fresh metrics sample, plus an estimate for the 
 that sample (their requests over allocatable: metrics lag bindings, and without this a burst herds
 onto whichever node looked idlest), plus the incoming pod's own requests. A node with no fresh
 sample is scored by requested/allocatable instead, so a dead metrics source degrades to
-request-based balancing rather than stopping scheduling.
+request-based balancing rather than stopping scheduling. The policy's load_share blends the two.
 """
 
 from __future__ import annotations
@@ -29,32 +29,12 @@ class NodeScore:
     memory: float
     source: Literal["metrics", "requests"]
     sample_age: float | None  # seconds, when source == "metrics"
+    hot: bool = False  # measured usage (with the estimate) above the policy's thresholds
 
 
-def utilisation(
-    pod: PodInfo,
-    node: NodeInfo,
-    state: ClusterState,
-    sample: NodeSample | None,
-    now: float,
-    max_age: float,
-) -> tuple[float, float, Literal["metrics", "requests"], float | None]:
-    alloc_cpu = node.allocatable.get(CPU, 0)
-    alloc_mem = node.allocatable.get(MEMORY, 0)
-    fresh = sample is not None and now - sample.timestamp <= max_age
-    if sample is not None and fresh:
-        extra_cpu = pod.requests.get(CPU)
-        extra_mem = pod.requests.get(MEMORY)
-        for placed in state.placed_since(node.name, sample.timestamp):
-            extra_cpu += placed.requests.get(CPU)
-            extra_mem += placed.requests.get(MEMORY)
-        cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
-        mem = sample.memory + _ratio(extra_mem, alloc_mem)
-        return cpu, mem, "metrics", max(0.0, now - sample.timestamp)
-    requested = state.requested(node.name)
-    cpu = _ratio(requested.get(CPU, 0) + pod.requests.get(CPU), alloc_cpu)
-    mem = _ratio(requested.get(MEMORY, 0) + pod.requests.get(MEMORY), alloc_mem)
-    return cpu, mem, "requests", None
+def _weighted(policy: Policy, cpu: float, mem: float) -> float:
+    weights = policy.spec.weights
+    return (weights.cpu * cpu + weights.memory * mem) / (weights.cpu + weights.memory)
 
 
 def score_node(
@@ -65,13 +45,43 @@ def score_node(
     samples: Mapping[str, NodeSample],
     now: float,
 ) -> NodeScore:
-    weights = policy.spec.weights
-    cpu, mem, source, age = utilisation(
-        pod, node, state, samples.get(node.name), now, policy.spec.metrics.max_age_seconds
-    )
-    load = (weights.cpu * cpu + weights.memory * mem) / (weights.cpu + weights.memory)
-    score = MAX_SCORE * min(1.0, max(0.0, 1.0 - load))
-    return NodeScore(node.name, score, cpu, mem, source, age)
+    """score = load_share x (100 - weighted measured load) + rest x (100 - weighted requests).
+
+    Measured load = the node's fresh sample + placement_estimate x (requests of the pods placed
+    since that sample + the incoming pod's). Without a fresh sample (or with load_share 0) the
+    node is scored by requests alone."""
+    spec = policy.spec
+    alloc_cpu = node.allocatable.get(CPU, 0)
+    alloc_mem = node.allocatable.get(MEMORY, 0)
+    requested = state.requested(node.name)
+    req_cpu = _ratio(requested.get(CPU, 0) + pod.requests.get(CPU), alloc_cpu)
+    req_mem = _ratio(requested.get(MEMORY, 0) + pod.requests.get(MEMORY), alloc_mem)
+    by_requests = MAX_SCORE * _clamp(1.0 - _weighted(policy, req_cpu, req_mem))
+    sample = samples.get(node.name)
+    if (
+        sample is None
+        or now - sample.timestamp > spec.metrics.max_age_seconds
+        or not spec.load_share
+    ):
+        return NodeScore(node.name, by_requests, req_cpu, req_mem, "requests", None)
+    factor = spec.placement_estimate
+    extra_cpu = extra_mem = 0
+    if factor:
+        extra_cpu, extra_mem = pod.requests.get(CPU), pod.requests.get(MEMORY)
+        for placed in state.placed_since(node.name, sample.timestamp):
+            extra_cpu += placed.requests.get(CPU)
+            extra_mem += placed.requests.get(MEMORY)
+    cpu = sample.cpu + factor * _ratio(extra_cpu, alloc_cpu)
+    mem = sample.memory + factor * _ratio(extra_mem, alloc_mem)
+    by_load = MAX_SCORE * _clamp(1.0 - _weighted(policy, cpu, mem))
+    share = spec.load_share / 100
+    hot = cpu * 100 > spec.hot_thresholds.cpu or mem * 100 > spec.hot_thresholds.memory
+    score = share * by_load + (1 - share) * by_requests
+    return NodeScore(node.name, score, cpu, mem, "metrics", max(0.0, now - sample.timestamp), hot)
+
+
+def _clamp(value: float) -> float:
+    return min(1.0, max(0.0, value))
 
 
 def normalize(scores: list[float]) -> list[float]:
