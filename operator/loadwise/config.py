@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .metrics.prometheus import DEFAULT_CPU_QUERY, DEFAULT_MEMORY_QUERY
 
@@ -17,7 +17,8 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     scheduler_name: str = Field("loadwise-scheduler", min_length=1)
-    metrics_source: Literal["prometheus", "none"] = "prometheus"
+    # Enabled node-metrics sources; each policy picks one (spec.metrics.source). Empty: none.
+    metrics_sources: tuple[Literal["prometheus", "metrics-server"], ...] = ("prometheus",)
     prometheus_url: str = "http://prometheus-server.monitoring.svc"
     prometheus_cpu_query: str = DEFAULT_CPU_QUERY
     prometheus_memory_query: str = DEFAULT_MEMORY_QUERY
@@ -35,6 +36,13 @@ class Config(BaseModel):
     http_host: str = "0.0.0.0"  # in a pod: its own address; tests use 127.0.0.1
     http_port: int = Field(8080, ge=0, le=65535)  # /metrics, /healthz; 0 disables
     log_level: str = "INFO"
+
+    @field_validator("metrics_sources", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip() and v.strip() != "none")
+        return value
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:

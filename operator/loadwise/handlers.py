@@ -9,7 +9,6 @@ All handlers are `async`: kopf runs sync handlers in threads, and our state is s
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -17,10 +16,13 @@ import kopf
 from .config import Config
 from .policy import GROUP, PLURAL, VERSION
 from .runtime import Runtime
+from .status import set_condition
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
-    # kopf's own log lines would otherwise become Events on every pod it sees.
+    # Only explicit kopf.warn() calls become Events (kopf >= 1.45's default, made explicit):
+    # kopf's own log lines would otherwise become Events on the objects it handles.
+    settings.posting.loggers = False
     settings.posting.level = logging.WARNING
     settings.peering.standalone = True
     settings.scanning.disabled = True
@@ -29,10 +31,6 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.persistence.finalizer = f"{GROUP}/metrics-timer"
-
-
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def build_registry(config: Config) -> kopf.OperatorRegistry:
@@ -72,6 +70,7 @@ def build_registry(config: Config) -> kopf.OperatorRegistry:
     @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
     async def policy_changed(
         name: str,
+        body: kopf.Body,
         spec: kopf.Spec,
         meta: kopf.Meta,
         status: kopf.Status,
@@ -85,22 +84,39 @@ def build_registry(config: Config) -> kopf.OperatorRegistry:
             ready = {"type": "Ready", "status": "True", "reason": "Valid", "message": ""}
         except ValueError as exc:
             logger.warning("SchedulingPolicy %s is invalid and ignored: %s", name, exc)
+            kopf.warn(body, reason="InvalidPolicy", message=f"ignored: {exc}")
             ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": str(exc)}
-        previous: dict[str, Any] = next(
-            (c for c in status.get("conditions") or () if c["type"] == "Ready"), {}
-        )
-        same = previous.get("status") == ready["status"]
-        ready["lastTransitionTime"] = previous.get("lastTransitionTime", "") if same else _stamp()
         patch.status["observedGeneration"] = meta.get("generation", 0)
-        patch.status["conditions"] = [ready]
+        patch.status["conditions"] = set_condition(status.get("conditions"), ready)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
     async def policy_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
         memo.runtime.scheduler.remove_policy(name)
 
     @kopf.timer(GROUP, VERSION, PLURAL, interval=config.metrics_interval, registry=registry)
-    async def refresh_metrics(memo: kopf.Memo, **_: Any) -> None:
-        # One timer per policy object: the cache makes it one refresh per interval in total.
-        await memo.runtime.refresh_metrics()
+    async def refresh_metrics(
+        name: str,
+        body: kopf.Body,
+        status: kopf.Status,
+        patch: kopf.Patch,
+        memo: kopf.Memo,
+        logger: kopf.Logger,
+        **_: Any,
+    ) -> None:
+        # One timer per policy object: the caches make it one refresh per interval in total.
+        runtime: Runtime = memo.runtime
+        await runtime.refresh_metrics()
+        update = runtime.policy_status(name, status.get("conditions"))
+        if update is None:
+            return  # invalid policy: its Ready condition already says why
+        fields, newly_degraded = update
+        if newly_degraded:  # a Warning event on the policy, once per transition
+            message = f"load-aware scoring degraded: {fields['conditions_message']}"
+            logger.warning("%s: %s", name, message)
+            kopf.warn(body, reason="MetricsDegraded", message=message)
+        fields.pop("conditions_message")
+        for key, value in fields.items():
+            if status.get(key) != value:
+                patch.status[key] = value
 
     return registry

@@ -27,9 +27,14 @@ E2E_SECONDS = Histogram(
 )
 PENDING = Gauge("loadwise_pending_pods", "Pods in the scheduling queue.", ["queue"])
 METRICS_REFRESH = Counter(
-    "loadwise_metrics_refresh_total", "Node metrics refreshes by result.", ["result"]
+    "loadwise_metrics_refresh_total",
+    "Node metrics refreshes by source and result.",
+    ["source", "result"],
 )
-FRESH_NODES = Gauge("loadwise_metrics_fresh_nodes", "Nodes with a metrics sample.")
+SOURCE_UP = Gauge(
+    "loadwise_metrics_source_up", "1 if the source's last refresh succeeded, else 0.", ["source"]
+)
+FRESH_NODES = Gauge("loadwise_metrics_nodes", "Nodes with a metrics sample, by source.", ["source"])
 
 
 async def _metrics(_: web.Request) -> web.Response:

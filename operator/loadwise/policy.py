@@ -114,7 +114,8 @@ class MetricsSettings(_Model):
         ge=1,
         le=3600,
         description="A node sample older than this is stale; the node is then scored by its "
-        "requests instead of its measured usage.",
+        "requests instead of its measured usage. Samples are dated conservatively (query time "
+        "minus the source's lag), so keep this above lag + refresh interval (default 15+10 s).",
     )
 
 

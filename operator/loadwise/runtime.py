@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,9 +23,12 @@ from . import observability as obs
 from .binder import Binder
 from .config import Config
 from .metrics.cache import MetricsCache, MetricsSource
+from .metrics.metrics_server import MetricsServerSource
 from .metrics.prometheus import PrometheusSource
 from .queue import SchedulingQueue
 from .scheduler import Scheduler
+from .state import ClusterState
+from .status import metrics_report, status_fields
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +47,27 @@ async def api_client(pool_size: int) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def metrics_source(config: Config) -> MetricsSource | None:
-    if config.metrics_source == "none":
-        return None
-    return PrometheusSource(
-        config.prometheus_url,
-        cpu_query=config.prometheus_cpu_query,
-        memory_query=config.prometheus_memory_query,
-        node_label=config.prometheus_node_label,
-        lag=config.metrics_lag,
-        timeout=config.prometheus_timeout,
-    )
+def metrics_sources(
+    config: Config, api: client.ApiClient, state: ClusterState
+) -> dict[str, MetricsSource]:
+    sources: dict[str, MetricsSource] = {}
+    if "prometheus" in config.metrics_sources:
+        sources["prometheus"] = PrometheusSource(
+            config.prometheus_url,
+            cpu_query=config.prometheus_cpu_query,
+            memory_query=config.prometheus_memory_query,
+            node_label=config.prometheus_node_label,
+            lag=config.metrics_lag,
+            timeout=config.prometheus_timeout,
+        )
+    if "metrics-server" in config.metrics_sources:
+
+        def allocatable(name: str) -> dict[str, int] | None:
+            node = state.nodes.get(name)
+            return dict(node.allocatable) if node is not None else None
+
+        sources["metrics-server"] = MetricsServerSource(api, allocatable)
+    return sources
 
 
 async def list_raw(api: client.ApiClient, path: str, page: int = 1000) -> AsyncIterator[Any]:
@@ -90,26 +104,31 @@ class Runtime:
         self.api = api
         self.scheduler = scheduler
         self._loop_task: asyncio.Task[None] | None = None
+        self._available: dict[str, bool] = {}  # policy -> metrics available at last check
         self._http: web.AppRunner | None = None
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
         api = await api_client(pool_size=config.bind_concurrency + 8)
-        source = metrics_source(config)
+        state = ClusterState()
+        caches = {
+            name: MetricsCache(source, config.metrics_interval)
+            for name, source in metrics_sources(config, api, state).items()
+        }
         scheduler = Scheduler(
             config.scheduler_name,
             Binder(api, config.scheduler_name),
-            MetricsCache(source, config.metrics_interval),
+            caches,
             SchedulingQueue(
                 config.initial_backoff, config.max_backoff, config.unschedulable_timeout
             ),
             bind_concurrency=config.bind_concurrency,
             failure_event_interval=config.failure_event_interval,
+            state=state,
         )
         runtime = cls(config, api, scheduler)
         await runtime._seed()
-        if source is not None:
-            await scheduler.metrics.refresh_if_due()
+        await runtime.refresh_metrics()
         runtime._loop_task = asyncio.create_task(scheduler.run(), name="loadwise-scheduling-loop")
         runtime._loop_task.add_done_callback(_crash_if_failed)
         if config.http_port:
@@ -129,11 +148,34 @@ class Runtime:
         log.info("seeded state with %d nodes and %d pods", nodes, pods)
 
     async def refresh_metrics(self) -> None:
-        cache = self.scheduler.metrics
-        if await cache.refresh_if_due():
-            obs.METRICS_REFRESH.labels("ok" if cache.last_error is None else "error").inc()
-            obs.FRESH_NODES.set(len(cache.samples))
+        for name, cache in self.scheduler.sources.items():
+            if await cache.refresh_if_due():
+                ok = cache.last_error is None
+                obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
+                obs.SOURCE_UP.labels(name).set(1 if ok else 0)
+                obs.FRESH_NODES.labels(name).set(len(cache.samples))
         self.scheduler.update_gauges()
+
+    def policy_status(
+        self, name: str, conditions: list[dict[str, Any]] | None
+    ) -> tuple[dict[str, Any], bool] | None:
+        """The metrics part of a policy's status, and whether it just became degraded."""
+        scheduler = self.scheduler
+        policy = next((p for p in scheduler.policies.policies() if p.name == name), None)
+        if policy is None:
+            return None
+        cache = scheduler.sources.get(policy.spec.metrics.source)
+        report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
+        fields = status_fields(
+            report,
+            conditions,
+            scheduler.scheduled_by_policy.get(name, 0),
+            cache.last_success if cache is not None else None,
+        )
+        was_available = self._available.get(name, True)
+        self._available[name] = report.available
+        fields["conditions_message"] = report.message
+        return fields, was_available and not report.available
 
     async def stop(self) -> None:
         if self._loop_task is not None:
@@ -141,9 +183,9 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
         await self.scheduler.drain()
-        source = self.scheduler.metrics.source
-        if isinstance(source, PrometheusSource):
-            await source.close()
+        for cache in self.scheduler.sources.values():
+            if isinstance(cache.source, PrometheusSource):
+                await cache.source.close()
         if self._http is not None:
             await self._http.cleanup()
         await self.api.close()

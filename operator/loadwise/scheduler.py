@@ -18,7 +18,7 @@ from typing import Any
 from . import observability as obs
 from .binder import Binder, BindResult
 from .framework.cycle import Decision, schedule_one
-from .metrics.cache import MetricsCache
+from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
 from .queue import SchedulingQueue
 from .state import ClusterState, NodeInfo, PodInfo, is_terminal, parse_pod
@@ -64,17 +64,19 @@ class Scheduler:
         self,
         scheduler_name: str,
         binder: Binder,
-        metrics: MetricsCache,
+        sources: Mapping[str, MetricsCache],
         queue: SchedulingQueue,
         bind_concurrency: int = 64,
         failure_event_interval: float = 60.0,
         rng: random.Random | None = None,
+        state: ClusterState | None = None,
     ) -> None:
         self.name = scheduler_name
         self.binder = binder
-        self.metrics = metrics
+        self.sources = dict(sources)  # source name -> cache; policies pick one
+        self.scheduled_by_policy: dict[str, int] = {}
         self.queue = queue
-        self.state = ClusterState()
+        self.state = state if state is not None else ClusterState()
         self.policies = PolicySet()
         self.failure_event_interval = failure_event_interval
         self.rng = rng or random.Random()
@@ -186,7 +188,9 @@ class Scheduler:
             pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
         )
         started = time.perf_counter()
-        result = schedule_one(pod, self.state, policy, self.metrics.samples, time.time(), self.rng)
+        result = schedule_one(
+            pod, self.state, policy, self.samples_for(policy), time.time(), self.rng
+        )
         obs.CYCLE_SECONDS.observe(time.perf_counter() - started)
         if isinstance(result, Decision):
             self.state.assume(pod, result.node)
@@ -201,6 +205,10 @@ class Scheduler:
             self._spawn(self._report_unschedulable(pod, result.message))
         else:
             self._slots.release()
+
+    def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
+        cache = self.sources.get(policy.spec.metrics.source)
+        return cache.samples if cache is not None else {}
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -222,6 +230,8 @@ class Scheduler:
             obs.BIND_SECONDS.observe(time.perf_counter() - started)
             if result is BindResult.BOUND:
                 self.bound += 1
+                by_policy = self.scheduled_by_policy
+                by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
                 self.queue.done(pod.uid)
                 self._reported.pop(pod.uid, None)
                 obs.SCHEDULE_ATTEMPTS.labels("scheduled").inc()

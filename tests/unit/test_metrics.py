@@ -77,7 +77,11 @@ async def test_cache_dedupes_refreshes_and_survives_failures() -> None:
 
 def test_config_from_env_names_the_variable() -> None:
     assert Config.from_env({}).scheduler_name == "loadwise-scheduler"
-    config = Config.from_env({"LOADWISE_BIND_CONCURRENCY": "8", "LOADWISE_METRICS_SOURCE": "none"})
-    assert config.bind_concurrency == 8 and config.metrics_source == "none"
+    config = Config.from_env({"LOADWISE_BIND_CONCURRENCY": "8", "LOADWISE_METRICS_SOURCES": "none"})
+    assert config.bind_concurrency == 8 and config.metrics_sources == ()
+    both = Config.from_env({"LOADWISE_METRICS_SOURCES": "prometheus, metrics-server"})
+    assert both.metrics_sources == ("prometheus", "metrics-server")
+    with pytest.raises(ValueError, match="LOADWISE_METRICS_SOURCES"):
+        Config.from_env({"LOADWISE_METRICS_SOURCES": "graphite"})
     with pytest.raises(ValueError, match="LOADWISE_BIND_CONCURRENCY"):
         Config.from_env({"LOADWISE_BIND_CONCURRENCY": "zero"})

@@ -76,7 +76,7 @@ class LocalCluster:
 
     def operator_config(self, **overrides: Any) -> Config:
         values: dict[str, Any] = {
-            "metrics_source": "prometheus" if self.prometheus else "none",
+            "metrics_sources": ("prometheus",) if self.prometheus else (),
             "prometheus_url": self.prometheus.url if self.prometheus else "http://127.0.0.1:1",
             "prometheus_cpu_query": SIM_CPU_QUERY,
             "metrics_interval": 1.0,
