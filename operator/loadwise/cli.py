@@ -30,10 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="local control plane + Prometheus + operator, end to end")
     demo.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
     sub.add_parser("crd", help="print the SchedulingPolicy CRD generated from the model")
+    explain = sub.add_parser(
+        "explain", help="dry run: every node's verdict and score for NAMESPACE/POD"
+    )
+    explain.add_argument("pod", metavar="NAMESPACE/POD")
     args = parser.parse_args(argv)
     if args.command == "crd":
         sys.stdout.write(crd.render())
         return 0
+    if args.command == "explain":
+        from .explain import main as explain_main
+
+        return explain_main(args.pod)
     if args.command == "demo":
         from .devcluster.demo import main as demo_main
 

@@ -24,8 +24,9 @@ class Config(BaseModel):
     prometheus_memory_query: str = DEFAULT_MEMORY_QUERY
     prometheus_node_label: str = "node"
     prometheus_timeout: float = Field(5.0, gt=0)
-    # How much older than query time the data is assumed to be (scrape interval + rate window).
-    metrics_lag: float = Field(15.0, ge=0)
+    # How long before a query a placement must be to show fully in its figures: the rate
+    # window plus the scrape interval (default query: 1m window, node-exporter at 15 s).
+    metrics_lag: float = Field(75.0, ge=0)
     metrics_interval: float = Field(10.0, gt=0)
     bind_concurrency: int = Field(64, ge=1, le=4096)
     initial_backoff: float = Field(1.0, gt=0)

@@ -123,6 +123,12 @@ def build_crd() -> dict[str, Any]:
                         {"name": "Memory", "type": "number", "jsonPath": ".spec.weights.memory"},
                         {"name": "Precedence", "type": "integer", "jsonPath": ".spec.precedence"},
                         {
+                            "name": "Fresh-Nodes",
+                            "type": "integer",
+                            "jsonPath": ".status.nodesWithFreshMetrics",
+                        },
+                        {"name": "Pods", "type": "integer", "jsonPath": ".status.podsScheduled"},
+                        {
                             "name": "Ready",
                             "type": "string",
                             "jsonPath": ".status.conditions[?(@.type=='Ready')].status",

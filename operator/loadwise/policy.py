@@ -114,8 +114,7 @@ class MetricsSettings(_Model):
         ge=1,
         le=3600,
         description="A node sample older than this is stale; the node is then scored by its "
-        "requests instead of its measured usage. Samples are dated conservatively (query time "
-        "minus the source's lag), so keep this above lag + refresh interval (default 15+10 s).",
+        "requests instead of its measured usage.",
     )
 
 
@@ -145,12 +144,14 @@ class SchedulingPolicySpec(_Model):
         "from requested/allocatable (kube-scheduler-like balance). 0 ignores metrics.",
     )
     placement_estimate: float = Field(
-        1.0,
+        1.5,
         ge=0,
         le=10,
         description="Pods placed since a node's last sample, and the pod being placed, add "
         "this factor times their requests to the node's measured usage (metrics lag bindings; "
-        "without it bursts herd onto the node that looked idlest). 0 disables.",
+        "without it bursts herd onto the node that looked idlest). Above 1 by default: "
+        "bursty pods often use more than they request, and underestimating makes hot nodes "
+        "while overestimating only spreads a burst wider until the next sample. 0 disables.",
     )
     scheduler_name: str | None = Field(
         None,

@@ -253,11 +253,11 @@ class ClusterState:
         self._account(pod)
         return freed
 
-    def assume(self, pod: PodInfo, node_name: str) -> None:
+    def assume(self, pod: PodInfo, node_name: str, at: float | None = None) -> None:
         """Reserve: account the pod on the node now, before its bind lands."""
         pod.node_name = node_name
         pod.assumed = True
-        pod.placed_at = time.time()
+        pod.placed_at = time.time() if at is None else at
         self._account(pod)
 
     def forget(self, uid: str) -> None:

@@ -74,7 +74,7 @@ async def test_helm_install_then_schedule_with_the_charts_service_account(
         local_cluster,
         "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
         "--set", f"metrics.prometheusUrl={local_cluster.prometheus.url}",
-        "--set", "metrics.lagSeconds=3",
+        "--set", "metrics.lagSeconds=6",
     )  # fmt: skip
     try:
         role = await kube.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-loadwise")

@@ -111,6 +111,19 @@ def test_naive_policy_herds() -> None:
         assert (busiest == 16) is expect_herd  # 16 = all that fit on one 8-cpu node
 
 
+def test_pods_inside_the_rate_window_are_still_estimated() -> None:
+    """A sample taken 1 s ago that covers placements only up to 10 s ago (rate window): a pod
+    placed 5 s ago is not (fully) in it, so it still counts against its node."""
+    state = state_with(manifests.node("a", cpu="4"), manifests.node("b", cpu="4"))
+    state.assume(pod_info(cpu="1"), "a", at=NOW - 5)
+    windowed = {n: NodeSample(0.1 if n == "a" else 0.2, 0.0, NOW - 1, NOW - 10) for n in "ab"}
+    result = schedule_one(pod_info(cpu="10m"), state, policy(memory=0), windowed, NOW, RNG)
+    assert isinstance(result, Decision) and result.node == "b"
+    covered = {n: NodeSample(s.cpu, 0.0, NOW - 1, NOW - 2) for n, s in windowed.items()}
+    result = schedule_one(pod_info(cpu="10m"), state, policy(memory=0), covered, NOW, RNG)
+    assert isinstance(result, Decision) and result.node == "a"
+
+
 def test_stale_metrics_fall_back_to_requests() -> None:
     state = state_with(manifests.node("a"), manifests.node("b"))
     state.assume(pod_info(cpu="3", memory="1Gi"), "a")

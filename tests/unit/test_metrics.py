@@ -24,7 +24,7 @@ def test_parse_pairs_cpu_and_memory_per_node() -> None:
     samples = parse_response(
         vector(("a", "cpu", "0.5"), ("a", "memory", "0.25"), ("b", "cpu", "0.1")), "node", 5
     )
-    assert samples == {"a": NodeSample(0.5, 0.25, 995.0)}  # b has no memory figure: skipped
+    assert samples == {"a": NodeSample(0.5, 0.25, 1000.0, 995.0)}  # b lacks memory: skipped
 
 
 def test_parse_skips_garbage_entries() -> None:
@@ -85,3 +85,31 @@ def test_config_from_env_names_the_variable() -> None:
         Config.from_env({"LOADWISE_METRICS_SOURCES": "graphite"})
     with pytest.raises(ValueError, match="LOADWISE_BIND_CONCURRENCY"):
         Config.from_env({"LOADWISE_BIND_CONCURRENCY": "zero"})
+
+
+def test_node_metrics_become_utilisation_of_allocatable() -> None:
+    from loadwise.metrics.metrics_server import MetricsServerError, parse_node_metrics
+
+    allocatable = {"a": {"cpu": 4000, "memory": 8 << 30}, "b": {"cpu": 2000, "memory": 4 << 30}}
+    payload = {
+        "items": [
+            {
+                "metadata": {"name": "a"},
+                "timestamp": "2026-01-01T00:00:10Z",
+                "window": "10s",
+                "usage": {"cpu": "1", "memory": "2Gi"},
+            },
+            {"metadata": {"name": "b"}, "timestamp": "garbage", "usage": {"cpu": "1"}},
+            {
+                "metadata": {"name": "unknown"},
+                "timestamp": "2026-01-01T00:00:10Z",
+                "usage": {"cpu": "1", "memory": "1"},
+            },
+        ]
+    }
+    samples = parse_node_metrics(payload, allocatable.get)
+    assert set(samples) == {"a"}
+    assert (samples["a"].cpu, samples["a"].memory) == (0.25, 0.25)
+    assert samples["a"].timestamp - samples["a"].coverage == 10
+    with pytest.raises(MetricsServerError):
+        parse_node_metrics({"kind": "Status"}, allocatable.get)

@@ -19,6 +19,7 @@ import kopf
 from ..config import Config
 from ..crd import build_crd
 from ..handlers import build_registry
+from ..resources import to_amount
 from ..runtime import Runtime
 from . import manifests
 from .controlplane import ControlPlane
@@ -80,7 +81,7 @@ class LocalCluster:
             "prometheus_url": self.prometheus.url if self.prometheus else "http://127.0.0.1:1",
             "prometheus_cpu_query": SIM_CPU_QUERY,
             "metrics_interval": 1.0,
-            "metrics_lag": 3.0,  # 1 s scrapes and a 5 s rate window
+            "metrics_lag": 6.0,  # a 5 s rate window plus 1 s scrapes
             "http_port": 0,
             "http_host": "127.0.0.1",
         }
@@ -108,8 +109,14 @@ class LocalCluster:
         self, kube: Kube, name: str, cpu_usage: float = 0.0, mem_usage: float = 0.0, **spec: Any
     ) -> dict[str, Any]:
         body = manifests.node(name, **spec)
-        memory_total = _bytes(body["status"]["capacity"]["memory"])
-        self.exporter.set_usage(name, cpu_usage, mem_usage, memory_total)
+        capacity = body["status"]["capacity"]
+        self.exporter.set_usage(
+            name,
+            cpu_usage,
+            mem_usage,
+            to_amount("memory", capacity["memory"]),
+            to_amount("cpu", capacity["cpu"]),
+        )
         created: dict[str, Any] = await kube.create("/api/v1/nodes", body)
         return created
 
@@ -130,12 +137,6 @@ class LocalCluster:
             return all(abs(seen.get(n, -1) - v) <= tolerance for n, v in expected.items())
 
         await wait_for(settled, 30, interval=0.5, what="Prometheus to see node usage")
-
-
-def _bytes(quantity: str) -> int:
-    from ..resources import parse_quantity
-
-    return int(parse_quantity(quantity))
 
 
 @contextlib.asynccontextmanager

@@ -6,6 +6,7 @@ over requests (field validation modes, status codes), which a few lines of aioht
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -64,7 +65,11 @@ class Kube:
             params=params,
             headers={"Content-Type": content_type},
         ) as resp:
-            payload = await resp.json(content_type=None) if resp.content_length != 0 else None
+            text = await resp.text()
+            try:
+                payload = json.loads(text) if text else None
+            except ValueError:  # e.g. an aggregated API's plain-text 503
+                payload = text
             if resp.status >= 300:
                 raise ApiError(resp.status, payload)
             return payload

@@ -74,11 +74,9 @@ def schedule_one(
     reasons: Counter[str] = Counter()
     feasible = []
     for node in state.nodes.values():
-        for check in filters:
-            failed = check(ctx, node)
-            if failed:
-                reasons.update(failed)
-                break
+        failed = first_failure(ctx, node, filters)
+        if failed:
+            reasons.update(failed)
         else:
             feasible.append(node)
     if not feasible:
@@ -105,6 +103,15 @@ def schedule_one(
     best_score, best = ranked[0]
     skipped = 0 if all_hot else hot
     return Decision(best.node, best_score, ranked, policy.name, skipped, all_hot)
+
+
+def first_failure(ctx: CycleContext, node: NodeInfo, filters: Sequence[Filter]) -> list[str] | None:
+    """The first failing filter's reasons (kube-scheduler stops there too), or None if it fits."""
+    for check in filters:
+        failed = check(ctx, node)
+        if failed:
+            return failed
+    return None
 
 
 def preferences(ctx: CycleContext, nodes: list[NodeInfo]) -> list[tuple[int, list[float]]]:

@@ -19,6 +19,7 @@ from ..resources import CPU, MEMORY
 from ..state import ClusterState, NodeInfo, PodInfo
 
 MAX_SCORE = 100
+APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the load score fades
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +69,18 @@ def score_node(
     extra_cpu = extra_mem = 0
     if factor:
         extra_cpu, extra_mem = pod.requests.get(CPU), pod.requests.get(MEMORY)
-        for placed in state.placed_since(node.name, sample.timestamp):
+        for placed in state.placed_since(node.name, sample.coverage):
             extra_cpu += placed.requests.get(CPU)
             extra_mem += placed.requests.get(MEMORY)
     cpu = sample.cpu + factor * _ratio(extra_cpu, alloc_cpu)
     mem = sample.memory + factor * _ratio(extra_mem, alloc_mem)
-    by_load = MAX_SCORE * _clamp(1.0 - _weighted(policy, cpu, mem))
+    cpu_limit, mem_limit = spec.hot_thresholds.cpu / 100, spec.hot_thresholds.memory / 100
+    # Within APPROACH_BAND of a hot threshold the load score fades to 0: a node is filled up to
+    # its threshold only when nothing cooler fits, since estimates near the edge tip it over.
+    headroom = min(cpu_limit - cpu, mem_limit - mem) / APPROACH_BAND
+    by_load = MAX_SCORE * _clamp(1.0 - _weighted(policy, cpu, mem)) * _clamp(headroom)
     share = spec.load_share / 100
-    hot = cpu * 100 > spec.hot_thresholds.cpu or mem * 100 > spec.hot_thresholds.memory
+    hot = cpu > cpu_limit or mem > mem_limit
     score = share * by_load + (1 - share) * by_requests
     return NodeScore(node.name, score, cpu, mem, "metrics", max(0.0, now - sample.timestamp), hot)
 

@@ -19,7 +19,14 @@ log = logging.getLogger(__name__)
 class NodeSample:
     cpu: float  # utilisation fraction 0..1
     memory: float  # utilisation fraction 0..1
-    timestamp: float  # wall-clock time the usage was measured
+    timestamp: float  # wall-clock time of the measurement: staleness is judged from it
+    # Pods placed before this time are fully in the figures; later ones are not (rate windows,
+    # scrape intervals), so the scorer adds their estimate. Defaults to `timestamp`.
+    covers_until: float | None = None
+
+    @property
+    def coverage(self) -> float:
+        return self.timestamp if self.covers_until is None else self.covers_until
 
 
 class MetricsSource(Protocol):

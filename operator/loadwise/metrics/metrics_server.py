@@ -2,8 +2,8 @@
 aggregation layer; one list call per refresh for all nodes.
 
 NodeMetrics report absolute usage; utilisation divides by the node's allocatable, which the
-scheduler's ClusterState already holds. The sample time is the end of metrics-server's window
-minus the window itself, so pods placed during the window are still estimated by the scorer.
+scheduler's ClusterState already holds. A sample covers placements made before its window
+began; pods placed during the window are still estimated by the scorer.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def parse_node_metrics(
         out[name] = NodeSample(
             min(1.0, cpu / capacity[CPU]),
             min(1.0, memory / capacity[MEMORY]),
-            stamp.timestamp() - window,
+            stamp.timestamp(),
+            stamp.timestamp() - window,  # the window averages: only earlier pods count fully
         )
     return out
 

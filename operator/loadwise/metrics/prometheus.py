@@ -34,9 +34,9 @@ def combined_query(cpu_query: str, memory_query: str) -> str:
 
 def parse_response(payload: Any, node_label: str, lag: float) -> dict[str, NodeSample]:
     """Turn a /api/v1/query answer into samples. Malformed entries are skipped, never fatal;
-    a malformed envelope raises PrometheusError. `lag` is how much older than the evaluation
-    time the data is assumed to be (scrape interval plus rate window), so pods placed in that
-    gap are still estimated by the scorer."""
+    a malformed envelope raises PrometheusError. `lag` is how far before the evaluation time a
+    placement must be to show fully in the figures (rate window plus scrape interval): pods
+    placed later are still estimated by the scorer."""
     if not isinstance(payload, dict) or payload.get("status") != "success":
         error = payload.get("error") if isinstance(payload, dict) else None
         raise PrometheusError(f"query failed: {error or 'unexpected response'}")
@@ -59,7 +59,7 @@ def parse_response(payload: Any, node_label: str, lag: float) -> dict[str, NodeS
         partial.setdefault(node, {})[resource] = min(1.0, max(0.0, value))
         stamps[node] = min(stamp, stamps.get(node, stamp))
     return {
-        node: NodeSample(values["cpu"], values["memory"], stamps[node] - lag)
+        node: NodeSample(values["cpu"], values["memory"], stamps[node], stamps[node] - lag)
         for node, values in partial.items()
         if "cpu" in values and "memory" in values
     }

@@ -1,0 +1,157 @@
+"""A stand-in for metrics-server behind the real API server's aggregation layer.
+
+Why a stand-in: metrics-server gets node usage by scraping each kubelet's /metrics/resource, and
+no kubelet runs here. Everything between it and loadwise is real: an APIService registers
+`v1beta1.metrics.k8s.io`, kube-apiserver's aggregator proxies `/apis/metrics.k8s.io/...` to this
+server over TLS, and loadwise reads NodeMetrics through kube-apiserver as it would in a cluster.
+The usage served is the simulation's ground truth (the UsageExporter's), like metrics-server's.
+The Service is an ExternalName pointing at localhost: Endpoints may not hold loopback addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from .exporter import UsageExporter
+from .kube import ApiError, Kube
+
+GROUP_VERSION = "metrics.k8s.io/v1beta1"
+WINDOW_SECONDS = 10
+RESOURCES = {
+    "kind": "APIResourceList",
+    "apiVersion": "v1",
+    "groupVersion": GROUP_VERSION,
+    "resources": [
+        {
+            "name": "nodes",
+            "singularName": "",
+            "namespaced": False,
+            "kind": "NodeMetrics",
+            "verbs": ["get", "list"],
+        }
+    ],
+}
+
+
+class MetricsApiStandIn:
+    def __init__(self, exporter: UsageExporter, cert: Path, key: Path) -> None:
+        self.exporter = exporter
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0].rstrip("/")
+                if path == f"/apis/{GROUP_VERSION}":
+                    self._send(200, RESOURCES)
+                elif path == f"/apis/{GROUP_VERSION}/nodes":
+                    self._send(200, stand_in.node_metrics())
+                else:
+                    self._send(
+                        404,
+                        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404},
+                    )
+
+            def _send(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(cert), str(key))
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def start(self) -> MetricsApiStandIn:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+    def node_metrics(self) -> dict[str, Any]:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        items = []
+        for name, (cpu_millis, memory_bytes) in self.exporter.absolute_usage().items():
+            items.append(
+                {
+                    "metadata": {"name": name, "creationTimestamp": now},
+                    "timestamp": now,
+                    "window": f"{WINDOW_SECONDS}s",
+                    "usage": {"cpu": f"{cpu_millis}m", "memory": f"{memory_bytes // 1024}Ki"},
+                }
+            )
+        return {
+            "kind": "NodeMetricsList",
+            "apiVersion": GROUP_VERSION,
+            "metadata": {},
+            "items": items,
+        }
+
+    async def register(self, kube: Kube) -> None:
+        """ExternalName Service + APIService, so kube-apiserver proxies metrics.k8s.io here."""
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "metrics-standin", "namespace": "kube-system"},
+            "spec": {
+                "type": "ExternalName",
+                "externalName": "localhost",
+                "ports": [{"port": self.port, "protocol": "TCP"}],
+            },
+        }
+        api_service = {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": "v1beta1.metrics.k8s.io"},
+            "spec": {
+                "service": {
+                    "namespace": "kube-system",
+                    "name": "metrics-standin",
+                    "port": self.port,
+                },
+                "group": "metrics.k8s.io",
+                "version": "v1beta1",
+                "insecureSkipTLSVerify": True,
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+            },
+        }
+        for path, body in (
+            ("/api/v1/namespaces/kube-system/services", service),
+            ("/apis/apiregistration.k8s.io/v1/apiservices", api_service),
+        ):
+            try:
+                await kube.create(path, body)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+
+    async def unregister(self, kube: Kube) -> None:
+        for path in (
+            "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io",
+            "/api/v1/namespaces/kube-system/services/metrics-standin",
+        ):
+            try:
+                await kube.delete(path)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise

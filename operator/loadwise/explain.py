@@ -1,0 +1,136 @@
+"""`loadwise explain NS/POD`: the per-node table behind a decision, as a dry run.
+
+It lists nodes, pods, namespaces and policies, refreshes the configured metrics sources once
+(same LOADWISE_* settings as the operator), and runs the operator's own cycle for the pod
+without binding: why each node was refused, each feasible node's load figures and score, and
+the choice. A pod that is already bound is explained as if it were being placed now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+from .binder import Binder
+from .config import Config
+from .framework.context import CycleContext
+from .framework.cycle import Decision, first_failure, schedule_one
+from .framework.filters import DEFAULT_FILTERS
+from .framework.scoring import score_node
+from .metrics.cache import MetricsCache
+from .policy import GROUP, PLURAL, VERSION
+from .queue import SchedulingQueue
+from .runtime import api_client, list_raw, metrics_sources
+from .scheduler import Scheduler
+from .state import PodInfo, parse_pod
+
+
+@dataclass(frozen=True)
+class Row:
+    node: str
+    verdict: str  # "chosen", "feasible", "hot", or the filter's reason
+    score: float | None = None
+    cpu: float | None = None
+    memory: float | None = None
+    basis: str = ""
+
+
+def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[Row], str]:
+    """Every node's verdict for `pod`, and a one-line summary of the decision."""
+    state = scheduler.state
+    policy = scheduler.policies.for_pod(
+        pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
+    )
+    samples = scheduler.samples_for(policy)
+    result = schedule_one(pod, state, policy, samples, now, random.Random(0))
+    totals = {s.node: total for total, s in result.ranked} if isinstance(result, Decision) else {}
+    ctx = CycleContext(pod, state)
+    rows = []
+    for node in state.nodes.values():
+        failed = first_failure(ctx, node, DEFAULT_FILTERS)
+        if failed:
+            rows.append(Row(node.name, "; ".join(failed)))
+            continue
+        load = score_node(pod, node, state, policy, samples, now)
+        basis = f"metrics {load.sample_age:.0f}s old" if load.sample_age is not None else "requests"
+        if isinstance(result, Decision) and node.name == result.node:
+            verdict = "chosen"
+        elif load.hot and not (isinstance(result, Decision) and result.all_hot):
+            verdict = "hot: passed over"
+        else:
+            verdict = "feasible"
+        rows.append(Row(node.name, verdict, totals.get(node.name), load.cpu, load.memory, basis))
+    rows.sort(key=lambda r: (r.verdict != "chosen", r.score is None, -(r.score or 0), r.node))
+    if isinstance(result, Decision):
+        summary = f"{pod.key} -> {result.node} (policy {policy.name}, score {result.score:.0f})"
+    else:
+        summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
+    return rows, summary
+
+
+def render(rows: list[Row], summary: str) -> str:
+    lines = [summary, f"{'NODE':<24} {'SCORE':>6} {'CPU':>6} {'MEM':>6} {'BASIS':<20} VERDICT"]
+    for r in rows:
+        score = f"{r.score:6.1f}" if r.score is not None else f"{'-':>6}"
+        cpu = f"{r.cpu:6.0%}" if r.cpu is not None else f"{'-':>6}"
+        mem = f"{r.memory:6.0%}" if r.memory is not None else f"{'-':>6}"
+        lines.append(f"{r.node:<24} {score} {cpu} {mem} {r.basis:<20} {r.verdict}")
+    return "\n".join(lines)
+
+
+async def _explain(target: str, config: Config) -> str:
+    namespace, _, name = target.partition("/")
+    if not name:
+        raise ValueError("expected NAMESPACE/POD")
+    api = await api_client(pool_size=8)
+    try:
+        scheduler = Scheduler(
+            config.scheduler_name,
+            Binder(api, config.scheduler_name),  # never called: this is a dry run
+            {},
+            SchedulingQueue(),
+        )
+        scheduler.sources = {
+            source_name: MetricsCache(source, config.metrics_interval)
+            for source_name, source in metrics_sources(config, api, scheduler.state).items()
+        }
+        async for raw in list_raw(api, "/api/v1/namespaces"):
+            scheduler.on_namespace_event(None, raw)
+        async for raw in list_raw(api, "/api/v1/nodes"):
+            scheduler.on_node_event(None, raw)
+        target_raw = None
+        async for raw in list_raw(api, "/api/v1/pods"):
+            meta = raw.get("metadata") or {}
+            if (meta.get("namespace"), meta.get("name")) == (namespace, name):
+                target_raw = raw
+            scheduler.on_pod_event(None, raw)
+        if target_raw is None:
+            raise LookupError(f"pod {target} not found")
+        async for raw in list_raw(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}"):
+            with contextlib.suppress(ValueError):  # the operator ignores invalid ones too
+                scheduler.apply_policy(raw["metadata"]["name"], raw.get("spec"))
+        for cache in scheduler.sources.values():
+            await cache.refresh()
+        pod = parse_pod(target_raw)
+        scheduler.state.remove_pod(pod.uid)  # explain it as if it were being placed now
+        return render(*explain_rows(scheduler, pod, time.time()))
+    finally:
+        for cache in scheduler.sources.values():
+            close = getattr(cache.source, "close", None)
+            if close is not None:
+                await close()
+        await api.close()
+
+
+def main(target: str) -> int:
+    try:
+        config = Config.from_env()
+        print(asyncio.run(_explain(target, config)))
+    except (ValueError, LookupError) as exc:
+        print(f"loadwise explain: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,40 @@
+"""`loadwise explain`: the dry-run table for a pod, against the real API and Prometheus."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadwise.devcluster import manifests
+from loadwise.devcluster.cluster import LocalCluster
+from loadwise.devcluster.kube import Kube
+from loadwise.explain import _explain
+
+from .conftest import POLICIES
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_explain_shows_every_nodes_verdict_without_binding(
+    kube: Kube, local_cluster: LocalCluster, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(local_cluster.cp.kubeconfig))
+    await local_cluster.add_node(kube, "idle", cpu_usage=0.1)
+    await local_cluster.add_node(kube, "busy", cpu_usage=0.6)
+    await local_cluster.add_node(kube, "scorching", cpu_usage=0.95)
+    tainted = manifests.node("tainted")
+    tainted["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+    await kube.create("/api/v1/nodes", tainted)
+    await kube.create(POLICIES, manifests.policy("default"))
+    await local_cluster.wait_metrics({"idle": 0.1, "busy": 0.6, "scorching": 0.95})
+    # A pod nobody schedules: explain must not bind it.
+    body = manifests.pod("mystery", namespace=ns, scheduler_name="loadwise-scheduler")
+    await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+    output = await _explain(f"{ns}/mystery", local_cluster.operator_config())
+    lines = {line.split()[0]: line for line in output.splitlines()[2:]}
+    assert output.splitlines()[0].startswith(f"{ns}/mystery -> idle (policy default")
+    assert lines["idle"].endswith("chosen") and "metrics" in lines["idle"]
+    assert lines["busy"].endswith("feasible")
+    assert lines["scorching"].endswith("hot: passed over")
+    assert lines["tainted"].endswith("node(s) had untolerated taint {dedicated: gpu}")
+    pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/mystery")
+    assert not pod["spec"].get("nodeName")
