@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .httpserve import ThreadedServer
 
 
 @dataclass
@@ -41,35 +42,20 @@ class UsageExporter:
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (node, cpu millis, bytes)
         self._lock = threading.Lock()
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = exporter.render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedServer(
+            lambda _: (200, "text/plain; version=0.0.4", self.render().encode()), host, port
+        )
 
     @property
     def address(self) -> str:
-        return f"{self._host}:{self._server.server_port}"
+        return f"{self._host}:{self._http.port}"
 
     def start(self) -> UsageExporter:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() would wait forever for a loop never started
-            self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     def set_usage(
         self,

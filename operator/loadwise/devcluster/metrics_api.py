@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from .exporter import UsageExporter
+from .httpserve import ThreadedServer
 from .kube import ApiError, Kube
 
 GROUP_VERSION = "metrics.k8s.io/v1beta1"
@@ -42,50 +41,31 @@ RESOURCES = {
 class MetricsApiStandIn:
     def __init__(self, exporter: UsageExporter, cert: Path, key: Path) -> None:
         self.exporter = exporter
-        stand_in = self
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(str(cert), str(key))
+        self._http = ThreadedServer(self._respond, tls=tls)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0].rstrip("/")
-                if path == f"/apis/{GROUP_VERSION}":
-                    self._send(200, RESOURCES)
-                elif path == f"/apis/{GROUP_VERSION}/nodes":
-                    self._send(200, stand_in.node_metrics())
-                else:
-                    self._send(
-                        404,
-                        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404},
-                    )
-
-            def _send(self, code: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(str(cert), str(key))
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    def _respond(self, path: str) -> tuple[int, str, bytes]:
+        path = path.rstrip("/")
+        if path == f"/apis/{GROUP_VERSION}":
+            body: Any = RESOURCES
+        elif path == f"/apis/{GROUP_VERSION}/nodes":
+            body = self.node_metrics()
+        else:
+            not_found = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}
+            return 404, "application/json", json.dumps(not_found).encode()
+        return 200, "application/json", json.dumps(body).encode()
 
     @property
     def port(self) -> int:
-        return int(self._server.server_port)
+        return self._http.port
 
     def start(self) -> MetricsApiStandIn:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     def node_metrics(self) -> dict[str, Any]:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
