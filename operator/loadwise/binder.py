@@ -19,6 +19,10 @@ from .state import PodInfo
 
 log = logging.getLogger(__name__)
 
+# (connect, total) seconds. kubernetes-asyncio otherwise sends requests with no timeout at all,
+# and a hung call would hold a bind slot and its reservation forever.
+REQUEST_TIMEOUT = (5, 30)
+
 
 class BindResult(enum.Enum):
     BOUND = "bound"
@@ -83,16 +87,22 @@ class Binder:
     async def bind(self, pod: PodInfo, node: str) -> BindResult:
         try:
             resp = await self.core.create_namespaced_pod_binding(
-                pod.name, pod.namespace, binding_body(pod, node), _preload_content=False
+                pod.name,
+                pod.namespace,
+                binding_body(pod, node),
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
             )
+            try:
+                status = resp.status
+                text = "" if 200 <= status < 300 else (await resp.text())[:300]
+            finally:
+                resp.release()
         except ApiException as exc:
             return self._classify(exc.status, exc.reason or "")
-        except Exception as exc:  # network errors: retry later, never lose the pod
+        except Exception as exc:  # network errors, timeouts: retry later, never lose the pod
             log.warning("bind %s -> %s failed: %r", pod.key, node, exc)
             return BindResult.ERROR
-        status = resp.status
-        text = "" if 200 <= status < 300 else (await resp.text())[:300]
-        resp.release()
         return self._classify(status, text)
 
     def _classify(self, status: int, detail: str) -> BindResult:
@@ -109,7 +119,10 @@ class Binder:
         """Best effort: an event that cannot be written never fails scheduling."""
         body = event_body(pod, self.scheduler_name, event_type, reason, message)
         await self._best_effort(
-            "event", self.core.create_namespaced_event(pod.namespace, body, _preload_content=False)
+            "event",
+            self.core.create_namespaced_event(
+                pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            ),
         )
 
     async def mark_unschedulable(self, pod: PodInfo, message: str) -> None:
@@ -130,20 +143,25 @@ class Binder:
         await self._best_effort(
             "status",
             self.core.patch_namespaced_pod_status(
-                pod.name, pod.namespace, body, _preload_content=False
+                pod.name,
+                pod.namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
             ),
         )
 
     async def _best_effort(self, what: str, call: Any) -> None:
         try:
             resp = await call
+            try:
+                if resp.status >= 300 and resp.status != 404:
+                    text = (await resp.text())[:300]
+                    log.warning("writing %s failed: HTTP %s %s", what, resp.status, text)
+            finally:
+                resp.release()
         except ApiException as exc:
             if exc.status != 404:
                 log.warning("writing %s failed: HTTP %s %s", what, exc.status, exc.reason)
-            return
         except Exception as exc:
             log.warning("writing %s failed: %r", what, exc)
-            return
-        if resp.status >= 300 and resp.status != 404:
-            log.warning("writing %s failed: HTTP %s %s", what, resp.status, await resp.text())
-        resp.release()

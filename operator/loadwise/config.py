@@ -36,6 +36,8 @@ class Config(BaseModel):
     failure_event_interval: float = Field(60.0, ge=0)
     http_host: str = "0.0.0.0"  # in a pod: its own address; tests use 127.0.0.1
     http_port: int = Field(8080, ge=0, le=65535)  # /metrics, /healthz; 0 disables
+    # Relist pods and nodes this often to drop objects whose DELETED event was lost.
+    reconcile_interval: float = Field(300.0, gt=0)
     log_level: str = "INFO"
 
     @field_validator("metrics_sources", mode="before")

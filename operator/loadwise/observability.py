@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
@@ -41,14 +43,18 @@ async def _metrics(_: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def _healthz(_: web.Request) -> web.Response:
-    return web.Response(text="ok")
+async def start_http(host: str, port: int, healthy: Callable[[], bool]) -> web.AppRunner:
+    """/metrics, and /healthz that fails once `healthy()` is False (the scheduling loop died):
+    kopf's own liveness only proves kopf's tasks are alive."""
 
+    async def healthz(_: web.Request) -> web.Response:
+        if healthy():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="scheduling loop not running")
 
-async def start_http(host: str, port: int) -> web.AppRunner:
     app = web.Application()
     app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -105,6 +105,7 @@ class Runtime:
         self.scheduler = scheduler
         self._loop_task: asyncio.Task[None] | None = None
         self._available: dict[str, bool] = {}  # policy -> metrics available at last check
+        self._reconcile_task: asyncio.Task[None] | None = None
         self._http: web.AppRunner | None = None
 
     @classmethod
@@ -131,8 +132,11 @@ class Runtime:
         await runtime.refresh_metrics()
         runtime._loop_task = asyncio.create_task(scheduler.run(), name="loadwise-scheduling-loop")
         runtime._loop_task.add_done_callback(_crash_if_failed)
+        runtime._reconcile_task = asyncio.create_task(runtime._reconcile_forever())
         if config.http_port:
-            runtime._http = await obs.start_http(config.http_host, config.http_port)
+            runtime._http = await obs.start_http(
+                config.http_host, config.http_port, runtime.healthy
+            )
         return runtime
 
     async def _seed(self) -> None:
@@ -146,6 +150,33 @@ class Runtime:
             self.scheduler.on_pod_event(None, pod)
             pods += 1
         log.info("seeded state with %d nodes and %d pods", nodes, pods)
+
+    def healthy(self) -> bool:
+        return self._loop_task is not None and not self._loop_task.done()
+
+    async def reconcile(self) -> None:
+        """Drop pods and nodes deleted without an event reaching us. Only objects known before
+        the list began and absent from it are dropped: anything newer came from the watch."""
+        state = self.scheduler.state
+        pods_before, nodes_before = set(state.pods), set(state.nodes)
+        listed_pods = {p["metadata"]["uid"] async for p in list_raw(self.api, "/api/v1/pods")}
+        listed_nodes = {n["metadata"]["name"] async for n in list_raw(self.api, "/api/v1/nodes")}
+        gone_pods, gone_nodes = pods_before - listed_pods, nodes_before - listed_nodes
+        if state.drop_missing(gone_pods, gone_nodes):
+            log.warning(
+                "reconcile dropped %d pod(s) and %d node(s) whose deletion was not seen",
+                len(gone_pods),
+                len(gone_nodes),
+            )
+            self.scheduler.queue.move_all_to_active()
+
+    async def _reconcile_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reconcile_interval)
+            try:
+                await self.reconcile()
+            except Exception as exc:  # the next round tries again
+                log.warning("reconcile failed: %r", exc)
 
     async def refresh_metrics(self) -> None:
         for name, cache in self.scheduler.sources.items():
@@ -178,10 +209,11 @@ class Runtime:
         return fields, was_available and not report.available
 
     async def stop(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        for task in (self._loop_task, self._reconcile_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.scheduler.drain()
         for cache in self.scheduler.sources.values():
             if isinstance(cache.source, PrometheusSource):

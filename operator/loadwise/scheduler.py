@@ -56,6 +56,7 @@ def _node_changed_for_scheduling(old: NodeInfo | None, new: NodeInfo) -> bool:
         or old.ready != new.ready
         or old.unschedulable != new.unschedulable
         or old.valid != new.valid
+        or old.taints != new.taints
     )
 
 
@@ -92,6 +93,7 @@ class Scheduler:
             return
         if event_type == "DELETED":
             self.state.delete_node(name)
+            self.queue.move_all_to_active()  # spread minimums may change
             return
         old = self.state.nodes.get(name)
         new = self.state.upsert_node(raw)
@@ -124,9 +126,16 @@ class Scheduler:
             self._forget_pod(uid)
             terminal = is_terminal(raw)
             known = self.state.pods.get(uid)
-            if known is not None and known.node_name == node_name and not terminal:
-                known.assumed = False  # cheap path: most pod events are status churn
-                return
+            if (
+                known is not None
+                and known.node_name == node_name
+                and not terminal
+                and not known.assumed
+                and known.deleting == bool(meta.get("deletionTimestamp"))
+                and known.labels == (meta.get("labels") or {})
+                and known.generation == int(meta.get("generation") or 0)
+            ):
+                return  # cheap path: most pod events are status churn
             pod = parse_pod(raw)
             if self.state.observe_bound(pod, terminal):
                 self.queue.move_all_to_active()
@@ -173,17 +182,26 @@ class Scheduler:
             while True:
                 await self._slots.acquire()
                 pod = await self.queue.pop()
-                self.schedule(pod)
+                handed_off = False
+                try:
+                    handed_off = self.schedule(pod)
+                except Exception:  # a bug must cost one attempt, never the loop
+                    log.exception("scheduling %s failed; retrying after backoff", pod.key)
+                    self.state.forget(pod.uid)
+                    self.queue.backoff(pod.uid)
+                finally:
+                    if not handed_off:
+                        self._slots.release()
         finally:
             for task in list(self._tasks):
                 task.cancel()
 
-    def schedule(self, pod: PodInfo) -> None:
-        """One cycle for one pod; owns one bind slot, handed to the task it starts."""
+    def schedule(self, pod: PodInfo) -> bool:
+        """One cycle for one pod. The caller holds a bind slot: returns True when the slot was
+        handed to a task it started (which releases it), False when the caller keeps it."""
         if pod.uid in self.state.pods:  # bound or assumed meanwhile
             self.queue.done(pod.uid)
-            self._slots.release()
-            return
+            return False
         policy = self.policies.for_pod(
             pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
         )
@@ -194,17 +212,17 @@ class Scheduler:
         obs.CYCLE_SECONDS.observe(time.perf_counter() - started)
         if isinstance(result, Decision):
             self.state.assume(pod, result.node)
-            self._spawn(self._bind(pod, result))
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            return
+            self._spawn(self._bind(pod, result))
+            return True
         obs.SCHEDULE_ATTEMPTS.labels("unschedulable").inc()
         self.queue.park(pod.uid)
         if self._should_report(pod.uid, result.message):
             self._spawn(self._report_unschedulable(pod, result.message))
-        else:
-            self._slots.release()
+            return True
+        return False
 
     def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
         cache = self.sources.get(policy.spec.metrics.source)
@@ -226,7 +244,11 @@ class Scheduler:
     async def _bind(self, pod: PodInfo, decision: Decision) -> None:
         try:
             started = time.perf_counter()
-            result = await self.binder.bind(pod, decision.node)
+            try:
+                result = await self.binder.bind(pod, decision.node)
+            except Exception:  # Binder.bind classifies errors itself; this is the backstop
+                log.exception("bind of %s raised", pod.key)
+                result = BindResult.ERROR
             obs.BIND_SECONDS.observe(time.perf_counter() - started)
             if result is BindResult.BOUND:
                 self.bound += 1

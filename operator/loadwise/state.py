@@ -27,6 +27,8 @@ from .framework.taints import Taint, Toleration, parse_taints, parse_tolerations
 from .resources import CPU, MEMORY, PODS, PodRequests, parse_resource_list, pod_requests
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
+# Placements older than this are never estimated (policies allow samples up to an hour old).
+RECENT_HORIZON = 3700.0
 _NO_AFFINITY = RequiredNodeAffinity((), None)
 
 # Volume kinds whose placement depends on storage topology or attach limits, which loadwise does
@@ -62,6 +64,7 @@ class PodInfo:
     labels: Mapping[str, str]
     requests: PodRequests
     resource_version: str = ""
+    generation: int = 0
     deleting: bool = False
     assumed: bool = False
     placed_at: float = 0.0  # wall-clock time we first knew it on its node
@@ -134,7 +137,9 @@ def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
         labels=meta.get("labels") or {},
         requests=PodRequests({}),
         resource_version=meta.get("resourceVersion", ""),
+        generation=_int(meta.get("generation")),
         deleting=bool(meta.get("deletionTimestamp")),
+        placed_at=_scheduled_at(raw.get("status") or {}),
     )
     try:
         pod.requests = pod_requests(spec)
@@ -202,6 +207,15 @@ def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     return tuple(ports)
 
 
+def _scheduled_at(status: Mapping[str, Any]) -> float:
+    """When the API server recorded the binding (PodScheduled=True), else 0 (unknown)."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            stamp = condition.get("lastTransitionTime")
+            return _timestamp(stamp) if stamp else 0.0
+    return 0.0
+
+
 def is_terminal(raw: Mapping[str, Any]) -> bool:
     return (raw.get("status") or {}).get("phase") in _TERMINAL
 
@@ -244,12 +258,16 @@ class ClusterState:
         if terminal:
             return self.remove_pod(pod.uid)
         if current is not None and current.node_name == pod.node_name:
-            current.assumed = False  # the bind landed: the assumed entry becomes the real one
-            current.resource_version = pod.resource_version
-            current.deleting = pod.deleting
-            return False
+            # The bind landed (the assumed entry becomes the real one), or the pod changed:
+            # labels, deletion, resized requests. Re-account it from the fresh object, keeping
+            # its place in time.
+            pod.placed_at = current.placed_at
+            self.remove_pod(pod.uid)
+            self._account(pod, recent=False)
+            return _shrank(current.requests.amounts, pod.requests.amounts)
         freed = self.remove_pod(pod.uid) if current is not None else False
-        pod.placed_at = time.time()
+        # Placed long ago (listed at start-up, PodScheduled in the past) or just now.
+        pod.placed_at = pod.placed_at or time.time()
         self._account(pod)
         return freed
 
@@ -281,7 +299,7 @@ class ClusterState:
         self.generation += 1
         return True
 
-    def _account(self, pod: PodInfo) -> None:
+    def _account(self, pod: PodInfo, recent: bool = True) -> None:
         self.pods[pod.uid] = pod
         load = self.loads.get(pod.node_name)
         if load is None:
@@ -290,11 +308,33 @@ class ClusterState:
         for name, amount in pod.requests.amounts.items():
             load.requested[name] = load.requested.get(name, 0) + amount
         load.requested[PODS] = load.requested.get(PODS, 0) + 1
-        load.recent.append((pod.placed_at, pod.uid))
+        if recent:
+            # Bounded: placements older than the horizon (relative to the newest one here)
+            # are dropped, since no sample is trusted that long.
+            newest = max(pod.placed_at, load.recent[-1][0]) if load.recent else pod.placed_at
+            while load.recent and load.recent[0][0] < newest - RECENT_HORIZON:
+                load.recent.popleft()
+            if pod.placed_at >= newest - RECENT_HORIZON:
+                load.recent.append((pod.placed_at, pod.uid))
         if pod.host_ports:
             load.host_ports.update(pod.host_ports)
         if pod.anti_affinity_terms:
             self.anti_affinity_pods.add(pod.uid)
+
+    def drop_missing(self, gone_pods: set[str], gone_nodes: set[str]) -> bool:
+        """Forget pods and nodes a fresh list no longer shows (their DELETED events were lost,
+        e.g. across a watch relist). Assumed pods are ours in flight: kept. Returns True if
+        anything was freed."""
+        freed = False
+        for uid in gone_pods:
+            pod = self.pods.get(uid)
+            if pod is not None and not pod.assumed:
+                freed = self.remove_pod(uid) or freed
+        for name in gone_nodes:
+            if name in self.nodes:
+                self.delete_node(name)
+                freed = True
+        return freed
 
     # --- reads -------------------------------------------------------------------------------
     def requested(self, node_name: str) -> Mapping[str, int]:
@@ -321,10 +361,14 @@ class ClusterState:
         recent = load.recent
         while recent and recent[0][0] <= since:
             recent.popleft()
-        for _, uid in recent:
+        seen: set[str] = set()
+        for placed_at, uid in recent:
             pod = self.pods.get(uid)
-            if pod is not None and pod.node_name == node_name:
-                yield pod
+            # Skip pods gone or moved, and a pod assumed twice (a bind failed, then retried).
+            if pod is not None and pod.node_name == node_name and uid not in seen:
+                seen.add(uid)
+                if placed_at > since:
+                    yield pod
 
     def utilisation_by_requests(self, node: NodeInfo) -> tuple[float, float]:
         requested = self.requested(node.name)
@@ -332,6 +376,10 @@ class ClusterState:
             _ratio(requested.get(CPU, 0), node.allocatable.get(CPU, 0)),
             _ratio(requested.get(MEMORY, 0), node.allocatable.get(MEMORY, 0)),
         )
+
+
+def _shrank(before: Mapping[str, int], after: Mapping[str, int]) -> bool:
+    return any(after.get(name, 0) < amount for name, amount in before.items())
 
 
 def _ratio(used: int, total: int) -> float:

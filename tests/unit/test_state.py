@@ -48,3 +48,57 @@ def test_pod_seen_on_another_node_moves_its_accounting() -> None:
     state.observe_bound(moved, terminal=False)
     assert state.requested("a")[CPU] == 0
     assert state.requested("b")[CPU] == 1000
+
+
+def test_drop_missing_keeps_assumed_pods_and_frees_the_rest() -> None:
+    state = ClusterState()
+    state.upsert_node(manifests.node("n"))
+    state.upsert_node(manifests.node("gone"))
+    real = pod_info(cpu="1", node="n")
+    state.observe_bound(real, terminal=False)
+    assumed = pod_info(cpu="1")
+    state.assume(assumed, "n")
+    assert state.drop_missing({real.uid, assumed.uid}, {"gone"})
+    assert real.uid not in state.pods and assumed.uid in state.pods
+    assert state.requested("n")[CPU] == 1000
+    assert "gone" not in state.nodes
+
+
+def test_changed_bound_pod_is_reaccounted() -> None:
+    """Labels, deletion and resized requests of a placed pod are taken from each new event."""
+    state = ClusterState()
+    first = pod_info(cpu="1", node="n", labels={"v": "1"})
+    state.observe_bound(first, terminal=False)
+    resized = pod_info(cpu="500m", node="n", labels={"v": "2"})
+    resized.uid = first.uid
+    resized.deleting = True
+    assert state.observe_bound(resized, terminal=False) is True  # capacity was freed
+    assert state.requested("n")[CPU] == 500 and state.requested("n")[PODS] == 1
+    assert state.pods[first.uid].labels == {"v": "2"} and state.pods[first.uid].deleting
+
+
+def test_pods_seen_at_startup_are_not_estimated_as_new() -> None:
+    import time as clock
+
+    from loadwise.state import parse_pod
+
+    raw = manifests.pod("old")
+    raw["metadata"]["uid"] = "old-uid"
+    raw["spec"]["nodeName"] = "n"
+    raw["status"] = {
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]
+    }
+    state = ClusterState()
+    state.observe_bound(parse_pod(raw), terminal=False)
+    assert list(state.placed_since("n", clock.time() - 600)) == []
+
+
+def test_a_pod_assumed_twice_is_estimated_once() -> None:
+    state = ClusterState()
+    pod = pod_info(cpu="1")
+    state.assume(pod, "n", at=100.0)
+    state.forget(pod.uid)  # the bind failed
+    state.assume(pod, "n", at=101.0)  # retried onto the same node
+    assert [p.uid for p in state.placed_since("n", 50.0)] == [pod.uid]
