@@ -68,20 +68,32 @@ class SchedulingQueue:
         return out
 
     def add(self, pod: PodInfo) -> None:
-        """A pending pod appeared or changed. New pods go active; a parked pod whose labels or
-        requests changed is retried (its change may make it fit); otherwise just refresh it."""
+        """A pending pod appeared or changed. New pods go active; a parked pod whose spec, labels,
+        requests or tolerations changed is retried (it may fit now); otherwise just refresh it."""
         entry = self._entries.get(pod.uid)
         if entry is None:
             self._entries[pod.uid] = entry = QueuedPod(pod, "active", 0)
             self._push_active(entry)
             return
-        changed = entry.pod.labels != pod.labels or entry.pod.requests != pod.requests
+        old = entry.pod
+        changed = (
+            old.generation != pod.generation
+            or old.labels != pod.labels
+            or old.requests != pod.requests
+            or old.tolerations != pod.tolerations
+        )
         where = entry.where
         self._set_where(entry, "in_flight")  # detach from the counters while the pod changes
         entry.pod = pod
         self._set_where(entry, where)
         if changed and entry.where == "unschedulable":
             self._push_active(entry)
+
+    def refresh(self, pod: PodInfo) -> None:
+        """Newer data for a pod already queued (e.g. in flight), without requeueing it."""
+        entry = self._entries.get(pod.uid)
+        if entry is not None and entry.where == "in_flight":
+            entry.pod = pod
 
     def remove(self, uid: str) -> None:
         """The pod was bound, deleted, or is no longer ours."""

@@ -148,9 +148,10 @@ class Scheduler:
         if meta.get("deletionTimestamp") or is_terminal(raw):
             self._forget_pod(uid)
             return
-        if uid in self.state.pods:
-            return  # assumed: our bind is in flight
         pod = parse_pod(raw)
+        if uid in self.state.pods:  # assumed: our bind is in flight; keep its data current
+            self.queue.refresh(pod)  # for a retry, should the bind fail
+            return
         if pod.gated:
             self._forget_pod(uid)  # scheduling gates: wait until they are all removed
             return

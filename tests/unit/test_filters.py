@@ -402,3 +402,12 @@ def test_ephemeral_volume_kinds_are_fine() -> None:
 
 def test_scheduling_gates_are_parsed() -> None:
     assert parse_pod(pod(schedulingGates=[{"name": "wait"}])).gated
+
+
+@pytest.mark.parametrize(
+    ("value", "matches"), [("8", True), ("+8", True), ("1_0", False), (" 8", False)]
+)
+def test_gt_parses_integers_like_go(value: str, matches: bool) -> None:
+    state = state_with(manifests.node("n", labels={"cores": value}))
+    gt = _required({"key": "cores", "operator": "Gt", "values": ["4"]})
+    assert feasible(state, pod(affinity=gt)) == ({"n"} if matches else set())

@@ -7,9 +7,12 @@ compare integers and fail when either side does not parse.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 
 
 def requirement_matches(
@@ -26,11 +29,10 @@ def requirement_matches(
     if operator in ("Gt", "Lt"):
         if key not in labels or len(values) != 1:
             return False
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if operator == "Gt" else have < want
+        have, want = labels[key], values[0]
+        if not (_INTEGER.match(have) and _INTEGER.match(want)):
+            return False  # as Go's strconv.ParseInt: no spaces, no underscores
+        return int(have) > int(want) if operator == "Gt" else int(have) < int(want)
     return False  # unknown operators never match
 
 
