@@ -1,0 +1,352 @@
+"""Scheduling throughput on one apiserver: raw binding ceiling, kube-scheduler, loadwise.
+
+bench/throughput [--nodes N] [--pods M] [--mode backlog|burst|steady] [--rate R]
+                 [--existing-pods K] [--json PATH] [--png PATH]
+
+Starts its own control plane (and Prometheus, which loadwise reads as in production), creates N
+simulated nodes and K pods already bound to them, then for each runner in turn:
+- ceiling: this process posts Bindings for pending pods, 64 in flight, round-robin over nodes;
+- kube-scheduler: the real one, client QPS/burst 5000, its own process;
+- loadwise: `loadwise run` in its own process, default policy.
+Modes: backlog (all pods pending before the runner starts), burst (created as fast as possible
+while it runs), steady (created at R pods/s). Bind times come from a watch; CPU and peak RSS of
+the runner's process from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from loadwise.devcluster import manifests
+from loadwise.devcluster.cluster import LocalCluster, wait_for
+from loadwise.devcluster.kube import ApiError, Kube
+from loadwise.devcluster.prometheus import SIM_CPU_QUERY
+
+NS = "throughput"
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stats(pid: int) -> tuple[float, float]:
+    """(cpu seconds, peak RSS MiB) of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLK
+    peak = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) / 1024
+    return cpu, peak
+
+
+class BindWatch:
+    """Records when each pod of the namespace is first seen bound."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.bound_at: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        page = await self.kube.get(f"/api/v1/namespaces/{NS}/pods")
+        self._task = asyncio.create_task(self._run(page["metadata"]["resourceVersion"]))
+
+    async def _run(self, version: str) -> None:
+        params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3600"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        while True:
+            async with self.kube.session.get(
+                f"{self.kube.server}/api/v1/namespaces/{NS}/pods", params=params, timeout=timeout
+            ) as resp:
+                while line := await resp.content.readline():
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        break
+                    version = obj.get("metadata", {}).get("resourceVersion", version)
+                    name = obj.get("metadata", {}).get("name")
+                    if name and obj.get("spec", {}).get("nodeName") and name not in self.bound_at:
+                        self.bound_at[name] = time.monotonic()
+            params["resourceVersion"] = version
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def create_pods(
+    kube: Kube, names: list[str], scheduler: str, rate: float | None, created: dict[str, float]
+) -> None:
+    sem = asyncio.Semaphore(64)
+    started = time.monotonic()
+
+    async def one(i: int, name: str) -> None:
+        if rate:
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        body = manifests.pod(
+            name, namespace=NS, scheduler_name=scheduler, cpu="100m", memory="128Mi"
+        )
+        async with sem:
+            await kube.create(f"/api/v1/namespaces/{NS}/pods", body)
+        created[name] = time.monotonic()
+
+    await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
+
+
+async def ceiling_binder(kube: Kube, names: list[str], nodes: list[str]) -> None:
+    """Binds pending pods as fast as one asyncio process can, 64 in flight."""
+    sem = asyncio.Semaphore(64)
+    pending = set(names)
+
+    async def bind(i: int, name: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": NS},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[i % len(nodes)]},
+        }
+        async with sem:
+            with contextlib.suppress(ApiError):
+                await kube.create(f"/api/v1/namespaces/{NS}/pods/{name}/binding", body)
+                pending.discard(name)
+
+    while pending:  # in burst/steady mode pods appear while we bind: retry the missing ones
+        await asyncio.gather(*(bind(i, n) for i, n in enumerate(sorted(pending))))
+        if pending:
+            await asyncio.sleep(0.05)
+
+
+def start_loadwise(cluster: LocalCluster) -> subprocess.Popen[bytes]:
+    assert cluster.prometheus is not None
+    env = dict(
+        os.environ,
+        KUBECONFIG=str(cluster.cp.kubeconfig),
+        LOADWISE_METRICS_SOURCES="prometheus",
+        LOADWISE_PROMETHEUS_URL=cluster.prometheus.url,
+        LOADWISE_PROMETHEUS_CPU_QUERY=SIM_CPU_QUERY,
+        LOADWISE_METRICS_LAG="6",
+        LOADWISE_METRICS_INTERVAL="5",
+        LOADWISE_HTTP_PORT="0",
+        LOADWISE_LOG_LEVEL="WARNING",
+    )
+    log = open(cluster.cp.workdir / "loadwise.log", "wb")  # noqa: SIM115 - lives with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadwise", "run"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+
+
+def summary(
+    names: list[str], created: dict[str, float], bound: dict[str, float], started: float
+) -> dict[str, Any]:
+    binds = sorted(bound[n] for n in names if n in bound)
+    latencies = sorted((bound[n] - created[n]) * 1000 for n in names if n in bound and n in created)
+    if not binds:
+        return {"bound": 0}
+    span = binds[-1] - binds[0]
+    return {
+        "bound": len(binds),
+        "pods_per_s": round((len(binds) - 1) / span, 1) if span > 0 else None,
+        "first_bind_s": round(binds[0] - started, 2),
+        "drain_s": round(binds[-1] - max(created.values()), 2),
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))], 1),
+        "timeline": [round(t - started, 3) for t in binds],
+    }
+
+
+async def run_one(
+    cluster: LocalCluster, kube: Kube, runner: str, args: argparse.Namespace, nodes: list[str]
+) -> dict[str, Any]:
+    scheduler = {"ceiling": "nobody", "kube-scheduler": "default-scheduler"}.get(
+        runner, "loadwise-scheduler"
+    )
+    names = [f"{runner[:2]}-{i:05d}" for i in range(args.pods)]
+    created: dict[str, float] = {}
+    watch = BindWatch(kube)
+    await watch.start()
+    proc: subprocess.Popen[bytes] | None = None
+    creating: asyncio.Task[None] | None = None
+    rate = args.rate if args.mode == "steady" else None
+    if args.mode == "backlog":
+        await create_pods(kube, names, scheduler, None, created)
+    started = time.monotonic()
+    if runner == "kube-scheduler":
+        proc = cluster.cp.start_scheduler(qps=5000, burst=5000)
+    elif runner == "loadwise":
+        proc = start_loadwise(cluster)
+    if args.mode != "backlog":
+        creating = asyncio.create_task(create_pods(kube, names, scheduler, rate, created))
+    if runner == "ceiling":
+        if creating is not None:
+            await asyncio.sleep(0.2)
+        await ceiling_binder(kube, names, nodes)
+    if creating is not None:
+        await creating
+
+    async def all_bound() -> bool:
+        return all(n in watch.bound_at for n in names)
+
+    await wait_for(all_bound, 600, interval=0.2, what=f"{runner}: all pods bound")
+    cpu_s = peak_mb = None
+    if proc is not None:
+        cpu_s, peak_mb = proc_stats(proc.pid)
+        if runner == "kube-scheduler":
+            cluster.cp.stop_process("kube-scheduler")
+        else:
+            proc.terminate()
+            proc.wait(30)
+    result = summary(names, created, watch.bound_at, started)
+    result.update(cpu_s=cpu_s and round(cpu_s, 1), peak_rss_mb=peak_mb and round(peak_mb, 1))
+    await watch.stop()
+    await delete_all(kube)
+    return result
+
+
+async def delete_all(kube: Kube) -> None:
+    sem = asyncio.Semaphore(64)
+
+    async def delete(name: str) -> None:
+        async with sem:
+            with contextlib.suppress(ApiError):
+                await kube.request(
+                    "DELETE",
+                    f"/api/v1/namespaces/{NS}/pods/{name}",
+                    params={"gracePeriodSeconds": "0"},
+                )
+
+    pods = await kube.list(f"/api/v1/namespaces/{NS}/pods")
+    await asyncio.gather(*(delete(p["metadata"]["name"]) for p in pods))
+
+    async def empty() -> bool:
+        return not await kube.list(f"/api/v1/namespaces/{NS}/pods")
+
+    await wait_for(empty, 120, interval=0.5, what="pods deleted")
+
+
+async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    async with cluster.kube(pool=128) as kube:
+        await cluster.install_crd(kube)
+        await kube.create(
+            "/apis/loadwise.io/v1alpha1/schedulingpolicies", manifests.policy("default")
+        )
+        with contextlib.suppress(ApiError):
+            await kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+        await cluster.wait_namespace(kube, NS)
+        nodes = [f"node-{i:05d}" for i in range(args.nodes)]
+        sem = asyncio.Semaphore(64)
+
+        async def add(i: int, name: str) -> None:
+            async with sem:
+                await cluster.add_node(
+                    kube,
+                    name,
+                    cpu_usage=0.1 + 0.6 * (i % 10) / 10,
+                    mem_usage=0.3,
+                    cpu="32",
+                    memory="128Gi",
+                    pods=250,
+                )
+
+        await asyncio.gather(*(add(i, n) for i, n in enumerate(nodes)))
+
+        async def existing(i: int) -> None:
+            body = manifests.pod(f"existing-{i:06d}", namespace="default", scheduler_name="none")
+            body["spec"]["nodeName"] = nodes[i % len(nodes)]
+            async with sem:
+                await kube.create("/api/v1/namespaces/default/pods", body)
+
+        await cluster.wait_namespace(kube, "default")
+        await asyncio.gather(*(existing(i) for i in range(args.existing_pods)))
+        results = {}
+        for runner in ("ceiling", "kube-scheduler", "loadwise"):
+            results[runner] = await run_one(cluster, kube, runner, args, nodes)
+            print(
+                runner,
+                json.dumps({k: v for k, v in results[runner].items() if k != "timeline"}),
+                flush=True,
+            )
+    ours = results["loadwise"].get("pods_per_s") or 0
+    return {
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "mode": args.mode,
+        "rate": args.rate if args.mode == "steady" else None,
+        "existing_pods": args.existing_pods,
+        "runners": results,
+        "ratio_vs_kube_scheduler": round(ours / results["kube-scheduler"]["pods_per_s"], 2),
+        "ratio_vs_ceiling": round(ours / results["ceiling"]["pods_per_s"], 2),
+    }
+
+
+def chart(data: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for name, result in data["runners"].items():
+        timeline = result.get("timeline") or []
+        if not timeline:
+            continue
+        seconds = int(timeline[-1]) + 1
+        per_second = [0] * seconds
+        for t in timeline:
+            per_second[int(t)] += 1
+        ax.plot(range(seconds), per_second, label=name)
+    ax.set_xlabel("seconds since the runner started")
+    ax.set_ylabel("binds per second")
+    ax.set_title(f"{data['pods']} pods, {data['nodes']} nodes, {data['mode']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--mode", choices=("backlog", "burst", "steady"), default="backlog")
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--existing-pods", type=int, default=0)
+    parser.add_argument("--json", dest="json_path")
+    parser.add_argument("--png", dest="png_path")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    cluster = LocalCluster().start()
+    try:
+        data = asyncio.run(bench(cluster, args))
+    finally:
+        cluster.stop()
+    table = {k: {x: y for x, y in v.items() if x != "timeline"} for k, v in data["runners"].items()}
+    print(
+        json.dumps(
+            {**{k: v for k, v in data.items() if k != "runners"}, "runners": table}, indent=1
+        )
+    )
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(data, indent=1))
+    if args.png_path:
+        chart(data, args.png_path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
