@@ -264,6 +264,8 @@ class ControlPlane:
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self.stop_process(name)
         shutil.rmtree(getattr(self, "_etcd_data", ""), ignore_errors=True)
+        if not os.environ.get("LOADWISE_KEEP_LOGS"):  # set it to keep the components' logs
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> ControlPlane:
         return self.start()
