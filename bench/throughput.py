@@ -218,19 +218,7 @@ async def run_one(
 
 
 async def delete_all(kube: Kube) -> None:
-    sem = asyncio.Semaphore(64)
-
-    async def delete(name: str) -> None:
-        async with sem:
-            with contextlib.suppress(ApiError):
-                await kube.request(
-                    "DELETE",
-                    f"/api/v1/namespaces/{NS}/pods/{name}",
-                    params={"gracePeriodSeconds": "0"},
-                )
-
-    pods = await kube.list(f"/api/v1/namespaces/{NS}/pods")
-    await asyncio.gather(*(delete(p["metadata"]["name"]) for p in pods))
+    await kube.delete_all_pods(NS)
 
     async def empty() -> bool:
         return not await kube.list(f"/api/v1/namespaces/{NS}/pods")

@@ -55,13 +55,7 @@ async def ns(kube: Kube, local_cluster: LocalCluster, clean: None) -> AsyncItera
     await local_cluster.wait_namespace(kube, name)
     yield name
     # No kubelet finishes graceful deletion: force-delete the pods, then the namespace.
-    for pod in await kube.list(f"/api/v1/namespaces/{name}/pods"):
-        with contextlib.suppress(ApiError):
-            await kube.request(
-                "DELETE",
-                f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}",
-                params={"gracePeriodSeconds": "0"},
-            )
+    await kube.delete_all_pods(name)
     await kube.delete(f"/api/v1/namespaces/{name}")
 
 

@@ -133,9 +133,7 @@ async def test_pod_deleted_while_its_bind_is_in_flight(
         binder.bind = held_bind  # type: ignore[method-assign]
         await create(kube, ns, "doomed", containers=[_container(cpu="800m")])
         await wait_for(lambda: _assumed(runtime.scheduler.state.pods, "doomed"), 10, what="assumed")
-        await kube.request(
-            "DELETE", f"/api/v1/namespaces/{ns}/pods/doomed", params={"gracePeriodSeconds": "0"}
-        )
+        await kube.delete_pod_now(ns, "doomed")
         await wait_for(lambda: _gone(runtime.scheduler.state.pods, "doomed"), 10, what="released")
         release.set()
         await wait_for(lambda: _has(results), 10, what="the held bind to finish")

@@ -252,18 +252,10 @@ async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str 
     raise TimeoutError(f"{ns}/{name} neither bound nor marked Unschedulable in {timeout}s")
 
 
-async def _delete(kube: Kube, ns: str, name: str) -> None:
-    with contextlib.suppress(ApiError):
-        await kube.request(
-            "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", params={"gracePeriodSeconds": "0"}
-        )
-
-
 async def reset(kube: Kube) -> None:
     """No nodes, no pods in the differential namespaces; namespaces exist with their labels."""
     for ns, labels in ((NS, {"team": "a"}), (NS_B, {"team": "b"})):
-        for pod in await kube.list(f"/api/v1/namespaces/{ns}/pods"):
-            await _delete(kube, ns, pod["metadata"]["name"])
+        await kube.delete_all_pods(ns)
         with contextlib.suppress(ApiError):
             await kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
     for node in await kube.list("/api/v1/nodes"):
@@ -299,7 +291,7 @@ async def run(
             ours["spec"]["schedulerName"] = scheduler_name
             await kube.create(f"/api/v1/namespaces/{NS}/pods", ours)
             chosen = await outcome(kube, NS, ours["metadata"]["name"])
-            await _delete(kube, NS, ours["metadata"]["name"])
+            await kube.delete_pod_now(NS, ours["metadata"]["name"])
             accepted: str | None = "(not asked)"
             if chosen != VANISHED:
                 oracle = pin(template, chosen) if chosen else copy.deepcopy(template)
@@ -307,7 +299,7 @@ async def run(
                 oracle["spec"]["schedulerName"] = "default-scheduler"
                 await kube.create(f"/api/v1/namespaces/{NS}/pods", oracle)
                 accepted = await outcome(kube, NS, oracle["metadata"]["name"])
-                await _delete(kube, NS, oracle["metadata"]["name"])
+                await kube.delete_pod_now(NS, oracle["metadata"]["name"])
             report.pods += 1
             report.placed += chosen is not None
             report.refused += chosen is None

@@ -6,6 +6,7 @@ over requests (field validation modes, status codes), which a few lines of aioht
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from collections.abc import Mapping
@@ -91,6 +92,30 @@ class Kube:
 
     async def delete(self, path: str) -> Any:
         return await self.request("DELETE", path)
+
+    async def delete_pod_now(self, namespace: str, name: str) -> None:
+        """Force-delete (grace 0): no kubelet runs to finish a graceful deletion. Gone is fine."""
+        try:
+            await self.request(
+                "DELETE",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                params={"gracePeriodSeconds": "0"},
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    async def delete_all_pods(self, namespace: str, concurrency: int = 64) -> int:
+        """Force-delete every pod of a namespace; returns how many there were."""
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(name: str) -> None:
+            async with sem:
+                await self.delete_pod_now(namespace, name)
+
+        pods = await self.list(f"/api/v1/namespaces/{namespace}/pods")
+        await asyncio.gather(*(one(p["metadata"]["name"]) for p in pods))
+        return len(pods)
 
     async def merge_patch(self, path: str, body: Any) -> Any:
         return await self.request("PATCH", path, body, content_type="application/merge-patch+json")

@@ -166,19 +166,7 @@ def _async(check: Any) -> Any:
 
 
 async def clear(cluster: LocalCluster, kube: Kube, before: dict[str, tuple[float, float]]) -> None:
-    sem = asyncio.Semaphore(64)
-
-    async def delete(name: str) -> None:
-        async with sem:
-            with contextlib.suppress(ApiError):
-                await kube.request(
-                    "DELETE",
-                    f"/api/v1/namespaces/{NS}/pods/{name}",
-                    params={"gracePeriodSeconds": "0"},
-                )
-
-    pods = await kube.list(f"/api/v1/namespaces/{NS}/pods")
-    await asyncio.gather(*(delete(p["metadata"]["name"]) for p in pods))
+    await kube.delete_all_pods(NS)
     await wait_for(_async(lambda: cluster.exporter.pod_count() == 0), 60, what="pods gone")
     await cluster.wait_metrics({n: cpu for n, (cpu, _) in before.items()})
 
