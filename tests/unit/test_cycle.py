@@ -63,11 +63,13 @@ def test_hot_nodes_get_nothing_while_a_cool_node_fits() -> None:
 def test_when_every_node_is_hot_the_least_loaded_is_used() -> None:
     """Never pending on load alone: cluster-autoscaler would not act on such a pod."""
     state = state_with(manifests.node("a"), manifests.node("b"))
-    result = schedule_one(
-        pod_info(), state, policy(), samples(a=(0.95, 0.5), b=(0.85, 0.5)), NOW, RNG
-    )
-    assert isinstance(result, Decision)
-    assert (result.node, result.all_hot) == ("b", True)
+    # b carries more requests than a: a request-based pick would be a, the wrong answer.
+    state.assume(pod_info(cpu="2"), "b", at=NOW - 3600)
+    usage = samples(a=(0.95, 0.5), b=(0.85, 0.5))
+    for seed in range(20):  # not by a lucky tie-break
+        result = schedule_one(pod_info(), state, policy(), usage, NOW, random.Random(seed))
+        assert isinstance(result, Decision)
+        assert (result.node, result.all_hot) == ("b", True)
 
 
 def test_hot_means_after_the_estimate_of_recent_placements() -> None:

@@ -23,6 +23,7 @@ from .scoring import (
     normalize,
     reverse_normalize,
     score_node,
+    weighted_load,
 )
 from .taints import PREFER_NO_SCHEDULE, first_untolerated
 
@@ -89,7 +90,8 @@ def schedule_one(
         feasible = [feasible[i] for i in keep]
         load = [load[i] for i in keep]
     elif all_hot:  # never leave a pod pending on load alone: take the least loaded
-        least = max(range(len(load)), key=lambda i: (load[i].score, rng.random()))
+        # By measured load itself: near or past the thresholds the scores have faded to 0.
+        least = min(range(len(load)), key=lambda i: (weighted_load(policy, load[i]), rng.random()))
         feasible, load = [feasible[least]], [load[least]]
     totals = combine(
         [(LOAD_WEIGHT, normalize([s.score for s in load])), *preferences(ctx, feasible)]

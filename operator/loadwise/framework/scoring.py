@@ -85,6 +85,11 @@ def score_node(
     return NodeScore(node.name, score, cpu, mem, "metrics", max(0.0, now - sample.timestamp), hot)
 
 
+def weighted_load(policy: Policy, score: NodeScore) -> float:
+    """The node's load (measured + estimate, or requests) under the policy's weights."""
+    return _weighted(policy, score.cpu, score.memory)
+
+
 def _clamp(value: float) -> float:
     return min(1.0, max(0.0, value))
 
