@@ -84,7 +84,6 @@ class Scheduler:
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
-        self.bound = 0
 
     # --- watch events ------------------------------------------------------------------------
     def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -252,7 +251,6 @@ class Scheduler:
                 result = BindResult.ERROR
             obs.BIND_SECONDS.observe(time.perf_counter() - started)
             if result is BindResult.BOUND:
-                self.bound += 1
                 by_policy = self.scheduled_by_policy
                 by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
                 self.queue.done(pod.uid)

@@ -24,7 +24,7 @@ from .framework.selectors import (
 )
 from .framework.spread import SpreadConstraint, parse_constraints
 from .framework.taints import Taint, Toleration, parse_taints, parse_tolerations
-from .resources import CPU, MEMORY, PODS, PodRequests, parse_resource_list, pod_requests
+from .resources import PODS, PodRequests, parse_resource_list, pod_requests
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
 # Placements older than this are never estimated (policies allow samples up to an hour old).
@@ -63,7 +63,6 @@ class PodInfo:
     created: float
     labels: Mapping[str, str]
     requests: PodRequests
-    resource_version: str = ""
     generation: int = 0
     deleting: bool = False
     assumed: bool = False
@@ -136,7 +135,6 @@ def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
         created=_timestamp(meta.get("creationTimestamp")),
         labels=meta.get("labels") or {},
         requests=PodRequests({}),
-        resource_version=meta.get("resourceVersion", ""),
         generation=_int(meta.get("generation")),
         deleting=bool(meta.get("deletionTimestamp")),
         placed_at=_scheduled_at(raw.get("status") or {}),
@@ -229,18 +227,15 @@ class ClusterState:
         self.loads: dict[str, NodeLoad] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
         self.anti_affinity_pods: set[str] = set()  # placed pods with required anti-affinity
-        self.generation = 0  # bumped on every change that could make a pod fit
 
     # --- nodes -------------------------------------------------------------------------------
     def upsert_node(self, raw: Mapping[str, Any]) -> NodeInfo:
         node = parse_node(raw)
         self.nodes[node.name] = node
-        self.generation += 1
         return node
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
-        self.generation += 1
 
     def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
         """Returns True if the labels changed (namespace selectors may now match)."""
@@ -296,7 +291,6 @@ class ClusterState:
             load.requested[PODS] = load.requested.get(PODS, 0) - 1
             load.host_ports.subtract(pod.host_ports)
         self.anti_affinity_pods.discard(uid)
-        self.generation += 1
         return True
 
     def _account(self, pod: PodInfo, recent: bool = True) -> None:
@@ -370,20 +364,9 @@ class ClusterState:
                 if placed_at > since:
                     yield pod
 
-    def utilisation_by_requests(self, node: NodeInfo) -> tuple[float, float]:
-        requested = self.requested(node.name)
-        return (
-            _ratio(requested.get(CPU, 0), node.allocatable.get(CPU, 0)),
-            _ratio(requested.get(MEMORY, 0), node.allocatable.get(MEMORY, 0)),
-        )
-
 
 def _shrank(before: Mapping[str, int], after: Mapping[str, int]) -> bool:
     return any(after.get(name, 0) < amount for name, amount in before.items())
-
-
-def _ratio(used: int, total: int) -> float:
-    return used / total if total > 0 else 1.0
 
 
 def _int(value: Any) -> int:
