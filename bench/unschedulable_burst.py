@@ -28,10 +28,7 @@ async def count_pods(kube: Kube) -> tuple[int, int]:
     for pod in await kube.list(f"/api/v1/namespaces/{NS}/pods"):
         if pod["spec"].get("nodeName"):
             bound += 1
-        elif any(
-            c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-            for c in (pod.get("status") or {}).get("conditions") or ()
-        ):
+        elif manifests.marked_unschedulable(pod):
             unschedulable += 1
     return bound, unschedulable
 

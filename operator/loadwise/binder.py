@@ -9,13 +9,13 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .state import PodInfo
+from .status import stamp
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,6 @@ class BindResult(enum.Enum):
     GONE = "gone"  # 404: the pod was deleted meanwhile
     CONFLICT = "conflict"  # 409: already bound, or a newer pod took the name (UID mismatch)
     ERROR = "error"  # anything else: unreserve and retry after backoff
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def binding_body(pod: PodInfo, node: str) -> dict[str, Any]:
@@ -49,7 +45,7 @@ def binding_body(pod: PodInfo, node: str) -> dict[str, Any]:
 def event_body(
     pod: PodInfo, scheduler_name: str, event_type: str, reason: str, message: str
 ) -> dict[str, Any]:
-    stamp = _now()
+    now = stamp()
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -71,8 +67,8 @@ def event_body(
         "reportingComponent": scheduler_name,
         "reportingInstance": scheduler_name,
         "action": "Binding" if reason == "Scheduled" else "Scheduling",
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
         "count": 1,
     }
 
@@ -135,7 +131,7 @@ class Binder:
                         "status": "False",
                         "reason": "Unschedulable",
                         "message": message[:1024],
-                        "lastTransitionTime": _now(),
+                        "lastTransitionTime": stamp(),
                     }
                 ]
             }

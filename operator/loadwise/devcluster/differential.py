@@ -245,9 +245,8 @@ async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str 
             raise
         if pod["spec"].get("nodeName"):
             return str(pod["spec"]["nodeName"])
-        for condition in (pod.get("status") or {}).get("conditions") or ():
-            if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-                return None
+        if manifests.marked_unschedulable(pod):
+            return None
         await asyncio.sleep(0.02)
     raise TimeoutError(f"{ns}/{name} neither bound nor marked Unschedulable in {timeout}s")
 

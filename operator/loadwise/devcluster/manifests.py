@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
+
+from ..status import stamp
+
+
+def marked_unschedulable(pod: Mapping[str, Any]) -> bool:
+    """PodScheduled=False/Unschedulable: a scheduler (ours or kube-scheduler) gave up for now."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
 
 
 def node(
@@ -18,7 +27,7 @@ def node(
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Node as a kubelet would register it: capacity, allocatable, a Ready condition."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = stamp()
     resources = {"cpu": cpu, "memory": memory, "pods": str(pods), **(extra or {})}
     return {
         "apiVersion": "v1",

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import ssl
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..status import stamp
 from .exporter import UsageExporter
 from .httpserve import ThreadedServer
 from .kube import ApiError, Kube
@@ -68,7 +68,7 @@ class MetricsApiStandIn:
         self._http.stop()
 
     def node_metrics(self) -> dict[str, Any]:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = stamp()
         items = []
         for name, (cpu_millis, memory_bytes) in self.exporter.absolute_usage().items():
             items.append(

@@ -108,10 +108,7 @@ async def _settled(kube: Kube, pods: int) -> tuple[Counter[str], int] | None:
         node = pod["spec"].get("nodeName")
         if node:
             placed[node] += 1
-        elif any(
-            c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-            for c in (pod.get("status") or {}).get("conditions") or ()
-        ):
+        elif manifests.marked_unschedulable(pod):
             unschedulable += 1
     return (placed, unschedulable) if sum(placed.values()) + unschedulable == pods else None
 
