@@ -18,6 +18,8 @@ from typing import Any
 from . import observability as obs
 from .binder import Binder, BindResult
 from .framework.cycle import Decision, schedule_one
+from .framework.filters import DEFAULT_FILTERS
+from .framework.index import ScoreIndex
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
 from .queue import SchedulingQueue
@@ -81,6 +83,7 @@ class Scheduler:
         self.policies = PolicySet()
         self.failure_event_interval = failure_event_interval
         self.rng = rng or random.Random()
+        self.index = ScoreIndex(DEFAULT_FILTERS)
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
@@ -206,9 +209,10 @@ class Scheduler:
             pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
         )
         started = time.perf_counter()
-        result = schedule_one(
-            pod, self.state, policy, self.samples_for(policy), time.time(), self.rng
-        )
+        samples, now = self.samples_for(policy), time.time()
+        result = self.index.schedule(pod, self.state, policy, samples, now, self.rng)
+        if result is None:  # inter-pod constraints: every node is visited
+            result = schedule_one(pod, self.state, policy, samples, now, self.rng)
         obs.CYCLE_SECONDS.observe(time.perf_counter() - started)
         if isinstance(result, Decision):
             self.state.assume(pod, result.node)

@@ -23,12 +23,20 @@ from .framework.selectors import (
     parse_required_node_affinity,
 )
 from .framework.spread import SpreadConstraint, parse_constraints
-from .framework.taints import Taint, Toleration, parse_taints, parse_tolerations
+from .framework.taints import (
+    PREFER_NO_SCHEDULE,
+    Taint,
+    Toleration,
+    parse_taints,
+    parse_tolerations,
+)
 from .resources import PODS, PodRequests, parse_resource_list, pod_requests
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
 # Placements older than this are never estimated (policies allow samples up to an hour old).
 RECENT_HORIZON = 3700.0
+# The change log restarts (an epoch bump: its readers rebuild) past this many entries.
+CHANGE_LOG_LIMIT = 50_000
 _NO_AFFINITY = RequiredNodeAffinity((), None)
 
 # Volume kinds whose placement depends on storage topology or attach limits, which loadwise does
@@ -227,15 +235,35 @@ class ClusterState:
         self.loads: dict[str, NodeLoad] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
         self.anti_affinity_pods: set[str] = set()  # placed pods with required anti-affinity
+        self.prefer_no_schedule: set[str] = set()  # nodes with a PreferNoSchedule taint
+        # Names of nodes whose own scheduling state changed (node object, pods on it), in
+        # order: incremental readers (the score index) re-evaluate only those. A reader keeps
+        # its position; after the log restarts (`change_epoch` differs) it starts afresh.
+        self.changes: list[str] = []
+        self.change_epoch = 0
+
+    def _touch(self, node_name: str) -> None:
+        changes = self.changes
+        if len(changes) >= CHANGE_LOG_LIMIT:
+            changes.clear()
+            self.change_epoch += 1
+        changes.append(node_name)
 
     # --- nodes -------------------------------------------------------------------------------
     def upsert_node(self, raw: Mapping[str, Any]) -> NodeInfo:
         node = parse_node(raw)
         self.nodes[node.name] = node
+        if any(t.effect == PREFER_NO_SCHEDULE for t in node.taints):
+            self.prefer_no_schedule.add(node.name)
+        else:
+            self.prefer_no_schedule.discard(node.name)
+        self._touch(node.name)
         return node
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.prefer_no_schedule.discard(name)
+        self._touch(name)
 
     def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
         """Returns True if the labels changed (namespace selectors may now match)."""
@@ -290,6 +318,7 @@ class ClusterState:
                 load.requested[name] = load.requested.get(name, 0) - amount
             load.requested[PODS] = load.requested.get(PODS, 0) - 1
             load.host_ports.subtract(pod.host_ports)
+            self._touch(pod.node_name)
         self.anti_affinity_pods.discard(uid)
         return True
 
@@ -314,6 +343,7 @@ class ClusterState:
             load.host_ports.update(pod.host_ports)
         if pod.anti_affinity_terms:
             self.anti_affinity_pods.add(pod.uid)
+        self._touch(pod.node_name)
 
     def drop_missing(self, gone_pods: set[str], gone_nodes: set[str]) -> bool:
         """Forget pods and nodes a fresh list no longer shows (their DELETED events were lost,

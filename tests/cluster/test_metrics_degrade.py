@@ -74,7 +74,7 @@ async def test_status_degrade_warning_and_recovery(
 
             async def aged_out() -> bool:
                 status = (await kube.get(f"{POLICIES}/watched"))["status"]
-                return status.get("nodesWithFreshMetrics") == 0
+                return bool(status.get("nodesWithFreshMetrics") == 0)
 
             # The last samples serve until they are older than maxAgeSeconds, then requests do.
             await wait_for(aged_out, 20, what="samples aged out")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
@@ -116,7 +117,7 @@ async def test_burst_never_overcommits_allocatable(
     async with operator(bind_concurrency=16):
         await create_pods(kube, ns, names, cpu="300m", memory="128Mi")
 
-        async def settled() -> list[dict[str, object]] | None:
+        async def settled() -> list[dict[str, Any]] | None:
             pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
             bound = [p for p in pods if p["spec"].get("nodeName")]
             failed = {
@@ -128,12 +129,11 @@ async def test_burst_never_overcommits_allocatable(
         bound = await wait_for(settled, 60, what="18 bound and 22 unschedulable")
     per_node: dict[str, int] = defaultdict(int)
     for pod in bound:
-        per_node[str(pod["spec"]["nodeName"])] += to_amount("cpu", "300m")  # type: ignore[index]
+        per_node[str(pod["spec"]["nodeName"])] += to_amount("cpu", "300m")
     assert all(cpu <= 2000 for cpu in per_node.values()), per_node
     scheduled = await events(kube, ns, reason="Scheduled")
     assert sorted(e["involvedObject"]["name"] for e in scheduled) == sorted(
-        p["metadata"]["name"]
-        for p in bound  # type: ignore[index]
+        p["metadata"]["name"] for p in bound
     ), "each bound pod has exactly one Scheduled event: none bound twice"
 
 

@@ -153,7 +153,7 @@ def test_match_fields_and_node_selector_combine() -> None:
 
 
 def test_empty_term_matches_nothing_and_message() -> None:
-    affinity = {
+    affinity: dict[str, Any] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}
         }

@@ -70,7 +70,8 @@ class MetricsCache:
             self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.warning("metrics refresh from %s failed: %s", self.source.name, self.last_error)
             return
-        self.samples.update(fresh)
+        # A new mapping, never mutated afterwards: readers detect a refresh by identity.
+        self.samples = {**self.samples, **fresh}
         self.last_success = time.time()
         self.last_error = None
         self.refreshes += 1

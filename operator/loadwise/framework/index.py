@@ -1,0 +1,222 @@
+"""ScoreIndex: schedule_one's answer for most pods without visiting every node per pod.
+
+For a pod whose constraints are all node-local (no inter-pod affinity or anti-affinity, none of
+the placed pods' anti-affinity aimed at it, no topology spread, no preferred node affinity, no
+PreferNoSchedule taint it does not tolerate), a node's verdict and load score depend only on that
+node's own state and on the pod's *shape*: its requests, tolerations, node selector and required
+node affinity, host ports and policy. Pods of one shape share a heap of the nodes, ranked exactly
+as schedule_one ranks them (cool nodes by load score, then hot ones by measured load). The cluster
+state logs which nodes changed, and only those are re-evaluated, so a pod usually costs a couple
+of node evaluations instead of one per node. The heap is rebuilt when the policy or the metrics
+snapshot changes, or when a sample it used goes stale. `tests/unit/test_index.py` checks the
+answers against schedule_one on random clusters.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..metrics.cache import NodeSample
+from ..policy import Policy
+from ..state import ClusterState, PodInfo
+from .context import CycleContext
+from .cycle import Decision, Unschedulable, failure_message, first_failure
+from .filters import Filter, inter_pod_affinity, topology_spread
+from .scoring import MAX_SCORE, NodeScore, score_node, weighted_load
+from .taints import PREFER_NO_SCHEDULE, first_untolerated
+
+MAX_SHAPES = 16  # heaps kept, least recently used dropped first
+_PREFER = frozenset({PREFER_NO_SCHEDULE})
+_NOT_NODE_LOCAL = (topology_spread, inter_pod_affinity)
+
+Shape = tuple[Hashable, ...]
+# (tier, rank, tie-break, seq, node): tier 0 = cool (rank = -score), 1 = hot (rank = load)
+HeapItem = tuple[int, float, float, int, str]
+
+
+@dataclass(slots=True)
+class _Entry:
+    seq: int
+    score: NodeScore | None  # None: infeasible
+    reasons: list[str]
+
+
+@dataclass(slots=True)
+class _ShapeHeap:
+    policy: Policy
+    samples: Mapping[str, NodeSample]
+    epoch: int
+    cursor: int
+    stale_at: float  # the first time a sample used here stops being fresh
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    heap: list[HeapItem] = field(default_factory=list)
+    reasons: Counter[str] = field(default_factory=Counter)
+    feasible: int = 0
+    hot: int = 0
+
+
+def shape_of(pod: PodInfo, policy: Policy) -> Shape:
+    return (
+        policy.name,
+        frozenset(pod.requests.amounts.items()),
+        pod.tolerations,
+        pod.node_affinity,
+        pod.host_ports,
+    )
+
+
+def node_local(pod: PodInfo, state: ClusterState) -> bool:
+    """True when every node's verdict and score depend on that node alone (see module doc)."""
+    if pod.affinity_terms or pod.anti_affinity_terms or pod.spread or pod.preferred_node_affinity:
+        return False
+    for name in state.prefer_no_schedule:
+        node = state.nodes.get(name)
+        if node is not None and first_untolerated(node.taints, pod.tolerations, _PREFER):
+            return False
+    if state.anti_affinity_pods:
+        counts = CycleContext(pod, state).affinity
+        if counts is not None and counts.existing_anti:
+            return False
+    return True
+
+
+class ScoreIndex:
+    def __init__(self, filters: Sequence[Filter]) -> None:
+        self.filters = tuple(f for f in filters if f not in _NOT_NODE_LOCAL)
+        self._shapes: OrderedDict[Shape, _ShapeHeap] = OrderedDict()
+        self._seq = itertools.count()
+        self.evaluations = 0  # node evaluations, for tests and profiling
+
+    def schedule(
+        self,
+        pod: PodInfo,
+        state: ClusterState,
+        policy: Policy,
+        samples: Mapping[str, NodeSample],
+        now: float,
+        rng: random.Random,
+    ) -> Decision | Unschedulable | None:
+        """schedule_one's result for a node-local pod; None for any other pod."""
+        if pod.invalid_reason or not node_local(pod, state):
+            return None
+        shape = self._current(shape_of(pod, policy), pod, state, policy, samples, now, rng)
+        best = self._top(shape)
+        if best is None:
+            return Unschedulable(failure_message(len(state.nodes), +shape.reasons), +shape.reasons)
+        chosen = shape.entries[best[4]].score
+        assert chosen is not None
+        if chosen.sample_age is not None:  # the score stands; the record shows today's age
+            chosen = replace(chosen, sample_age=max(0.0, now - samples[chosen.node].timestamp))
+        if best[0] == 1:  # every feasible node is hot: the least loaded is taken
+            top = _normalised(chosen.score, chosen.score)
+            return Decision(chosen.node, top, [(top, chosen)], policy.name, 0, True)
+        ranked = [(_normalised(chosen.score, chosen.score), chosen)]
+        heapq.heappop(shape.heap)
+        second = self._top(shape)
+        heapq.heappush(shape.heap, best)
+        if second is not None and second[0] == 0:
+            runner = shape.entries[second[4]].score
+            assert runner is not None
+            ranked.append((_normalised(runner.score, chosen.score), runner))
+        return Decision(chosen.node, ranked[0][0], ranked, policy.name, shape.hot, False)
+
+    def _current(
+        self,
+        key: Shape,
+        pod: PodInfo,
+        state: ClusterState,
+        policy: Policy,
+        samples: Mapping[str, NodeSample],
+        now: float,
+        rng: random.Random,
+    ) -> _ShapeHeap:
+        """The shape's heap, brought up to date with the cluster state."""
+        shape = self._shapes.get(key)
+        if (
+            shape is None
+            or shape.policy is not policy
+            or shape.samples is not samples
+            or shape.epoch != state.change_epoch
+            or now >= shape.stale_at
+        ):
+            max_age = policy.spec.metrics.max_age_seconds
+            stale_at = min(
+                (s.timestamp + max_age for s in samples.values() if now - s.timestamp <= max_age),
+                default=float("inf"),
+            )
+            shape = _ShapeHeap(policy, samples, state.change_epoch, len(state.changes), stale_at)
+            self._shapes[key] = shape
+            if len(self._shapes) > MAX_SHAPES:
+                self._shapes.popitem(last=False)
+            for name in state.nodes:
+                self._evaluate(shape, name, pod, state, now, rng)
+        else:
+            self._shapes.move_to_end(key)
+            changed = state.changes[shape.cursor :]
+            shape.cursor = len(state.changes)
+            for name in dict.fromkeys(changed):
+                self._evaluate(shape, name, pod, state, now, rng)
+            if len(shape.heap) > 2 * len(shape.entries) + 64:  # drop superseded items
+                shape.heap = [i for i in shape.heap if _valid(shape, i)]
+                heapq.heapify(shape.heap)
+        return shape
+
+    def _evaluate(
+        self,
+        shape: _ShapeHeap,
+        name: str,
+        pod: PodInfo,
+        state: ClusterState,
+        now: float,
+        rng: random.Random,
+    ) -> None:
+        old = shape.entries.pop(name, None)
+        if old is not None:
+            if old.score is None:
+                shape.reasons.subtract(old.reasons)
+            else:
+                shape.feasible -= 1
+                shape.hot -= old.score.hot
+        node = state.nodes.get(name)
+        if node is None:
+            return
+        self.evaluations += 1
+        seq = next(self._seq)
+        failed = first_failure(CycleContext(pod, state), node, self.filters)
+        if failed:
+            shape.entries[name] = _Entry(seq, None, failed)
+            shape.reasons.update(failed)
+            return
+        score = score_node(pod, node, state, shape.policy, shape.samples, now)
+        shape.entries[name] = _Entry(seq, score, [])
+        shape.feasible += 1
+        shape.hot += score.hot
+        if score.hot:
+            item = (1, weighted_load(shape.policy, score), rng.random(), seq, name)
+        else:
+            item = (0, -score.score, rng.random(), seq, name)
+        heapq.heappush(shape.heap, item)
+
+    @staticmethod
+    def _top(shape: _ShapeHeap) -> HeapItem | None:
+        heap = shape.heap
+        while heap:
+            if _valid(shape, heap[0]):
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+
+def _valid(shape: _ShapeHeap, item: HeapItem) -> bool:
+    entry = shape.entries.get(item[4])
+    return entry is not None and entry.seq == item[3]
+
+
+def _normalised(score: float, top: float) -> float:
+    """DefaultNormalizeScore with the best node's raw score as the maximum."""
+    return score * MAX_SCORE / top if top > 0 else 0.0

@@ -1,0 +1,169 @@
+"""ScoreIndex against schedule_one: the same verdicts and the same best scores, on random
+clusters that change between pods (placements, deletions, node updates, metrics refreshes,
+samples going stale). Ties may be broken differently, so the checks compare scores, not names."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from loadwise.devcluster import manifests
+from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
+from loadwise.framework.filters import DEFAULT_FILTERS
+from loadwise.framework.index import ScoreIndex, node_local
+from loadwise.framework.scoring import weighted_load
+from loadwise.metrics.cache import NodeSample
+from loadwise.policy import Policy, parse_spec
+from loadwise.state import ClusterState, PodInfo, parse_pod
+
+from ..helpers import pod_info
+
+POLICIES = [
+    Policy("even", parse_spec({})),
+    Policy("cpu", parse_spec({"weights": {"cpu": 3, "memory": 1}, "placementEstimate": 2})),
+    Policy("requests", parse_spec({"loadShare": 0})),
+]
+
+
+def random_node(rng: random.Random, name: str) -> dict[str, Any]:
+    raw = manifests.node(
+        name,
+        cpu=rng.choice(["1", "2", "4"]),
+        memory=rng.choice(["1Gi", "4Gi"]),
+        pods=rng.choice([3, 10, 110]),
+        labels={"zone": rng.choice("ab"), "disk": rng.choice(["ssd", "hdd"])},
+        unschedulable=rng.random() < 0.1,
+        ready=rng.random() > 0.05,
+    )
+    if rng.random() < 0.2:
+        raw["spec"]["taints"] = [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]
+    elif rng.random() < 0.02:
+        raw["spec"]["taints"] = [{"key": "spot", "value": "", "effect": "PreferNoSchedule"}]
+    return raw
+
+
+def random_pod(rng: random.Random, i: int) -> PodInfo:
+    raw = manifests.pod(
+        f"p{i}",
+        cpu=rng.choice(["100m", "500m", "1"]),
+        memory=rng.choice(["128Mi", "1Gi"]),
+        labels={"app": rng.choice("xyyyy")},
+    )
+    raw["metadata"]["uid"] = f"uid-{i}"
+    spec = raw["spec"]
+    if rng.random() < 0.3:
+        spec["nodeSelector"] = {"disk": "ssd"}
+    if rng.random() < 0.3:
+        spec["tolerations"] = [{"operator": "Exists"}]
+    if rng.random() < 0.03:  # placed, it repels app=x pods from its zone
+        term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "zone"}
+        spec["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+    return parse_pod(raw)
+
+
+def random_samples(rng: random.Random, state: ClusterState, now: float) -> dict[str, NodeSample]:
+    return {
+        name: NodeSample(
+            rng.choice([0.1, 0.4, 0.75, 0.85]), rng.random(), now - rng.choice([1, 30, 200])
+        )
+        for name in state.nodes
+        if rng.random() < 0.9
+    }
+
+
+def same(fast: Decision | Unschedulable, slow: Decision | Unschedulable, policy: Policy) -> None:
+    assert type(fast) is type(slow)
+    if isinstance(slow, Unschedulable):
+        assert isinstance(fast, Unschedulable)
+        assert fast.message == slow.message
+        return
+    assert isinstance(fast, Decision)
+    assert (fast.all_hot, fast.hot_skipped) == (slow.all_hot, slow.hot_skipped)
+    if slow.all_hot:
+        assert weighted_load(policy, fast.chosen) == pytest.approx(
+            weighted_load(policy, slow.chosen)
+        )
+    else:
+        assert fast.chosen.score == pytest.approx(slow.chosen.score)
+        assert fast.score == pytest.approx(slow.score)
+        fast_runner, slow_runner = fast.runner_up, slow.runner_up
+        assert (fast_runner is None) == (slow_runner is None)
+        if fast_runner is not None and slow_runner is not None:
+            assert fast_runner[1].score == pytest.approx(slow_runner[1].score)
+            assert fast_runner[0] == pytest.approx(slow_runner[0])
+    assert fast.chosen.node in {details.node for _, details in slow.ranked} or slow.all_hot
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_index_agrees_with_the_full_cycle(seed: int) -> None:
+    rng = random.Random(seed)
+    state = ClusterState()
+    for n in range(rng.randint(1, 25)):
+        state.upsert_node(random_node(rng, f"n{n}"))
+    now = 1_000_000.0
+    samples = random_samples(rng, state, now)
+    index = ScoreIndex(DEFAULT_FILTERS)
+    placed: list[str] = []
+    local_skipped = 0
+    for i in range(120):
+        action = rng.random()
+        if action < 0.05:
+            state.upsert_node(random_node(rng, f"n{rng.randint(0, 30)}"))
+        elif action < 0.07 and state.nodes:
+            state.delete_node(rng.choice(list(state.nodes)))
+        elif action < 0.12 and placed:
+            state.remove_pod(placed.pop(rng.randrange(len(placed))))
+        elif action < 0.15:
+            samples = random_samples(rng, state, now)
+        elif action < 0.2:
+            now += rng.choice([1, 20, 100])
+        policy = rng.choice(POLICIES)
+        pod = random_pod(rng, i)
+        fast = index.schedule(pod, state, policy, samples, now, rng)
+        slow = schedule_one(pod, state, policy, samples, now, rng)
+        if not node_local(pod, state):
+            assert fast is None
+            local_skipped += 1
+            fast = slow
+        assert fast is not None
+        same(fast, slow, policy)
+        if isinstance(fast, Decision):
+            state.assume(pod, fast.node, at=now)
+            placed.append(pod.uid)
+    assert local_skipped < 100  # most pods took the index
+
+
+def test_a_pod_costs_a_few_evaluations_not_one_per_node() -> None:
+    state = ClusterState()
+    for n in range(500):
+        state.upsert_node(manifests.node(f"n{n}"))
+    index = ScoreIndex(DEFAULT_FILTERS)
+    policy, rng, samples = POLICIES[0], random.Random(0), {"n0": NodeSample(0.1, 0.1, 0.0)}
+    for i in range(200):
+        pod = pod_info(f"p{i}")
+        decision = index.schedule(pod, state, policy, samples, 1.0, rng)
+        assert isinstance(decision, Decision)
+        state.assume(pod, decision.node)
+    # One build of 500 nodes, then the node each pod went to.
+    assert index.evaluations == 500 + 199
+
+
+def test_inter_pod_constraints_take_the_full_cycle() -> None:
+    state = ClusterState()
+    state.upsert_node(manifests.node("n"))
+    raw = manifests.pod("spread", labels={"app": "a"})
+    raw["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "a"}},
+        }
+    ]
+    raw["metadata"]["uid"] = "spread-1"
+    index = ScoreIndex(DEFAULT_FILTERS)
+    assert index.schedule(parse_pod(raw), state, POLICIES[0], {}, 0.0, random.Random(0)) is None
