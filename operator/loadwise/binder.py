@@ -1,7 +1,7 @@
 """Binder: the only writes loadwise makes for a pod: its Binding, events, and PodScheduled.
 
-kubernetes-asyncio cannot deserialise the Binding reply (its `target` comes back empty), so every
-call here uses `_preload_content=False` and reads the HTTP status itself.
+Raw JSON through the Transport: the generated client's model handling costs more CPU than a
+scheduling decision (and cannot deserialise the Binding reply, whose `target` comes back empty).
 """
 
 from __future__ import annotations
@@ -11,17 +11,11 @@ import logging
 import time
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from .state import PodInfo
 from .status import stamp
+from .transport import STRATEGIC_MERGE, Transport
 
 log = logging.getLogger(__name__)
-
-# (connect, total) seconds. kubernetes-asyncio otherwise sends requests with no timeout at all,
-# and a hung call would hold a bind slot and its reservation forever.
-REQUEST_TIMEOUT = (5, 30)
 
 
 class BindResult(enum.Enum):
@@ -74,52 +68,30 @@ def event_body(
 
 
 class Binder:
-    def __init__(self, api: ApiClient, scheduler_name: str) -> None:
-        # Any: we pass plain dicts and read raw responses (_preload_content=False), which the
-        # generated signatures do not describe.
-        self.core: Any = CoreV1Api(api)
+    def __init__(self, transport: Transport, scheduler_name: str) -> None:
+        self.transport = transport
         self.scheduler_name = scheduler_name
 
     async def bind(self, pod: PodInfo, node: str) -> BindResult:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
         try:
-            resp = await self.core.create_namespaced_pod_binding(
-                pod.name,
-                pod.namespace,
-                binding_body(pod, node),
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-            try:
-                status = resp.status
-                text = "" if 200 <= status < 300 else (await resp.text())[:300]
-            finally:
-                resp.release()
-        except ApiException as exc:
-            return self._classify(exc.status, exc.reason or "")
+            status, data = await self.transport.request("POST", path, binding_body(pod, node))
         except Exception as exc:  # network errors, timeouts: retry later, never lose the pod
             log.warning("bind %s -> %s failed: %r", pod.key, node, exc)
             return BindResult.ERROR
-        return self._classify(status, text)
-
-    def _classify(self, status: int, detail: str) -> BindResult:
         if 200 <= status < 300:
             return BindResult.BOUND
         if status == 404:
             return BindResult.GONE
         if status == 409:
             return BindResult.CONFLICT
-        log.warning("bind failed with HTTP %s: %s", status, detail)
+        log.warning("bind %s -> %s failed with HTTP %s: %s", pod.key, node, status, data[:300])
         return BindResult.ERROR
 
     async def event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> None:
         """Best effort: an event that cannot be written never fails scheduling."""
         body = event_body(pod, self.scheduler_name, event_type, reason, message)
-        await self._best_effort(
-            "event",
-            self.core.create_namespaced_event(
-                pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            ),
-        )
+        await self._best_effort("event", "POST", f"/api/v1/namespaces/{pod.namespace}/events", body)
 
     async def mark_unschedulable(self, pod: PodInfo, message: str) -> None:
         """PodScheduled=False/Unschedulable: what cluster-autoscaler and `kubectl describe` read."""
@@ -136,28 +108,16 @@ class Binder:
                 ]
             }
         }
-        await self._best_effort(
-            "status",
-            self.core.patch_namespaced_pod_status(
-                pod.name,
-                pod.namespace,
-                body,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
-            ),
-        )
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        await self._best_effort("status", "PATCH", path, body)
 
-    async def _best_effort(self, what: str, call: Any) -> None:
+    async def _best_effort(self, what: str, method: str, path: str, body: dict[str, Any]) -> None:
         try:
-            resp = await call
-            try:
-                if resp.status >= 300 and resp.status != 404:
-                    text = (await resp.text())[:300]
-                    log.warning("writing %s failed: HTTP %s %s", what, resp.status, text)
-            finally:
-                resp.release()
-        except ApiException as exc:
-            if exc.status != 404:
-                log.warning("writing %s failed: HTTP %s %s", what, exc.status, exc.reason)
+            status, data = await self.transport.request(
+                method, path, body, content_type=STRATEGIC_MERGE if method == "PATCH" else None
+            )
         except Exception as exc:
             log.warning("writing %s failed: %r", what, exc)
+            return
+        if status >= 300 and status != 404:
+            log.warning("writing %s failed: HTTP %s %s", what, status, data[:300])

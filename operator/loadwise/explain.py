@@ -13,7 +13,9 @@ import contextlib
 import random
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .binder import Binder
 from .config import Config
@@ -21,12 +23,14 @@ from .framework.context import CycleContext
 from .framework.cycle import Decision, first_failure, schedule_one
 from .framework.filters import DEFAULT_FILTERS
 from .framework.scoring import score_node
+from .informer import Informer
 from .metrics.cache import MetricsCache
 from .policy import GROUP, PLURAL, VERSION
 from .queue import SchedulingQueue
-from .runtime import api_client, list_raw, metrics_sources
+from .runtime import api_client, metrics_sources
 from .scheduler import Scheduler
 from .state import PodInfo, parse_pod
+from .transport import Transport
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,10 @@ async def _explain(target: str, config: Config) -> str:
         raise ValueError("expected NAMESPACE/POD")
     api = await api_client(pool_size=8)
     try:
+        transport = Transport(api)
         scheduler = Scheduler(
             config.scheduler_name,
-            Binder(api, config.scheduler_name),  # never called: this is a dry run
+            Binder(transport, config.scheduler_name),  # never called: this is a dry run
             {},
             SchedulingQueue(),
         )
@@ -98,21 +103,26 @@ async def _explain(target: str, config: Config) -> str:
             source_name: MetricsCache(source, config.metrics_interval)
             for source_name, source in metrics_sources(config, api, scheduler.state).items()
         }
-        async for raw in list_raw(api, "/api/v1/namespaces"):
-            scheduler.on_namespace_event(None, raw)
-        async for raw in list_raw(api, "/api/v1/nodes"):
-            scheduler.on_node_event(None, raw)
-        target_raw = None
-        async for raw in list_raw(api, "/api/v1/pods"):
+        await Informer(transport, "/api/v1/namespaces", scheduler.on_namespace_event).list()
+        await Informer(transport, "/api/v1/nodes", scheduler.on_node_event).list()
+        found: list[Mapping[str, Any]] = []
+
+        def pod_event(kind: str | None, raw: Mapping[str, Any]) -> None:
             meta = raw.get("metadata") or {}
             if (meta.get("namespace"), meta.get("name")) == (namespace, name):
-                target_raw = raw
-            scheduler.on_pod_event(None, raw)
-        if target_raw is None:
+                found.append(raw)
+            scheduler.on_pod_event(kind, raw)
+
+        await Informer(transport, "/api/v1/pods", pod_event).list()
+        if not found:
             raise LookupError(f"pod {target} not found")
-        async for raw in list_raw(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}"):
+        target_raw = found[0]
+
+        def policy_event(_: str | None, raw: Mapping[str, Any]) -> None:
             with contextlib.suppress(ValueError):  # the operator ignores invalid ones too
                 scheduler.apply_policy(raw["metadata"]["name"], raw.get("spec"))
+
+        await Informer(transport, f"/apis/{GROUP}/{VERSION}/{PLURAL}", policy_event).list()
         for cache in scheduler.sources.values():
             await cache.refresh()
         pod = parse_pod(target_raw)

@@ -1,8 +1,10 @@
 """kopf wiring only: each handler translates an event into one call on the Runtime's services.
 
-Pods and Nodes use `@kopf.on.event` (kopf writes nothing to them: no annotations, no
-finalizers). SchedulingPolicy uses change handlers and the metrics timer; those may annotate
-the policy objects (there are few) and the timer adds kopf's finalizer to them.
+kopf runs the operator's lifecycle (login, startup, cleanup) and the SchedulingPolicy handlers:
+change handlers and the metrics timer, which may annotate the policy objects (there are few) and
+add kopf's finalizer to them. Pods, nodes and namespaces do not go through kopf: the Runtime's
+informers stream them as raw JSON (see informer.py for why), and nothing is written to them
+except Bindings, events and the PodScheduled condition.
 All handlers are `async`: kopf runs sync handlers in threads, and our state is single-threaded.
 """
 
@@ -52,18 +54,6 @@ def build_registry(config: Config) -> kopf.OperatorRegistry:
         runtime: Runtime | None = getattr(memo, "runtime", None)
         if runtime is not None:
             await runtime.stop()
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        memo.runtime.scheduler.on_node_event(event["type"], event["object"])
-
-    @kopf.on.event("", "v1", "namespaces", registry=registry)
-    async def namespace_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        memo.runtime.scheduler.on_namespace_event(event["type"], event["object"])
-
-    @kopf.on.event("", "v1", "pods", registry=registry)
-    async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        memo.runtime.scheduler.on_pod_event(event["type"], event["object"])
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)

@@ -27,6 +27,10 @@ E2E_SECONDS = Histogram(
     "Pod creation to successful bind.",
     buckets=(*_BUCKETS, 30, 60, 300),
 )
+EVENTS_DROPPED = Counter(
+    "loadwise_events_dropped_total",
+    "Scheduled events not written because the event buffer was full.",
+)
 PENDING = Gauge("loadwise_pending_pods", "Pods in the scheduling queue.", ["queue"])
 METRICS_REFRESH = Counter(
     "loadwise_metrics_refresh_total",

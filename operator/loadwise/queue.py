@@ -61,6 +61,9 @@ class SchedulingQueue:
     def __contains__(self, uid: str) -> bool:
         return uid in self._entries
 
+    def uids(self) -> list[str]:
+        return list(self._entries)
+
     def counts(self) -> dict[str, int]:
         out = {"active": 0, "backoff": 0, "unschedulable": 0, "in_flight": 0}
         for entry in self._entries.values():

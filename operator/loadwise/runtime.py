@@ -1,18 +1,17 @@
 """Runtime: builds the scheduler's services once at startup (held in kopf's memo) and stops them.
 
-Before the loop starts it lists nodes and pods as raw JSON, so the first decisions already count
-every pod on every node (kube-scheduler waits for its informer caches for the same reason).
+Before the loop starts its informers list namespaces, nodes and pods as raw JSON, so the first
+decisions already count every pod on every node (kube-scheduler waits for its informer caches for
+the same reason); then they watch from where the lists ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -22,6 +21,7 @@ from kubernetes_asyncio import config as kube_config
 from . import observability as obs
 from .binder import Binder
 from .config import Config
+from .informer import Informer, ignore, uid_of
 from .metrics.cache import MetricsCache, MetricsSource
 from .metrics.metrics_server import MetricsServerSource
 from .metrics.prometheus import PrometheusSource
@@ -29,6 +29,7 @@ from .queue import SchedulingQueue
 from .scheduler import Scheduler
 from .state import ClusterState
 from .status import metrics_report, status_fields
+from .transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -70,39 +71,31 @@ def metrics_sources(
     return sources
 
 
-async def list_raw(api: client.ApiClient, path: str, page: int = 1000) -> AsyncIterator[Any]:
-    """Items of a list call as plain dicts, page by page (no model objects: they are slow)."""
-    token = None
-    while True:
-        query: list[tuple[str, Any]] = [("limit", page)]
-        if token:
-            query.append(("continue", token))
-        resp = await api.call_api(
-            path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-        )
-        try:
-            body = json.loads(await resp.read())
-        finally:
-            resp.release()
-        if resp.status != 200:
-            raise RuntimeError(f"listing {path} failed: HTTP {resp.status}: {body}")
-        for item in body.get("items") or ():
-            yield item
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return
-
-
 class Runtime:
     def __init__(self, config: Config, api: client.ApiClient, scheduler: Scheduler) -> None:
         self.config = config
         self.api = api
         self.scheduler = scheduler
+        transport = Transport(api)
+        # Namespaces, then nodes, then pods: the first decisions see every pod on every node.
+        self.informers = (
+            Informer(
+                transport,
+                "/api/v1/namespaces",
+                scheduler.on_namespace_event,
+                on_relisted=scheduler.relisted_namespaces,
+            ),
+            Informer(
+                transport,
+                "/api/v1/nodes",
+                scheduler.on_node_event,
+                on_relisted=scheduler.relisted_nodes,
+            ),
+            Informer(
+                transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
+            ),
+        )
+        self._watch_tasks: list[asyncio.Task[None]] = []
         self._loop_task: asyncio.Task[None] | None = None
         self._available: dict[str, bool] = {}  # policy -> metrics available at last check
         self._reconcile_task: asyncio.Task[None] | None = None
@@ -118,7 +111,7 @@ class Runtime:
         }
         scheduler = Scheduler(
             config.scheduler_name,
-            Binder(api, config.scheduler_name),
+            Binder(Transport(api), config.scheduler_name),
             caches,
             SchedulingQueue(
                 config.initial_backoff, config.max_backoff, config.unschedulable_timeout
@@ -129,6 +122,12 @@ class Runtime:
         )
         runtime = cls(config, api, scheduler)
         await runtime._seed()
+        runtime._watch_tasks = [
+            asyncio.create_task(informer.run(), name=f"loadwise-watch{informer.path}")
+            for informer in runtime.informers
+        ]
+        for task in runtime._watch_tasks:
+            task.add_done_callback(_crash_if_failed)
         await runtime.refresh_metrics()
         runtime._loop_task = asyncio.create_task(scheduler.run(), name="loadwise-scheduling-loop")
         runtime._loop_task.add_done_callback(_crash_if_failed)
@@ -140,27 +139,21 @@ class Runtime:
         return runtime
 
     async def _seed(self) -> None:
-        nodes = pods = 0
-        async for namespace in list_raw(self.api, "/api/v1/namespaces"):
-            self.scheduler.on_namespace_event(None, namespace)
-        async for node in list_raw(self.api, "/api/v1/nodes"):
-            self.scheduler.on_node_event(None, node)
-            nodes += 1
-        async for pod in list_raw(self.api, "/api/v1/pods"):
-            self.scheduler.on_pod_event(None, pod)
-            pods += 1
-        log.info("seeded state with %d nodes and %d pods", nodes, pods)
+        counts = [len(await informer.list()) for informer in self.informers]
+        log.info("seeded state with %d namespaces, %d nodes and %d pods", *counts)
 
     def healthy(self) -> bool:
-        return self._loop_task is not None and not self._loop_task.done()
+        tasks = [self._loop_task, *self._watch_tasks]
+        return all(task is not None and not task.done() for task in tasks)
 
     async def reconcile(self) -> None:
         """Drop pods and nodes deleted without an event reaching us. Only objects known before
         the list began and absent from it are dropped: anything newer came from the watch."""
         state = self.scheduler.state
         pods_before, nodes_before = set(state.pods), set(state.nodes)
-        listed_pods = {p["metadata"]["uid"] async for p in list_raw(self.api, "/api/v1/pods")}
-        listed_nodes = {n["metadata"]["name"] async for n in list_raw(self.api, "/api/v1/nodes")}
+        transport = self.informers[0].transport
+        listed_pods = await Informer(transport, "/api/v1/pods", ignore, uid_of).list()
+        listed_nodes = await Informer(transport, "/api/v1/nodes", ignore).list()
         gone_pods, gone_nodes = pods_before - listed_pods, nodes_before - listed_nodes
         if state.drop_missing(gone_pods, gone_nodes):
             log.warning(
@@ -209,12 +202,14 @@ class Runtime:
         return fields, was_available and not report.available
 
     async def stop(self) -> None:
-        for task in (self._loop_task, self._reconcile_task):
+        for task in (self._loop_task, self._reconcile_task, *self._watch_tasks):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        await self.scheduler.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.scheduler.drain(), 10)
+        await self.scheduler.events.stop()
         for cache in self.scheduler.sources.values():
             if isinstance(cache.source, PrometheusSource):
                 await cache.source.close()
@@ -225,4 +220,4 @@ class Runtime:
 
 def _crash_if_failed(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.critical("scheduling loop died", exc_info=task.exception())
+        log.critical("%s died", task.get_name(), exc_info=task.exception())

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import observability as obs
 from .binder import Binder, BindResult
+from .events import EventWriter
 from .framework.cycle import Decision, schedule_one
 from .framework.filters import DEFAULT_FILTERS
 from .framework.index import ScoreIndex
@@ -84,6 +85,7 @@ class Scheduler:
         self.failure_event_interval = failure_event_interval
         self.rng = rng or random.Random()
         self.index = ScoreIndex(DEFAULT_FILTERS)
+        self.events = EventWriter(binder.event)
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
@@ -158,6 +160,21 @@ class Scheduler:
             self._forget_pod(uid)  # scheduling gates: wait until they are all removed
             return
         self.queue.add(pod)
+
+    # --- relists: keys present in a fresh list; anything else was deleted unseen --------------
+    def relisted_pods(self, uids: set[str]) -> None:
+        for uid in [uid for uid in self.queue.uids() if uid not in uids]:
+            self._forget_pod(uid)
+        if self.state.drop_missing(set(self.state.pods) - uids, set()):
+            self.queue.move_all_to_active()
+
+    def relisted_nodes(self, names: set[str]) -> None:
+        if self.state.drop_missing(set(), set(self.state.nodes) - names):
+            self.queue.move_all_to_active()
+
+    def relisted_namespaces(self, names: set[str]) -> None:
+        for name in set(self.state.namespaces) - names:
+            self.state.delete_namespace(name)
 
     def _forget_pod(self, uid: str) -> None:
         self.queue.remove(uid)
@@ -269,7 +286,7 @@ class Scheduler:
                     f"Successfully assigned {pod.key} to {decision.node}; "
                     f"{decision_record(decision)}"
                 )
-                await self.binder.event(pod, "Normal", "Scheduled", message)
+                self.events.emit(pod, "Normal", "Scheduled", message)
             elif result in (BindResult.GONE, BindResult.CONFLICT):
                 # Deleted, or bound by someone else: the watch brings the truth.
                 self.state.forget(pod.uid)
@@ -296,3 +313,4 @@ class Scheduler:
         """Wait for in-flight binds and reports (used at shutdown and by tests)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.events.flush()
