@@ -61,6 +61,7 @@ class Informer:
         self.on_relisted = on_relisted
         self.resource_version = ""
         self.events = 0
+        self.relists = 0
 
     async def list(self) -> set[str]:
         """Feed every object as an event with type None; remember where the list was taken."""
@@ -103,6 +104,7 @@ class Informer:
             except Exception as exc:
                 log.warning("listing %s failed: %r; retrying", self.path, exc)
                 await asyncio.sleep(2.0)
+        self.relists += 1
         if self.on_relisted is not None:
             self.on_relisted(keys)
 

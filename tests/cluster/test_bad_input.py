@@ -4,6 +4,7 @@ everything else goes on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -171,3 +172,29 @@ async def test_scheduling_gates_hold_the_pod_until_removed(
             f"/api/v1/namespaces/{ns}/pods/gated", {"spec": {"schedulingGates": None}}
         )
         await wait_bound(kube, ns, ["gated"])
+
+
+async def test_changes_missed_by_the_watch_are_caught_up_by_a_relist(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    """The pod watch stops; meanwhile a bound pod is deleted. The relist the informer does when
+    its watch expires (410 Gone; unit-tested in test_informer, since this API server serves old
+    resourceVersions from its cache here) frees the deleted pod's CPU, and the pending pod that
+    needs it is bound."""
+    await local_cluster.add_node(kube, "n1", cpu="1")
+    async with operator() as runtime:
+        await create(kube, ns, "first", containers=[_container(cpu="800m")])
+        await wait_bound(kube, ns, ["first"])
+        pods = runtime.informers[2]
+        assert pods.path == "/api/v1/pods"
+        watch = runtime._watch_tasks[2]
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await kube.delete_pod_now(ns, "first")
+        await create(kube, ns, "second", containers=[_container(cpu="800m")])
+        await pods._relist()
+        runtime._watch_tasks[2] = asyncio.create_task(pods.run())
+        assert (await wait_bound(kube, ns, ["second"]))["second"] == "n1"
+        assert pods.relists == 1
+        assert not any(p.name == "first" for p in runtime.scheduler.state.pods.values())
