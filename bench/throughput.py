@@ -8,9 +8,13 @@ simulated nodes and K pods already bound to them, then for each runner in turn:
 - ceiling: this process posts Bindings for pending pods, 64 in flight, round-robin over nodes;
 - kube-scheduler: the real one, client QPS/burst 5000, its own process;
 - loadwise: `loadwise run` in its own process, default policy.
-Modes: backlog (all pods pending before the runner starts), burst (created as fast as possible
-while it runs), steady (created at R pods/s). Bind times come from a watch; CPU and peak RSS of
-the runner's process from /proc.
+Modes: backlog (all pods pending before the runner starts: first_bind_s includes its start-up),
+burst (created as fast as possible while it runs), steady (created at R pods/s). In burst and
+steady mode the runner is up and has bound one warm-up pod before creation starts: they measure a
+running scheduler keeping up with arrivals, as in production; start-up is backlog's first_bind_s.
+Bind times come from a watch; CPU and peak RSS of the runner's process from /proc, sampled every
+0.1 s so that `sched_cpu_ms_per_pod` counts only the CPU spent between its first and last bind.
+`--profile PATH` attaches py-spy to loadwise and writes a flame graph (SVG).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +42,30 @@ from loadwise.devcluster.prometheus import SIM_CPU_QUERY
 
 NS = "throughput"
 CLK = os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """(monotonic time, cpu seconds) of a process, every 0.1 s."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.samples: list[tuple[float, float]] = []
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                self.samples.append((time.monotonic(), proc_stats(self.pid)[0]))
+            await asyncio.sleep(0.1)
+
+    def at(self, when: float) -> float:
+        """CPU seconds used by `when` (the first sample at or after it)."""
+        return next((cpu for t, cpu in self.samples if t >= when), self.samples[-1][1])
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
 
 def proc_stats(pid: int) -> tuple[float, float]:
@@ -142,7 +171,7 @@ def start_loadwise(cluster: LocalCluster) -> subprocess.Popen[bytes]:
         LOADWISE_METRICS_LAG="6",
         LOADWISE_METRICS_INTERVAL="5",
         LOADWISE_HTTP_PORT="0",
-        LOADWISE_LOG_LEVEL="WARNING",
+        LOADWISE_LOG_LEVEL=os.environ.get("LOADWISE_LOG_LEVEL", "WARNING"),
     )
     log = open(cluster.cp.workdir / "loadwise.log", "wb")  # noqa: SIM115 - lives with the process
     return subprocess.Popen(
@@ -189,7 +218,20 @@ async def run_one(
         proc = cluster.cp.start_scheduler(qps=5000, burst=5000)
     elif runner == "loadwise":
         proc = start_loadwise(cluster)
+    sampler = CpuSampler(proc.pid) if proc is not None else None
+    profiler = None
+    if runner == "loadwise" and args.profile and proc is not None:
+        profiler = subprocess.Popen(  # noqa: ASYNC220 - Popen does not wait
+            ["py-spy", "record", "--pid", str(proc.pid), "--output", args.profile, "--rate", "200"],
+            stdout=subprocess.DEVNULL,
+        )
     if args.mode != "backlog":
+        if runner != "ceiling":  # a running scheduler meets the arrivals
+            warm = f"{runner[:2]}-warmup"
+            warm_created: dict[str, float] = {}
+            await create_pods(kube, [warm], scheduler, None, warm_created)
+            await wait_for(lambda: _bound(watch, warm), 120, interval=0.05, what="warm-up pod")
+        started = time.monotonic()
         creating = asyncio.create_task(create_pods(kube, names, scheduler, rate, created))
     if runner == "ceiling":
         if creating is not None:
@@ -202,19 +244,34 @@ async def run_one(
         return all(n in watch.bound_at for n in names)
 
     await wait_for(all_bound, 600, interval=0.2, what=f"{runner}: all pods bound")
-    cpu_s = peak_mb = None
-    if proc is not None:
+    cpu_s = peak_mb = per_pod = None
+    if proc is not None and sampler is not None:
+        await asyncio.sleep(0.15)  # one more CPU sample after the last bind
+        await sampler.stop()
         cpu_s, peak_mb = proc_stats(proc.pid)
+        binds = sorted(watch.bound_at[n] for n in names)
+        per_pod = (sampler.at(binds[-1]) - sampler.at(binds[0])) * 1000 / len(names)
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
         if runner == "kube-scheduler":
             cluster.cp.stop_process("kube-scheduler")
         else:
             proc.terminate()
             proc.wait(30)
     result = summary(names, created, watch.bound_at, started)
-    result.update(cpu_s=cpu_s and round(cpu_s, 1), peak_rss_mb=peak_mb and round(peak_mb, 1))
+    result.update(
+        cpu_s=cpu_s and round(cpu_s, 1),
+        sched_cpu_ms_per_pod=per_pod and round(per_pod, 2),
+        peak_rss_mb=peak_mb and round(peak_mb, 1),
+    )
     await watch.stop()
     await delete_all(kube)
     return result
+
+
+async def _bound(watch: BindWatch, name: str) -> bool:
+    return name in watch.bound_at
 
 
 async def delete_all(kube: Kube) -> None:
@@ -261,14 +318,19 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
         await cluster.wait_namespace(kube, "default")
         await asyncio.gather(*(existing(i) for i in range(args.existing_pods)))
         results = {}
-        for runner in ("ceiling", "kube-scheduler", "loadwise"):
+        for runner in args.runners.split(","):
             results[runner] = await run_one(cluster, kube, runner, args, nodes)
             print(
                 runner,
                 json.dumps({k: v for k, v in results[runner].items() if k != "timeline"}),
                 flush=True,
             )
-    ours = results["loadwise"].get("pods_per_s") or 0
+    ours = (results.get("loadwise") or {}).get("pods_per_s") or 0
+
+    def ratio(other: str) -> float | None:
+        theirs = (results.get(other) or {}).get("pods_per_s")
+        return round(ours / theirs, 2) if ours and theirs else None
+
     return {
         "nodes": args.nodes,
         "pods": args.pods,
@@ -276,8 +338,8 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
         "rate": args.rate if args.mode == "steady" else None,
         "existing_pods": args.existing_pods,
         "runners": results,
-        "ratio_vs_kube_scheduler": round(ours / results["kube-scheduler"]["pods_per_s"], 2),
-        "ratio_vs_ceiling": round(ours / results["ceiling"]["pods_per_s"], 2),
+        "ratio_vs_kube_scheduler": ratio("kube-scheduler"),
+        "ratio_vs_ceiling": ratio("ceiling"),
     }
 
 
@@ -316,6 +378,8 @@ def main() -> int:
     parser.add_argument("--existing-pods", type=int, default=0)
     parser.add_argument("--json", dest="json_path")
     parser.add_argument("--png", dest="png_path")
+    parser.add_argument("--runners", default="ceiling,kube-scheduler,loadwise")
+    parser.add_argument("--profile", help="py-spy flame graph of loadwise (SVG) to this path")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cluster = LocalCluster().start()

@@ -91,8 +91,8 @@ async def _explain(target: str, config: Config) -> str:
     if not name:
         raise ValueError("expected NAMESPACE/POD")
     api = await api_client(pool_size=8)
+    transport = Transport(api, pool_size=8)
     try:
-        transport = Transport(api)
         scheduler = Scheduler(
             config.scheduler_name,
             Binder(transport, config.scheduler_name),  # never called: this is a dry run
@@ -101,7 +101,7 @@ async def _explain(target: str, config: Config) -> str:
         )
         scheduler.sources = {
             source_name: MetricsCache(source, config.metrics_interval)
-            for source_name, source in metrics_sources(config, api, scheduler.state).items()
+            for source_name, source in metrics_sources(config, transport, scheduler.state).items()
         }
         await Informer(transport, "/api/v1/namespaces", scheduler.on_namespace_event).list()
         await Informer(transport, "/api/v1/nodes", scheduler.on_node_event).list()
@@ -133,6 +133,7 @@ async def _explain(target: str, config: Config) -> str:
             close = getattr(cache.source, "close", None)
             if close is not None:
                 await close()
+        await transport.close()
         await api.close()
 
 

@@ -49,7 +49,7 @@ async def api_client(pool_size: int) -> client.ApiClient:
 
 
 def metrics_sources(
-    config: Config, api: client.ApiClient, state: ClusterState
+    config: Config, transport: Transport, state: ClusterState
 ) -> dict[str, MetricsSource]:
     sources: dict[str, MetricsSource] = {}
     if "prometheus" in config.metrics_sources:
@@ -67,16 +67,18 @@ def metrics_sources(
             node = state.nodes.get(name)
             return dict(node.allocatable) if node is not None else None
 
-        sources["metrics-server"] = MetricsServerSource(api, allocatable)
+        sources["metrics-server"] = MetricsServerSource(transport, allocatable)
     return sources
 
 
 class Runtime:
-    def __init__(self, config: Config, api: client.ApiClient, scheduler: Scheduler) -> None:
+    def __init__(
+        self, config: Config, api: client.ApiClient, transport: Transport, scheduler: Scheduler
+    ) -> None:
         self.config = config
         self.api = api
+        self.transport = transport
         self.scheduler = scheduler
-        transport = Transport(api)
         # Namespaces, then nodes, then pods: the first decisions see every pod on every node.
         self.informers = (
             Informer(
@@ -103,15 +105,16 @@ class Runtime:
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
-        api = await api_client(pool_size=config.bind_concurrency + 8)
+        api = await api_client(pool_size=1)  # configuration and credentials; requests: transport
+        transport = Transport(api, pool_size=config.bind_concurrency + 8)
         state = ClusterState()
         caches = {
             name: MetricsCache(source, config.metrics_interval)
-            for name, source in metrics_sources(config, api, state).items()
+            for name, source in metrics_sources(config, transport, state).items()
         }
         scheduler = Scheduler(
             config.scheduler_name,
-            Binder(Transport(api), config.scheduler_name),
+            Binder(transport, config.scheduler_name),
             caches,
             SchedulingQueue(
                 config.initial_backoff, config.max_backoff, config.unschedulable_timeout
@@ -120,7 +123,7 @@ class Runtime:
             failure_event_interval=config.failure_event_interval,
             state=state,
         )
-        runtime = cls(config, api, scheduler)
+        runtime = cls(config, api, transport, scheduler)
         await runtime._seed()
         runtime._watch_tasks = [
             asyncio.create_task(informer.run(), name=f"loadwise-watch{informer.path}")
@@ -130,6 +133,7 @@ class Runtime:
             task.add_done_callback(_crash_if_failed)
         await runtime.refresh_metrics()
         runtime._loop_task = asyncio.create_task(scheduler.run(), name="loadwise-scheduling-loop")
+        log.info("scheduling %.2fs after process start", _since_process_start())
         runtime._loop_task.add_done_callback(_crash_if_failed)
         runtime._reconcile_task = asyncio.create_task(runtime._reconcile_forever())
         if config.http_port:
@@ -151,7 +155,7 @@ class Runtime:
         the list began and absent from it are dropped: anything newer came from the watch."""
         state = self.scheduler.state
         pods_before, nodes_before = set(state.pods), set(state.nodes)
-        transport = self.informers[0].transport
+        transport = self.transport
         listed_pods = await Informer(transport, "/api/v1/pods", ignore, uid_of).list()
         listed_nodes = await Informer(transport, "/api/v1/nodes", ignore).list()
         gone_pods, gone_nodes = pods_before - listed_pods, nodes_before - listed_nodes
@@ -215,7 +219,19 @@ class Runtime:
                 await cache.source.close()
         if self._http is not None:
             await self._http.cleanup()
+        await self.transport.close()
         await self.api.close()
+
+
+def _since_process_start() -> float:
+    """Seconds since this process started (from /proc; 0 where that is unavailable)."""
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as uptime:
+            return float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _crash_if_failed(task: asyncio.Task[None]) -> None:

@@ -13,12 +13,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient
+import aiohttp
 
 from ..resources import CPU, MEMORY, to_amount
+from ..transport import Transport
 from .cache import NodeSample
 
 PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
+TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 
 class MetricsServerError(RuntimeError):
@@ -71,24 +73,13 @@ class MetricsServerSource:
     name = "metrics-server"
 
     def __init__(
-        self, api: ApiClient, allocatable: Callable[[str], Mapping[str, int] | None]
+        self, transport: Transport, allocatable: Callable[[str], Mapping[str, int] | None]
     ) -> None:
-        self.api = api
+        self.transport = transport
         self.allocatable = allocatable
 
     async def fetch(self) -> dict[str, NodeSample]:
-        resp = await self.api.call_api(
-            PATH,
-            "GET",
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=5,
-        )
-        try:
-            body = await resp.read()
-        finally:
-            resp.release()
-        if resp.status != 200:
-            raise MetricsServerError(f"HTTP {resp.status}: {body[:200]!r}")
+        status, body = await self.transport.request("GET", PATH, timeout=TIMEOUT)
+        if status != 200:
+            raise MetricsServerError(f"HTTP {status}: {body[:200]!r}")
         return parse_node_metrics(json.loads(body), self.allocatable)
