@@ -285,6 +285,13 @@ class ClusterState:
             # labels, deletion, resized requests. Re-account it from the fresh object, keeping
             # its place in time.
             pod.placed_at = current.placed_at
+            if (
+                pod.requests.amounts == current.requests.amounts
+                and pod.host_ports == current.host_ports
+                and pod.anti_affinity_terms == current.anti_affinity_terms
+            ):  # the usual case: nothing the node's accounting holds has changed
+                self.pods[pod.uid] = pod
+                return False
             self.remove_pod(pod.uid)
             self._account(pod, recent=False)
             return _shrank(current.requests.amounts, pod.requests.amounts)
