@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 
 from . import observability as obs
 from .state import PodInfo
+
+log = logging.getLogger(__name__)
 
 Write = Callable[[PodInfo, str, str, str], Awaitable[None]]  # pod, type, reason, message
 
@@ -43,7 +46,9 @@ class EventWriter:
         while True:
             item = await self._queue.get()
             try:
-                await self._write(*item)  # best effort: the writer logs its own failures
+                await self._write(*item)
+            except Exception:  # best effort: a report lost, never the writer
+                log.exception("writing a %s event failed", item[2])
             finally:
                 self._queue.task_done()
 
