@@ -64,20 +64,30 @@ class Informer:
         self.relists = 0
 
     async def list(self) -> set[str]:
-        """Feed every object as an event with type None; remember where the list was taken."""
+        """Feed every object as an event with type None; remember where the list was taken.
+        Pages are fetched one ahead, so the API server serves the next while this one is fed."""
         keys: set[str] = set()
-        params = {"limit": str(PAGE)}
+        page = await self.transport.get_json(self.path, {"limit": str(PAGE)})
         while True:
-            body = await self.transport.get_json(self.path, params)
-            for item in body.get("items") or ():
-                self.on_event(None, item)
-                keys.add(self.key(item))
-            meta = body.get("metadata") or {}
+            meta = page.get("metadata") or {}
             token = meta.get("continue")
-            if not token:
+            following = None
+            if token:
+                following = asyncio.ensure_future(
+                    self.transport.get_json(self.path, {"limit": str(PAGE), "continue": token})
+                )
+            try:
+                for item in page.get("items") or ():
+                    self.on_event(None, item)
+                    keys.add(self.key(item))
+            except BaseException:
+                if following is not None:
+                    following.cancel()
+                raise
+            if following is None:
                 self.resource_version = meta.get("resourceVersion", "")
                 return keys
-            params = {"limit": str(PAGE), "continue": token}
+            page = await following
 
     async def run(self) -> None:
         """Watch forever from the last list; reconnect with backoff, relist when too old."""

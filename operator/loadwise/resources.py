@@ -7,6 +7,7 @@ and callers decide (a node with garbage allocatable is unschedulable, never a cr
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return result
 
 
+@functools.lru_cache(maxsize=4096)  # a cluster repeats a few quantities in every pod
 def to_amount(name: str, value: str | int | float) -> int:
     """Quantity as the integer unit we account in: millicores for cpu, base units otherwise.
 

@@ -79,7 +79,7 @@ class Runtime:
         self.api = api
         self.transport = transport
         self.scheduler = scheduler
-        # Namespaces, then nodes, then pods: the first decisions see every pod on every node.
+        # All three are listed before the first decision, which then sees every pod on every node.
         self.informers = (
             Informer(
                 transport,
@@ -143,7 +143,8 @@ class Runtime:
         return runtime
 
     async def _seed(self) -> None:
-        counts = [len(await informer.list()) for informer in self.informers]
+        # Concurrently: each list feeds its own kind, and the state accepts them in any order.
+        counts = [len(keys) for keys in await asyncio.gather(*(i.list() for i in self.informers))]
         log.info("seeded state with %d namespaces, %d nodes and %d pods", *counts)
 
     def healthy(self) -> bool:
