@@ -13,10 +13,11 @@ objects deleted while nobody watched are dropped.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import orjson
 
 from .transport import ApiError, Transport
 
@@ -135,7 +136,7 @@ class Informer:
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         if line:
-                            self._dispatch(json.loads(line))
+                            self._dispatch(orjson.loads(line))
         except ApiError as exc:
             if exc.status == 410:
                 raise Gone from exc

@@ -5,19 +5,20 @@ trusts the environment, which makes aiohttp look up proxies and read ~/.netrc in
 on *every* request: together more CPU than the scheduling decision itself at hundreds of pods per
 second. The hot path (lists, watches, Bindings, events) goes through here instead: its own
 connection pool with the same TLS settings (CA, client certificate, verification, server name),
-an explicitly configured proxy only, the same credentials (token refresh included), plain dicts.
+an explicitly configured proxy only, the same credentials (token refresh included), plain dicts
+decoded by orjson (the standard library's decoder was the largest start-up cost with 50,000 pods).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+import orjson
 from kubernetes_asyncio.client import ApiClient
 
 # (connect, total) seconds for single requests: kubernetes-asyncio otherwise sends none, and a
@@ -74,7 +75,7 @@ class Transport:
         async with self.session.request(
             method,
             self.host + path,
-            data=None if body is None else json.dumps(body),
+            data=None if body is None else orjson.dumps(body),
             params=params,
             headers=await self.headers(content_type),
             timeout=timeout,
@@ -86,7 +87,7 @@ class Transport:
         status, data = await self.request("GET", path, params=params)
         if status != 200:
             raise ApiError(status, data)
-        return json.loads(data)
+        return orjson.loads(data)
 
     @contextlib.asynccontextmanager
     async def stream(
