@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import asyncio
 
-from loadwise.events import EventWriter
+from loadwise.events import EventWriter, Write
 from loadwise.state import PodInfo
 
 from ..helpers import pod_info
 
 
-async def test_events_are_written_after_emit_returns_and_flush_waits_for_them() -> None:
-    written: list[str] = []
-    gate = asyncio.Event()
+def gated(written: list[str], gate: asyncio.Event) -> Write:
+    """A write that waits for the gate, then records the message."""
 
     async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
         await gate.wait()
         written.append(message)
 
-    writer = EventWriter(write, capacity=10, workers=2)
+    return write
+
+
+async def test_events_are_written_after_emit_returns_and_flush_waits_for_them() -> None:
+    written: list[str] = []
+    gate = asyncio.Event()
+    writer = EventWriter(gated(written, gate), capacity=10, workers=2)
     for i in range(5):
         writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
     assert written == []  # emit never waits for the API
@@ -31,12 +36,7 @@ async def test_events_are_written_after_emit_returns_and_flush_waits_for_them() 
 async def test_a_full_buffer_drops_new_events_and_counts_them() -> None:
     gate = asyncio.Event()
     written: list[str] = []
-
-    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
-        await gate.wait()
-        written.append(message)
-
-    writer = EventWriter(write, capacity=3, workers=1)
+    writer = EventWriter(gated(written, gate), capacity=3, workers=1)
     for i in range(6):
         writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
         await asyncio.sleep(0)  # the worker takes the first one off the buffer
