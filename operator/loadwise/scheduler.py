@@ -228,7 +228,7 @@ class Scheduler:
         started = time.perf_counter()
         samples, now = self.samples_for(policy), time.time()
         result = self.index.schedule(pod, self.state, policy, samples, now, self.rng)
-        if result is None:  # inter-pod constraints: every node is visited
+        if result is None:  # an invalid pod: the full cycle says why
             result = schedule_one(pod, self.state, policy, samples, now, self.rng)
         obs.CYCLE_SECONDS.observe(time.perf_counter() - started)
         if isinstance(result, Decision):

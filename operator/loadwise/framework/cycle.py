@@ -83,6 +83,18 @@ def schedule_one(
     if not feasible:
         return Unschedulable(failure_message(len(state.nodes), reasons), reasons)
     load = [score_node(pod, node, state, policy, samples, now) for node in feasible]
+    return decide(ctx, policy, feasible, load, rng)
+
+
+def decide(
+    ctx: CycleContext,
+    policy: Policy,
+    feasible: list[NodeInfo],
+    load: list[NodeScore],
+    rng: random.Random,
+) -> Decision:
+    """From the feasible nodes and their load scores: hot pass-over, preferences, normalise,
+    pick. Shared by the full cycle and the score index's path for constrained pods."""
     hot = sum(s.hot for s in load)
     all_hot = hot == len(load)
     if hot and not all_hot:  # hot nodes get nothing while a cooler feasible node exists

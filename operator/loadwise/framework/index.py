@@ -1,4 +1,5 @@
-"""ScoreIndex: schedule_one's answer for most pods without visiting every node per pod.
+"""ScoreIndex: schedule_one's answer for most pods without visiting every node per pod, and
+for the others without re-running the node-local filters and load scores on every node.
 
 For a pod whose constraints are all node-local (no inter-pod affinity or anti-affinity, none of
 the placed pods' anti-affinity aimed at it, no topology spread, no preferred node affinity, no
@@ -8,8 +9,10 @@ node affinity, host ports and policy. Pods of one shape share a heap of the node
 as schedule_one ranks them (cool nodes by load score, then hot ones by measured load). The cluster
 state logs which nodes changed, and only those are re-evaluated, so a pod usually costs a couple
 of node evaluations instead of one per node. The heap is rebuilt when the policy or the metrics
-snapshot changes, or when a sample it used goes stale. `tests/unit/test_index.py` checks the
-answers against schedule_one on random clusters.
+snapshot changes, or when a sample it used goes stale. Any other pod (spread, inter-pod
+affinity, preferences) still visits every node, but takes each node's node-local verdict and
+load score from its shape's entries and runs only the checks that depend on other pods.
+`tests/unit/test_index.py` checks the answers against schedule_one on random clusters.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ..metrics.cache import NodeSample
 from ..policy import Policy
 from ..state import ClusterState, PodInfo
 from .context import CycleContext
-from .cycle import Decision, Unschedulable, failure_message, first_failure
+from .cycle import Decision, Unschedulable, decide, failure_message, first_failure
 from .filters import Filter, inter_pod_affinity, topology_spread
 from .scoring import MAX_SCORE, NodeScore, score_node, weighted_load
 from .taints import PREFER_NO_SCHEDULE, first_untolerated
@@ -88,6 +91,7 @@ def node_local(pod: PodInfo, state: ClusterState) -> bool:
 class ScoreIndex:
     def __init__(self, filters: Sequence[Filter]) -> None:
         self.filters = tuple(f for f in filters if f not in _NOT_NODE_LOCAL)
+        self.inter_pod = tuple(f for f in filters if f in _NOT_NODE_LOCAL)
         self._shapes: OrderedDict[Shape, _ShapeHeap] = OrderedDict()
         self._seq = itertools.count()
         self.evaluations = 0  # node evaluations, for tests and profiling
@@ -101,10 +105,12 @@ class ScoreIndex:
         now: float,
         rng: random.Random,
     ) -> Decision | Unschedulable | None:
-        """schedule_one's result for a node-local pod; None for any other pod."""
-        if pod.invalid_reason or not node_local(pod, state):
+        """schedule_one's result; None for a pod it cannot judge (invalid)."""
+        if pod.invalid_reason:
             return None
         shape = self._current(shape_of(pod, policy), pod, state, policy, samples, now, rng)
+        if not node_local(pod, state):
+            return self._constrained(shape, pod, state, policy, rng)
         best = self._top(shape)
         if best is None:
             return Unschedulable(failure_message(len(state.nodes), +shape.reasons), +shape.reasons)
@@ -124,6 +130,36 @@ class ScoreIndex:
             assert runner is not None
             ranked.append((_normalised(runner.score, chosen.score), runner))
         return Decision(chosen.node, ranked[0][0], ranked, policy.name, shape.hot, False)
+
+    def _constrained(
+        self,
+        shape: _ShapeHeap,
+        pod: PodInfo,
+        state: ClusterState,
+        policy: Policy,
+        rng: random.Random,
+    ) -> Decision | Unschedulable:
+        """A pod with inter-pod constraints or preferences: every node is visited, but its
+        node-local verdict and load score come from the shape's entries; only the checks that
+        depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
+        as in kube-scheduler's order."""
+        ctx = CycleContext(pod, state)
+        reasons = +shape.reasons
+        feasible, load = [], []
+        nodes = state.nodes
+        for name, entry in shape.entries.items():
+            if entry.score is None:
+                continue
+            node = nodes[name]
+            failed = first_failure(ctx, node, self.inter_pod)
+            if failed:
+                reasons.update(failed)
+            else:
+                feasible.append(node)
+                load.append(entry.score)
+        if not feasible:
+            return Unschedulable(failure_message(len(nodes), reasons), reasons)
+        return decide(ctx, policy, feasible, load, rng)
 
     def _current(
         self,
