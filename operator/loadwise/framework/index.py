@@ -73,7 +73,7 @@ def shape_of(pod: PodInfo, policy: Policy) -> Shape:
     )
 
 
-def node_local(pod: PodInfo, state: ClusterState) -> bool:
+def node_local(pod: PodInfo, state: ClusterState, ctx: CycleContext | None = None) -> bool:
     """True when every node's verdict and score depend on that node alone (see module doc)."""
     if pod.affinity_terms or pod.anti_affinity_terms or pod.spread or pod.preferred_node_affinity:
         return False
@@ -82,7 +82,7 @@ def node_local(pod: PodInfo, state: ClusterState) -> bool:
         if node is not None and first_untolerated(node.taints, pod.tolerations, _PREFER):
             return False
     if state.anti_affinity_pods:
-        counts = CycleContext(pod, state).affinity
+        counts = (ctx or CycleContext(pod, state)).affinity
         if counts is not None and counts.existing_anti:
             return False
     return True
@@ -109,8 +109,9 @@ class ScoreIndex:
         if pod.invalid_reason:
             return None
         shape = self._current(shape_of(pod, policy), pod, state, policy, samples, now, rng)
-        if not node_local(pod, state):
-            return self._constrained(shape, pod, state, policy, rng)
+        ctx = CycleContext(pod, state)  # its PreFilter data serves both checks below
+        if not node_local(pod, state, ctx):
+            return self._constrained(shape, ctx, policy, rng)
         best = self._top(shape)
         if best is None:
             return Unschedulable(failure_message(len(state.nodes), +shape.reasons), +shape.reasons)
@@ -132,21 +133,15 @@ class ScoreIndex:
         return Decision(chosen.node, ranked[0][0], ranked, policy.name, shape.hot, False)
 
     def _constrained(
-        self,
-        shape: _ShapeHeap,
-        pod: PodInfo,
-        state: ClusterState,
-        policy: Policy,
-        rng: random.Random,
+        self, shape: _ShapeHeap, ctx: CycleContext, policy: Policy, rng: random.Random
     ) -> Decision | Unschedulable:
         """A pod with inter-pod constraints or preferences: every node is visited, but its
         node-local verdict and load score come from the shape's entries; only the checks that
         depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
         as in kube-scheduler's order."""
-        ctx = CycleContext(pod, state)
         reasons = +shape.reasons
         feasible, load = [], []
-        nodes = state.nodes
+        nodes = ctx.state.nodes
         for name, entry in shape.entries.items():
             if entry.score is None:
                 continue
