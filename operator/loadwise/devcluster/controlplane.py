@@ -12,6 +12,7 @@ Authentication is a static admin token (group system:masters) plus real service-
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import socket
@@ -112,6 +113,9 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     token: str = field(default_factory=lambda: base64.b32encode(os.urandom(20)).decode().lower())
     apiserver_port: int = 0
+    # Extra kube-apiserver flags, e.g. ["--watch-cache=false"] (watches then read etcd directly,
+    # so an etcd compaction expires them with 410 Gone, as a busy real cluster does).
+    apiserver_args: list[str] = field(default_factory=list)
 
     @property
     def server(self) -> str:
@@ -173,32 +177,31 @@ class ControlPlane:
         )
 
     def _start_apiserver(self, pki: Path) -> None:
-        self.apiserver_port = free_port()
-        self._spawn(
-            "kube-apiserver",
-            [
-                self.binary("kube-apiserver"),
-                f"--etcd-servers={self.etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.apiserver_port}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--token-auth-file={self.workdir / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--api-audiences=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.96.0.0/16",
-                "--disable-admission-plugins=TaintNodesByCondition",
-                "--endpoint-reconciler-type=none",
-                "--max-requests-inflight=2000",
-                "--max-mutating-requests-inflight=1000",
-                "--profiling=false",
-                "--v=1",
-            ],
-        )
+        self.apiserver_port = self.apiserver_port or free_port()
+        self._apiserver_cmd = [
+            self.binary("kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--api-audiences=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--disable-admission-plugins=TaintNodesByCondition",
+            "--endpoint-reconciler-type=none",
+            "--max-requests-inflight=2000",
+            "--max-mutating-requests-inflight=1000",
+            "--profiling=false",
+            "--v=1",
+            *self.apiserver_args,
+        ]
+        self._spawn("kube-apiserver", self._apiserver_cmd)
 
     def _start_controller_manager(self, pki: Path) -> None:
         self._spawn(
@@ -259,6 +262,74 @@ class ControlPlane:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    # --- faults --------------------------------------------------------------------------------
+    def stop_apiserver(self, kill: bool = False, timeout: float = 10.0) -> None:
+        """Stop kube-apiserver (SIGTERM, or SIGKILL with `kill`); etcd and the rest stay up."""
+        proc = self.processes.pop("kube-apiserver", None)
+        if proc is None or proc.poll() is not None:
+            return
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def start_apiserver(self, timeout: float = 60.0) -> float:
+        """Start kube-apiserver again with the same flags and port; seconds until /readyz."""
+        if "kube-apiserver" in self.processes and self.processes["kube-apiserver"].poll() is None:
+            raise RuntimeError("kube-apiserver is already running")
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:  # the port may linger for a moment after the old process exited
+            self._spawn("kube-apiserver", self._apiserver_cmd)
+            try:
+                self.wait_ready(max(1.0, deadline - time.monotonic()))
+                return time.monotonic() - started
+            except RuntimeError:  # exited at once (address in use): try again
+                self.processes.pop("kube-apiserver", None)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def restart_apiserver(self, downtime: float = 0.0, kill: bool = False) -> float:
+        """Stop kube-apiserver, wait `downtime` seconds, start it again; returns the seconds it
+        was unreachable in total (down time plus its start-up)."""
+        started = time.monotonic()
+        self.stop_apiserver(kill=kill)
+        time.sleep(max(0.0, downtime - (time.monotonic() - started)))
+        self.start_apiserver()
+        return time.monotonic() - started
+
+    def _etcd(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        """etcd's v3 JSON gateway (etcd 3.4 serves /v3/...)."""
+        request = urllib.request.Request(
+            self.etcd_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            answer: dict[str, object] = json.loads(resp.read())
+            return answer
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (what a Kubernetes resourceVersion counts)."""
+        answer = self._etcd("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
+        header = answer.get("header")
+        assert isinstance(header, dict)
+        return int(header["revision"])
+
+    def compact_etcd(self, revision: int | None = None) -> int:
+        """Compact etcd's history up to `revision` (default: now). Watches asking for anything
+        older then get 410 Gone from an API server without a watch cache. Returns the revision."""
+        target = revision if revision is not None else self.etcd_revision()
+        self._etcd("/v3/kv/compaction", {"revision": str(target), "physical": True})
+        return target
 
     def stop(self) -> None:
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
