@@ -39,28 +39,44 @@ def binding_body(pod: PodInfo, node: str) -> dict[str, Any]:
 def event_body(
     pod: PodInfo, scheduler_name: str, event_type: str, reason: str, message: str
 ) -> dict[str, Any]:
+    involved = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": pod.name,
+        "namespace": pod.namespace,
+        "uid": pod.uid,
+    }
+    action = "Binding" if reason == "Scheduled" else "Scheduling"
+    return object_event(involved, scheduler_name, event_type, reason, message, action)
+
+
+def object_event(
+    involved: dict[str, str],
+    component: str,
+    event_type: str,
+    reason: str,
+    message: str,
+    action: str = "Scheduling",
+    instance: str = "",
+) -> dict[str, Any]:
+    """An Event about any object. A cluster-scoped object's event lives in `default` and names
+    no namespace in involvedObject, which is where `kubectl describe` looks for it."""
     now = stamp()
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {
-            "name": f"{pod.name}.{time.time_ns():x}",
-            "namespace": pod.namespace,
+            "name": f"{involved['name']}.{time.time_ns():x}",
+            "namespace": involved.get("namespace") or "default",
         },
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "uid": pod.uid,
-        },
+        "involvedObject": involved,
         "type": event_type,
         "reason": reason,
         "message": message[:1024],
-        "source": {"component": scheduler_name},
-        "reportingComponent": scheduler_name,
-        "reportingInstance": scheduler_name,
-        "action": "Binding" if reason == "Scheduled" else "Scheduling",
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance or component,
+        "action": action,
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
@@ -110,6 +126,13 @@ class Binder:
         }
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         await self._best_effort("status", "PATCH", path, body)
+
+    async def object_event(
+        self, involved: dict[str, str], event_type: str, reason: str, message: str
+    ) -> None:
+        body = object_event(involved, self.scheduler_name, event_type, reason, message)
+        namespace = body["metadata"]["namespace"]
+        await self._best_effort("event", "POST", f"/api/v1/namespaces/{namespace}/events", body)
 
     async def _best_effort(self, what: str, method: str, path: str, body: dict[str, Any]) -> None:
         try:

@@ -6,7 +6,14 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .metrics.prometheus import DEFAULT_CPU_QUERY, DEFAULT_MEMORY_QUERY
 
@@ -39,6 +46,28 @@ class Config(BaseModel):
     # Relist pods and nodes this often to drop objects whose DELETED event was lost.
     reconcile_interval: float = Field(300.0, gt=0)
     log_level: str = "INFO"
+    # Leader election on a coordination.k8s.io Lease, with kube-scheduler's defaults. Every
+    # replica keeps its state warm; only the leader schedules and writes.
+    leader_elect: bool = True
+    lease_name: str = Field("loadwise-scheduler", min_length=1)
+    lease_namespace: str = Field("default", min_length=1)  # the chart: the release namespace
+    lease_duration: float = Field(15.0, gt=0)
+    renew_deadline: float = Field(10.0, gt=0)
+    retry_period: float = Field(2.0, gt=0)
+    identity: str = ""  # this replica's name in the Lease; default: pod name or hostname + random
+    # The operator's own Pod (the chart sets both from the downward API): operator-level
+    # Warning events and the loadwise.io/Degraded condition go on it.
+    pod_name: str = ""
+    pod_namespace: str = ""
+    # How often the API server is probed (GET /readyz on a fresh connection): a failed probe
+    # is how a silent network black hole is told apart from a quiet cluster.
+    api_probe_interval: float = Field(5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _election_timing(self) -> Config:
+        if not self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("leader election needs retry_period < renew_deadline < lease_duration")
+        return self
 
     @field_validator("metrics_sources", mode="before")
     @classmethod
@@ -59,6 +88,9 @@ class Config(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in exc.errors()
+                f"{PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}"
+                if e["loc"]
+                else f"{PREFIX}*: {e['msg']}"
+                for e in exc.errors()
             )
             raise ValueError(f"invalid settings: {problems}") from None

@@ -1,38 +1,55 @@
-"""kopf wiring only: each handler translates an event into one call on the Runtime's services.
+"""kopf wiring only: the operator's lifecycle.
 
-kopf runs the operator's lifecycle (login, startup, cleanup) and the SchedulingPolicy handlers:
-change handlers and the metrics timer, which may annotate the policy objects (there are few) and
-add kopf's finalizer to them. Pods, nodes and namespaces do not go through kopf: the Runtime's
-informers stream them as raw JSON (see informer.py for why), and nothing is written to them
-except Bindings, events and the PodScheduled condition.
+kopf runs the process (signals, login, startup and cleanup handlers); the Runtime does the rest.
+SchedulingPolicies no longer go through kopf handlers and the node-metrics refresh is no longer a
+kopf timer (see policywatch.py and runtime.py for why: a timer task died for good after an API
+outage, handlers ran only after the first decisions, and a CRD installed after start-up was never
+seen). So kopf writes nothing on policy objects: no annotations, no finalizer.
 All handlers are `async`: kopf runs sync handlers in threads, and our state is single-threaded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import kopf
 
 from .config import Config
-from .policy import GROUP, PLURAL, VERSION
 from .runtime import Runtime
-from .status import set_condition
+
+log = logging.getLogger(__name__)
+
+RETRY_FLOOR, RETRY_CAP = 1.0, 30.0  # start-up retries (kopf's own backoff is a fixed 60 s)
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
-    # Only explicit kopf.warn() calls become Events (kopf >= 1.45's default, made explicit):
-    # kopf's own log lines would otherwise become Events on the objects it handles.
+    # Only explicit kopf.warn() calls become Events (kopf >= 1.45's default, made explicit).
     settings.posting.loggers = False
     settings.posting.level = logging.WARNING
     settings.peering.standalone = True
     settings.scanning.disabled = True
-    settings.watching.server_timeout = 270
-    settings.watching.client_timeout = 300
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
-    settings.persistence.finalizer = f"{GROUP}/metrics-timer"
+
+
+async def start_runtime(config: Config) -> Runtime:
+    """Runtime.start until it succeeds, with a growing pause. Each failed attempt has stopped
+    everything it started (Runtime.start is all-or-nothing), so retries never pile up."""
+    delay = RETRY_FLOOR
+    while True:
+        try:
+            return await Runtime.start(config)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("start-up failed: %s; retrying in %.0fs", _one_line(exc), delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(text.split())[:500]
 
 
 def build_registry(config: Config) -> kopf.OperatorRegistry:
@@ -47,66 +64,12 @@ def build_registry(config: Config) -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         configure(settings)
-        memo.runtime = await Runtime.start(config)
+        memo.runtime = await start_runtime(config)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         runtime: Runtime | None = getattr(memo, "runtime", None)
         if runtime is not None:
             await runtime.stop()
-
-    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
-    async def policy_changed(
-        name: str,
-        body: kopf.Body,
-        spec: kopf.Spec,
-        meta: kopf.Meta,
-        status: kopf.Status,
-        patch: kopf.Patch,
-        memo: kopf.Memo,
-        logger: kopf.Logger,
-        **_: Any,
-    ) -> None:
-        try:
-            memo.runtime.scheduler.apply_policy(name, dict(spec))
-            ready = {"type": "Ready", "status": "True", "reason": "Valid", "message": ""}
-        except ValueError as exc:
-            logger.warning("SchedulingPolicy %s is invalid and ignored: %s", name, exc)
-            kopf.warn(body, reason="InvalidPolicy", message=f"ignored: {exc}")
-            ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": str(exc)}
-        patch.status["observedGeneration"] = meta.get("generation", 0)
-        patch.status["conditions"] = set_condition(status.get("conditions"), ready)
-
-    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
-    async def policy_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
-        memo.runtime.scheduler.remove_policy(name)
-
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.metrics_interval, registry=registry)
-    async def refresh_metrics(
-        name: str,
-        body: kopf.Body,
-        status: kopf.Status,
-        patch: kopf.Patch,
-        memo: kopf.Memo,
-        logger: kopf.Logger,
-        **_: Any,
-    ) -> None:
-        # One timer per policy object: the caches make it one refresh per interval in total.
-        runtime: Runtime = memo.runtime
-        await runtime.refresh_metrics()
-        update = runtime.policy_status(name, status.get("conditions"))
-        if update is None:
-            return  # invalid policy: its Ready condition already says why
-        fields, newly_degraded = update
-        if newly_degraded:  # a Warning event on the policy, once per transition
-            message = f"load-aware scoring degraded: {fields['conditions_message']}"
-            logger.warning("%s: %s", name, message)
-            kopf.warn(body, reason="MetricsDegraded", message=message)
-        fields.pop("conditions_message")
-        for key, value in fields.items():
-            if status.get(key) != value:
-                patch.status[key] = value
 
     return registry

@@ -8,12 +8,19 @@ good at: the SchedulingPolicy handlers and timers.
 The watch resumes from the last resourceVersion seen (bookmarks keep it current); when that is
 too old (410 Gone) the kind is listed again and `on_relisted` receives every key present, so
 objects deleted while nobody watched are dropped.
+
+Dead connections: a watch that has delivered nothing, not even a bookmark (the API server sends
+one about every minute), for READ_TIMEOUT is dropped and resumed; the Runtime's API probe also
+restarts every watch when the API server stops answering and again when it answers, so a network
+black hole costs seconds after it ends, not a read timeout. The reconnect backoff starts again
+from its floor as soon as a watch is accepted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,8 +33,10 @@ log = logging.getLogger(__name__)
 OnEvent = Callable[[str | None, Mapping[str, Any]], None]  # (ADDED/MODIFIED/DELETED/None, object)
 OnRelisted = Callable[[set[str]], None]  # keys present in a fresh list
 
-WATCH_SECONDS = 290  # server-side timeout of one watch request; it is then resumed
+WATCH_SECONDS = 240  # server-side timeout of one watch request; it is then resumed
+READ_TIMEOUT = 90.0  # nothing read for this long (bookmarks come about every 60 s): reconnect
 PAGE = 500
+BACKOFF_FLOOR, BACKOFF_CAP = 0.25, 5.0
 
 
 def name_of(obj: Mapping[str, Any]) -> str:
@@ -63,6 +72,11 @@ class Informer:
         self.resource_version = ""
         self.events = 0
         self.relists = 0
+        self.synced = False  # a first list completed
+        self.last_progress = time.monotonic()  # a list, an event, a bookmark, a (re)connection
+        self._connected = False
+        self._current: asyncio.Task[None] | None = None
+        self._resync: asyncio.Future[None] | None = None
 
     async def list(self) -> set[str]:
         """Feed every object as an event with type None; remember where the list was taken.
@@ -87,37 +101,76 @@ class Informer:
                 raise
             if following is None:
                 self.resource_version = meta.get("resourceVersion", "")
+                self.synced = True
+                self.last_progress = time.monotonic()
                 return keys
             page = await following
 
     async def run(self) -> None:
         """Watch forever from the last list; reconnect with backoff, relist when too old."""
-        delay = 0.5
+        delay = BACKOFF_FLOOR
         while True:
+            if self._resync is not None:
+                await self._relist()
+                continue
+            self._connected = False
+            self._current = asyncio.ensure_future(self._watch())
             try:
-                await self._watch()
-                delay = 0.5
+                await self._current
+                delay = BACKOFF_FLOOR
             except Gone:
                 log.info("watch of %s expired; listing again", self.path)
                 await self._relist()
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # we are being stopped
+                continue  # restart() cancelled this watch only: resume at once
             except Exception as exc:  # connection drops, apiserver restarts: resume
+                if self._connected:  # the API server answered: it is back, start again low
+                    delay = BACKOFF_FLOOR
                 log.warning("watch of %s failed: %r; retrying in %.1fs", self.path, exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                delay = min(delay * 2, BACKOFF_CAP)
+            finally:
+                self._current = None
+
+    def restart(self) -> None:
+        """Drop the current watch connection and resume from the last resourceVersion."""
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+    async def resync(self) -> None:
+        """List again now (the watch stops meanwhile) and return once the list is applied: a
+        new leader calls this so that it has seen every bind its predecessor made."""
+        if self._resync is None:
+            self._resync = asyncio.get_running_loop().create_future()
+        waiter = self._resync
+        self.restart()
+        await asyncio.shield(waiter)
+
+    def stalled_for(self, now: float | None = None) -> float:
+        """Seconds since this informer last made progress."""
+        return (time.monotonic() if now is None else now) - self.last_progress
 
     async def _relist(self) -> None:
+        delay = BACKOFF_FLOOR
         while True:
             try:
                 keys = await self.list()
                 break
             except Exception as exc:
-                log.warning("listing %s failed: %r; retrying", self.path, exc)
-                await asyncio.sleep(2.0)
+                log.warning("listing %s failed: %r; retrying in %.1fs", self.path, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_CAP)
         self.relists += 1
-        if self.on_relisted is not None:
-            self.on_relisted(keys)
+        try:
+            if self.on_relisted is not None:
+                self.on_relisted(keys)
+        finally:
+            waiter, self._resync = self._resync, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def _watch(self) -> None:
         params = {
@@ -127,7 +180,9 @@ class Informer:
             "timeoutSeconds": str(WATCH_SECONDS),
         }
         try:
-            async with self.transport.stream(self.path, params, WATCH_SECONDS + 30) as resp:
+            async with self.transport.stream(self.path, params, READ_TIMEOUT) as resp:
+                self._connected = True
+                self.last_progress = time.monotonic()
                 buffer = b""
                 async for chunk in resp.content.iter_any():
                     buffer += chunk
@@ -137,6 +192,7 @@ class Informer:
                     for line in lines:
                         if line:
                             self._dispatch(orjson.loads(line))
+            self.last_progress = time.monotonic()  # the server ended the watch: alive
         except ApiError as exc:
             if exc.status == 410:
                 raise Gone from exc
@@ -149,6 +205,7 @@ class Informer:
             if obj.get("code") == 410:
                 raise Gone
             raise RuntimeError(f"watch error: {obj.get('message')}")
+        self.last_progress = time.monotonic()
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = version

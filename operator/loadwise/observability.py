@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
@@ -40,6 +40,27 @@ METRICS_REFRESH = Counter(
 SOURCE_UP = Gauge(
     "loadwise_metrics_source_up", "1 if the source's last refresh succeeded, else 0.", ["source"]
 )
+LEADER = Gauge("loadwise_leader", "1 while this replica holds the leader Lease and schedules.")
+DEGRADED = Gauge(
+    "loadwise_degraded",
+    "1 while a degradation is active (no_policy, crd_missing, api_unreachable, metrics_source).",
+    ["reason"],
+)
+ACCOUNTED_PODS = Gauge(
+    "loadwise_accounted_pods", "Pods the scheduler's state holds on nodes (bound or assumed)."
+)
+ACCOUNTED_CPU = Gauge(
+    "loadwise_accounted_cpu_millicores",
+    "CPU requests the scheduler's state holds on nodes (bound or assumed pods), millicores.",
+)
+API_UNREACHABLE_SECONDS = Counter(
+    "loadwise_api_unreachable_seconds_total",
+    "Seconds the API server did not answer this replica's probes.",
+)
+REPORT_ERRORS = Counter(
+    "loadwise_report_errors_total",
+    "Status patches (policies, the operator's condition) that failed; retried next interval.",
+)
 FRESH_NODES = Gauge("loadwise_metrics_nodes", "Nodes with a metrics sample, by source.", ["source"])
 
 
@@ -47,19 +68,29 @@ async def _metrics(_: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def start_http(host: str, port: int, healthy: Callable[[], bool]) -> web.AppRunner:
-    """/metrics, and /healthz that fails once `healthy()` is False (the scheduling loop died):
-    kopf's own liveness only proves kopf's tasks are alive."""
+Check = Callable[[], tuple[bool, str]]
 
-    async def healthz(_: web.Request) -> web.Response:
-        if healthy():
-            return web.Response(text="ok")
-        return web.Response(status=503, text="scheduling loop not running")
+
+async def start_http(host: str, port: int, health: Check, readiness: Check) -> web.AppRunner:
+    """/metrics; /healthz fails when a part that should run has died or stalled (a restart
+    helps); /readyz is true for the leader and for a synced standby. Both say why."""
+
+    def probe(check: Check) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(_: web.Request) -> web.Response:
+            ok, why = check()
+            return web.Response(status=200 if ok else 503, text=why + "\n")
+
+        return handle
 
     app = web.Application()
     app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/healthz", probe(health))
+    app.router.add_get("/readyz", probe(readiness))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner

@@ -106,6 +106,15 @@ class SchedulingQueue:
 
     done = remove
 
+    def in_flight(self) -> list[str]:
+        return [uid for uid, entry in self._entries.items() if entry.where == "in_flight"]
+
+    def retry_now(self, uid: str) -> None:
+        """Back to active without counting an attempt (the attempt was abandoned, not failed)."""
+        entry = self._entries.get(uid)
+        if entry is not None:
+            self._push_active(entry)
+
     # --- outcomes of an attempt --------------------------------------------------------------
     def backoff(self, uid: str) -> None:
         """A transient failure (the bind errored): retry after this pod's backoff."""

@@ -1,8 +1,15 @@
-"""Runtime: builds the scheduler's services once at startup (held in kopf's memo) and stops them.
+"""Runtime: builds the scheduler's services at startup (held in kopf's memo) and stops them.
 
-Before the loop starts its informers list namespaces, nodes and pods as raw JSON, so the first
-decisions already count every pod on every node (kube-scheduler waits for its informer caches for
-the same reason); then they watch from where the lists ended.
+Start-up is all-or-nothing: the HTTP endpoint is bound first, then namespaces, nodes, pods and
+SchedulingPolicies are listed (the first decision sees every pod on every node and the user's
+policies; kube-scheduler waits for its caches for the same reason) and node metrics are fetched
+once; if any step fails, everything already started is stopped before the caller retries.
+
+Then every replica runs the same background tasks and keeps its state warm: the watches, the
+policy watch, the metrics refresh (the operator's own periodic task, not a kopf timer: it runs
+whether or not any policy exists, and an outage cannot end it), the API probe and the periodic
+reconcile. Only the leader (see leader.py) schedules, binds and writes statuses; a new leader
+first lists pods again, so it has seen every bind its predecessor made before it decides.
 """
 
 from __future__ import annotations
@@ -11,7 +18,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
+import uuid
 from typing import Any
 
 from aiohttp import web
@@ -21,14 +30,17 @@ from kubernetes_asyncio import config as kube_config
 from . import observability as obs
 from .binder import Binder
 from .config import Config
+from .degradations import Degradations
 from .informer import Informer, ignore, uid_of
+from .leader import LeaderElector
 from .metrics.cache import MetricsCache, MetricsSource
 from .metrics.metrics_server import MetricsServerSource
 from .metrics.prometheus import PrometheusSource
+from .policywatch import PolicyWatch
 from .queue import SchedulingQueue
+from .reporting import Reporter
 from .scheduler import Scheduler
 from .state import ClusterState
-from .status import metrics_report, status_fields
 from .transport import Transport
 
 log = logging.getLogger(__name__)
@@ -71,6 +83,34 @@ def metrics_sources(
     return sources
 
 
+STALL_LIMIT = 180.0  # a watch silent this long (no event, bookmark or reconnect) is dead
+PROBE_TIMEOUT = 3.0
+PROBE_FAILURES = 2  # consecutive failed probes before the API server counts as unreachable
+
+
+def identity_of(config: Config) -> str:
+    return config.identity or config.pod_name or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def operator_object(config: Config) -> dict[str, str] | None:
+    """What operator-level events and the Degraded condition go on: our Pod, else our Lease."""
+    if config.pod_name and config.pod_namespace:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": config.pod_name,
+            "namespace": config.pod_namespace,
+        }
+    if config.leader_elect:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "name": config.lease_name,
+            "namespace": config.lease_namespace,
+        }
+    return None
+
+
 class Runtime:
     def __init__(
         self, config: Config, api: client.ApiClient, transport: Transport, scheduler: Scheduler
@@ -79,7 +119,9 @@ class Runtime:
         self.api = api
         self.transport = transport
         self.scheduler = scheduler
-        # All three are listed before the first decision, which then sees every pod on every node.
+        self.identity = identity_of(config)
+        self.degradations = Degradations()
+        # All of these are listed before the first decision.
         self.informers = (
             Informer(
                 transport,
@@ -97,59 +139,283 @@ class Runtime:
                 transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
             ),
         )
-        self._watch_tasks: list[asyncio.Task[None]] = []
-        self._loop_task: asyncio.Task[None] | None = None
-        self._available: dict[str, bool] = {}  # policy -> metrics available at last check
-        self._reconcile_task: asyncio.Task[None] | None = None
+        self.pod_informer = self.informers[2]
+        self.policies = PolicyWatch(transport, scheduler, self.degradations)
+        self.reporter = Reporter(
+            transport,
+            scheduler.binder,
+            scheduler,
+            self.policies,
+            self.degradations,
+            operator_object(config),
+        )
+        self.elector: LeaderElector | None = None
+        if config.leader_elect:
+            self.elector = LeaderElector(
+                transport,
+                config.lease_namespace,
+                config.lease_name,
+                self.identity,
+                config.lease_duration,
+                config.renew_deadline,
+                config.retry_period,
+                on_elected=self._elected,
+                on_lost=self._lost,
+            )
+        self.started = False
+        self.leading = False  # scheduling (after the new leader's resync)
+        self.api_down_since: float | None = None  # monotonic time of the first failed probe
+        self.last_refresh = time.monotonic()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._lead_task: asyncio.Task[None] | None = None
         self._http: web.AppRunner | None = None
 
+    # --- start and stop ----------------------------------------------------------------------
     @classmethod
     async def start(cls, config: Config) -> Runtime:
         api = await api_client(pool_size=1)  # configuration and credentials; requests: transport
-        transport = Transport(api, pool_size=config.bind_concurrency + 8)
-        state = ClusterState()
-        caches = {
-            name: MetricsCache(source, config.metrics_interval)
-            for name, source in metrics_sources(config, transport, state).items()
-        }
-        scheduler = Scheduler(
-            config.scheduler_name,
-            Binder(transport, config.scheduler_name),
-            caches,
-            SchedulingQueue(
-                config.initial_backoff, config.max_backoff, config.unschedulable_timeout
-            ),
-            bind_concurrency=config.bind_concurrency,
-            failure_event_interval=config.failure_event_interval,
-            state=state,
-        )
-        runtime = cls(config, api, transport, scheduler)
-        await runtime._seed()
-        runtime._watch_tasks = [
-            asyncio.create_task(informer.run(), name=f"loadwise-watch{informer.path}")
-            for informer in runtime.informers
-        ]
-        for task in runtime._watch_tasks:
-            task.add_done_callback(_crash_if_failed)
-        await runtime.refresh_metrics()
-        runtime._loop_task = asyncio.create_task(scheduler.run(), name="loadwise-scheduling-loop")
-        log.info("scheduling %.2fs after process start", _since_process_start())
-        runtime._loop_task.add_done_callback(_crash_if_failed)
-        runtime._reconcile_task = asyncio.create_task(runtime._reconcile_forever())
-        if config.http_port:
-            runtime._http = await obs.start_http(
-                config.http_host, config.http_port, runtime.healthy
+        runtime: Runtime | None = None
+        try:
+            transport = Transport(api, pool_size=config.bind_concurrency + 8)
+            state = ClusterState()
+            caches = {
+                name: MetricsCache(source, config.metrics_interval)
+                for name, source in metrics_sources(config, transport, state).items()
+            }
+            scheduler = Scheduler(
+                config.scheduler_name,
+                Binder(transport, config.scheduler_name),
+                caches,
+                SchedulingQueue(
+                    config.initial_backoff, config.max_backoff, config.unschedulable_timeout
+                ),
+                bind_concurrency=config.bind_concurrency,
+                failure_event_interval=config.failure_event_interval,
+                state=state,
             )
+            runtime = cls(config, api, transport, scheduler)
+            if config.http_port:  # first: a port taken fails start-up before anything runs
+                runtime._http = await obs.start_http(
+                    config.http_host, config.http_port, runtime.health, runtime.readiness
+                )
+            await runtime._seed()
+            await runtime.refresh_metrics()
+            runtime._start_tasks()
+        except BaseException:
+            if runtime is not None:
+                await runtime.stop()
+            else:
+                await api.close()
+            raise
+        runtime.started = True
+        log.info(
+            "%s started %.2fs after process start (leader election %s)",
+            runtime.identity,
+            _since_process_start(),
+            "on" if runtime.elector else "off: scheduling at once",
+        )
         return runtime
 
     async def _seed(self) -> None:
         # Concurrently: each list feeds its own kind, and the state accepts them in any order.
-        counts = [len(keys) for keys in await asyncio.gather(*(i.list() for i in self.informers))]
-        log.info("seeded state with %d namespaces, %d nodes and %d pods", *counts)
+        lists = asyncio.gather(*(informer.list() for informer in self.informers))
+        keys, _ = await asyncio.gather(lists, self.policies.seed())
+        log.info(
+            "seeded state with %d namespaces, %d nodes, %d pods and %d SchedulingPolicies",
+            *(len(k) for k in keys),
+            len(self.policies.objects),
+        )
+
+    def _start_tasks(self) -> None:
+        for informer in self.informers:
+            self._spawn(f"watch{informer.path}", informer.run())
+        self._spawn("policy-watch", self.policies.run())
+        self._spawn("metrics-refresh", self._refresh_forever())
+        self._spawn("api-probe", self._probe_forever())
+        self._spawn("reconcile", self._reconcile_forever())
+        if self.elector is not None:
+            self._spawn("leader-election", self.elector.run())
+        else:
+            self._elected()
+
+    def _spawn(self, name: str, coro: Any) -> None:
+        task = asyncio.create_task(coro, name=f"loadwise-{name}")
+        task.add_done_callback(_crash_if_failed)
+        self._tasks[name] = task
+
+    async def stop(self) -> None:
+        """Stop scheduling first, give the lease up (a standby takes over at once), then the
+        rest. Safe to call on a partly started runtime."""
+        await self._stop_leading()
+        elector_task = self._tasks.pop("leader-election", None)
+        if elector_task is not None:
+            elector_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await elector_task
+        if self.elector is not None:
+            await self.elector.release()
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.scheduler.events.flush(), 5)
+        await self.scheduler.events.stop()
+        for cache in self.scheduler.sources.values():
+            if isinstance(cache.source, PrometheusSource):
+                await cache.source.close()
+        if self._http is not None:
+            await self._http.cleanup()
+        await self.transport.close()
+        await self.api.close()
+
+    # --- leadership --------------------------------------------------------------------------
+    def _elected(self) -> None:
+        self._lead_task = asyncio.create_task(self._lead(), name="loadwise-leading")
+        self._lead_task.add_done_callback(_crash_if_failed)
+
+    def _lost(self) -> None:
+        """Stop binding at once (synchronously: nothing new is sent after this returns)."""
+        self.leading = False
+        if self._lead_task is not None:
+            self._lead_task.cancel()
+        self.scheduler.abandon()
+
+    async def _lead(self) -> None:
+        if self.elector is not None:
+            # The previous leader's last binds may not have reached our watch yet: list pods
+            # again (kubernetes/kubernetes#137308 is kube-scheduler over-committing for this).
+            started = time.monotonic()
+            await self.pod_informer.resync()
+            log.info("caught up with the pods in %.2fs; scheduling", time.monotonic() - started)
+        self.leading = True
+        try:
+            await asyncio.gather(
+                self.scheduler.run(), self.reporter.run(self.config.metrics_interval)
+            )
+        finally:
+            self.leading = False
+
+    async def _stop_leading(self) -> None:
+        task, self._lead_task = self._lead_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.scheduler.drain(), 10)
+            self.scheduler.abandon()
+        self.leading = False
+
+    # --- health ------------------------------------------------------------------------------
+    def health(self) -> tuple[bool, str]:
+        """Unhealthy when something a restart would fix has died or stalled."""
+        if not self.started:
+            return True, "starting"
+        problems = [f"{name} stopped" for name, task in self._tasks.items() if task.done()]
+        lead = self._lead_task
+        if lead is not None and lead.done() and not lead.cancelled():
+            problems.append("scheduling loop stopped")
+        now = time.monotonic()
+        watched = [*self.informers]
+        if self.policies.crd_present:
+            watched.append(self.policies.informer)
+        for informer in watched:
+            if informer.stalled_for(now) > STALL_LIMIT:
+                problems.append(
+                    f"watch of {informer.path} silent for {informer.stalled_for(now):.0f}s"
+                )
+        refresh_limit = 3 * self.config.metrics_interval + 2 * self.config.prometheus_timeout
+        if now - self.last_refresh > refresh_limit:
+            problems.append(f"metrics refresh stalled for {now - self.last_refresh:.0f}s")
+        return (False, "; ".join(problems)) if problems else (True, "ok")
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.started:
+            return False, "starting: listing the cluster"
+        degraded = self.degradations.summary()
+        suffix = f" (degraded: {degraded})" if degraded else ""
+        if self.policies.crd_present is False:
+            return False, self.degradations.active["crd_missing"].message
+        if self.elector is None or self.leading:
+            return True, f"leader {self.identity}{suffix}"
+        if self.elector.is_leader:
+            return True, f"leader {self.identity}, catching up{suffix}"
+        leader = self.elector.leader or "unknown"
+        return True, f"standby {self.identity}, synced; leader {leader}{suffix}"
 
     def healthy(self) -> bool:
-        tasks = [self._loop_task, *self._watch_tasks]
-        return all(task is not None and not task.done() for task in tasks)
+        return self.health()[0]
+
+    # --- periodic tasks ----------------------------------------------------------------------
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.metrics_interval)
+            try:
+                await self.refresh_metrics()
+            except Exception:  # a bug must cost one refresh, never the refreshing
+                log.exception("metrics refresh failed")
+            self.last_refresh = time.monotonic()
+
+    async def refresh_metrics(self) -> None:
+        for name, cache in self.scheduler.sources.items():
+            if await cache.refresh_if_due():
+                ok = cache.last_error is None
+                obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
+                obs.SOURCE_UP.labels(name).set(1 if ok else 0)
+                obs.FRESH_NODES.labels(name).set(len(cache.samples))
+                if ok:
+                    self.degradations.clear(f"metrics_source/{name}")
+                else:
+                    self.degradations.set(
+                        f"metrics_source/{name}",
+                        f"node metrics from {name} failed ({cache.last_error}): nodes are "
+                        "scored by requests once their samples age out",
+                    )
+        self.last_refresh = time.monotonic()
+        self.scheduler.update_gauges()
+
+    async def _probe_forever(self) -> None:
+        """Tell a silent network (a black hole) from a quiet cluster: watches cannot."""
+        failures = 0
+        first_failure = 0.0
+        interval = self.config.api_probe_interval
+        while True:
+            await asyncio.sleep(interval)
+            started = time.monotonic()
+            ok = await self._probe_api()
+            if ok:
+                failures = 0
+                if self.api_down_since is not None:
+                    down = time.monotonic() - self.api_down_since
+                    self.api_down_since = None
+                    self.degradations.clear(
+                        "api_unreachable", f"the API server was unreachable for {down:.0f}s"
+                    )
+                    self.transport.reset()  # connections made meanwhile may be dead too
+                continue
+            failures += 1
+            if failures == 1:
+                first_failure = started
+            obs.API_UNREACHABLE_SECONDS.inc(interval if failures > 1 else 0)
+            if failures >= PROBE_FAILURES and self.api_down_since is None:
+                self.api_down_since = first_failure
+                self.degradations.set(
+                    "api_unreachable",
+                    f"the API server has not answered for {time.monotonic() - first_failure:.0f}s"
+                    ": watches reconnect, binds wait",
+                )
+                self.transport.reset()  # hung requests and watches fail now and are retried
+
+    async def _probe_api(self) -> bool:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                await self.transport.request("GET", "/readyz")
+            return True  # any answer: the network and the server are there
+        except Exception:
+            return False
 
     async def reconcile(self) -> None:
         """Drop pods and nodes deleted without an event reaching us. Only objects known before
@@ -175,53 +441,6 @@ class Runtime:
                 await self.reconcile()
             except Exception as exc:  # the next round tries again
                 log.warning("reconcile failed: %r", exc)
-
-    async def refresh_metrics(self) -> None:
-        for name, cache in self.scheduler.sources.items():
-            if await cache.refresh_if_due():
-                ok = cache.last_error is None
-                obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
-                obs.SOURCE_UP.labels(name).set(1 if ok else 0)
-                obs.FRESH_NODES.labels(name).set(len(cache.samples))
-        self.scheduler.update_gauges()
-
-    def policy_status(
-        self, name: str, conditions: list[dict[str, Any]] | None
-    ) -> tuple[dict[str, Any], bool] | None:
-        """The metrics part of a policy's status, and whether it just became degraded."""
-        scheduler = self.scheduler
-        policy = next((p for p in scheduler.policies.policies() if p.name == name), None)
-        if policy is None:
-            return None
-        cache = scheduler.sources.get(policy.spec.metrics.source)
-        report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
-        fields = status_fields(
-            report,
-            conditions,
-            scheduler.scheduled_by_policy.get(name, 0),
-            cache.last_success if cache is not None else None,
-        )
-        was_available = self._available.get(name, True)
-        self._available[name] = report.available
-        fields["conditions_message"] = report.message
-        return fields, was_available and not report.available
-
-    async def stop(self) -> None:
-        for task in (self._loop_task, self._reconcile_task, *self._watch_tasks):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.scheduler.drain(), 10)
-        await self.scheduler.events.stop()
-        for cache in self.scheduler.sources.values():
-            if isinstance(cache.source, PrometheusSource):
-                await cache.source.close()
-        if self._http is not None:
-            await self._http.cleanup()
-        await self.transport.close()
-        await self.api.close()
 
 
 def _since_process_start() -> float:

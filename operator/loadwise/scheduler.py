@@ -201,7 +201,11 @@ class Scheduler:
         try:
             while True:
                 await self._slots.acquire()
-                pod = await self.queue.pop()
+                try:
+                    pod = await self.queue.pop()
+                except BaseException:  # cancelled while waiting (leadership lost, shutdown)
+                    self._slots.release()
+                    raise
                 handed_off = False
                 try:
                     handed_off = self.schedule(pod)
@@ -272,6 +276,7 @@ class Scheduler:
                 result = BindResult.ERROR
             obs.BIND_SECONDS.observe(time.perf_counter() - started)
             if result is BindResult.BOUND:
+                pod.bind_landed = True  # a relist that no longer shows it may now drop it
                 by_policy = self.scheduled_by_policy
                 by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
                 self.queue.done(pod.uid)
@@ -305,9 +310,25 @@ class Scheduler:
         finally:
             self._slots.release()
 
+    def abandon(self) -> None:
+        """Leadership lost: stop every bind and report in flight at once. What was reserved for
+        binds that did not land is released and their pods wait in the queue, so a later term
+        (or the next leader, whose watch shows what did land) starts from the truth."""
+        for task in list(self._tasks):
+            task.cancel()
+        for uid in self.queue.in_flight():
+            pod = self.state.pods.get(uid)
+            if pod is not None and pod.bind_landed:
+                self.queue.done(uid)
+                continue
+            self.state.forget(uid)
+            self.queue.retry_now(uid)
+
     def update_gauges(self) -> None:
         for name, count in self.queue.counts().items():
             obs.PENDING.labels(name).set(count)
+        obs.ACCOUNTED_PODS.set(len(self.state.pods))
+        obs.ACCOUNTED_CPU.set(self.state.accounted_cpu())
 
     async def drain(self) -> None:
         """Wait for in-flight binds and reports (used at shutdown and by tests)."""

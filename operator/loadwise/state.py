@@ -74,6 +74,7 @@ class PodInfo:
     generation: int = 0
     deleting: bool = False
     assumed: bool = False
+    bind_landed: bool = False  # assumed, and our Binding succeeded: only the watch is behind
     placed_at: float = 0.0  # wall-clock time we first knew it on its node
     invalid_reason: str = ""  # cannot be scheduled as written (bad quantities, unsupported)
     gated: bool = False  # spec.schedulingGates not yet removed: not ours to schedule yet
@@ -354,12 +355,13 @@ class ClusterState:
 
     def drop_missing(self, gone_pods: set[str], gone_nodes: set[str]) -> bool:
         """Forget pods and nodes a fresh list no longer shows (their DELETED events were lost,
-        e.g. across a watch relist). Assumed pods are ours in flight: kept. Returns True if
+        e.g. across a watch relist). Pods whose bind is still in flight are kept (the bind's
+        answer decides); a pod whose bind landed is dropped like any other. Returns True if
         anything was freed."""
         freed = False
         for uid in gone_pods:
             pod = self.pods.get(uid)
-            if pod is not None and not pod.assumed:
+            if pod is not None and (not pod.assumed or pod.bind_landed):
                 freed = self.remove_pod(uid) or freed
         for name in gone_nodes:
             if name in self.nodes:
@@ -368,6 +370,10 @@ class ClusterState:
         return freed
 
     # --- reads -------------------------------------------------------------------------------
+    def accounted_cpu(self) -> int:
+        """CPU millicores requested by every pod held on a node (bound or assumed)."""
+        return sum(load.requested.get("cpu", 0) for load in self.loads.values())
+
     def requested(self, node_name: str) -> Mapping[str, int]:
         load = self.loads.get(node_name)
         return load.requested if load is not None else {}

@@ -11,6 +11,7 @@ decoded by orjson (the standard library's decoder was the largest start-up cost 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 import time
@@ -33,11 +34,10 @@ class Transport:
         self.api = api
         config = api.configuration
         self.host = (config.host or "").rstrip("/")
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=pool_size, ssl=ssl_context(config)),
-            trust_env=False,
-            read_bufsize=2**21,  # watch events carry whole objects (etcd allows 1.5 MiB)
-        )
+        self._pool_size = pool_size
+        self._ssl = ssl_context(config)
+        self.session = self._new_session()
+        self._closing: set[asyncio.Task[None]] = set()
         self._extra: dict[str, Any] = {}
         if config.proxy:
             self._extra["proxy"] = config.proxy
@@ -47,7 +47,24 @@ class Transport:
         self._auth: dict[str, str] = {}
         self._auth_at = float("-inf")
 
+    def _new_session(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl),
+            trust_env=False,
+            read_bufsize=2**21,  # watch events carry whole objects (etcd allows 1.5 MiB)
+        )
+
+    def reset(self) -> None:
+        """Drop every connection: requests and watches on them fail and are retried on new
+        ones. After a network black hole the old connections are dead but look open; without
+        this each would cost a request its whole timeout."""
+        old, self.session = self.session, self._new_session()
+        task = asyncio.get_running_loop().create_task(old.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
+        await asyncio.gather(*self._closing, return_exceptions=True)
         await self.session.close()
 
     async def headers(self, content_type: str | None = None) -> dict[str, str]:

@@ -39,8 +39,6 @@ async def clean(kube: Kube, local_cluster: LocalCluster) -> None:
     """Each test starts with no nodes and no policies, so placements are its own."""
     for policy in await kube.list(POLICIES):
         name = policy["metadata"]["name"]
-        # The operator of the previous test is gone: drop the timer's finalizer ourselves.
-        await kube.merge_patch(f"{POLICIES}/{name}", {"metadata": {"finalizers": None}})
         with contextlib.suppress(ApiError):
             await kube.delete(f"{POLICIES}/{name}")
     for node in await kube.list("/api/v1/nodes"):

@@ -39,6 +39,13 @@ EXPECTED_RULES = [
     },
     {"apiGroups": ["loadwise.io"], "resources": ["schedulingpolicies/status"], "verbs": ["patch"]},
 ]
+LEASE_RULES = [
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update"],
+    }
+]
 
 
 async def helm(cluster: LocalCluster, *args: str, check: bool = True) -> str:
@@ -84,7 +91,17 @@ async def test_helm_install_then_schedule_with_the_charts_service_account(
             f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-loadwise"
         )
         container = deployment["spec"]["template"]["spec"]["containers"][0]
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        assert env["LOADWISE_LEADER_ELECT"] == "true"
+        assert deployment["spec"]["replicas"] == 2
+        lease_role = await kube.get(
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles/"
+            f"{RELEASE}-loadwise-leader-election"
+        )
+        assert lease_role["rules"] == LEASE_RULES
+        await kube.get(
+            f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/{RELEASE}-loadwise"
+        )
         # The chart's settings, with the simulation's CPU window; no HTTP port in-process.
         config = Config.from_env(env).model_copy(
             update={
@@ -122,10 +139,15 @@ async def test_helm_install_then_schedule_with_the_charts_service_account(
             pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/too-big")
             conditions = {c["type"]: c for c in pod["status"].get("conditions") or ()}
             assert conditions["PodScheduled"]["reason"] == "Unschedulable"
-            await helm(local_cluster, "uninstall", RELEASE, "--namespace", NAMESPACE)
-            # The policy outlives the release (resource-policy: keep), not stuck in deletion.
+            lease = await kube.get(
+                f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}-loadwise"
+            )
+            assert lease["spec"]["holderIdentity"]  # it leads through the chart's Role
             policy = await kube.get(f"{POLICIES}/default")
-            assert "deletionTimestamp" not in policy["metadata"]
+            assert not policy["metadata"].get("finalizers")  # nothing can hold a deletion
+            await helm(local_cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
+            # No finalizer: the release's policy goes with it, uninstall never hangs.
+            assert not await kube.exists(f"{POLICIES}/default")
     finally:
         await helm(
             local_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", check=False

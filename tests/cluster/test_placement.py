@@ -11,23 +11,15 @@ import pytest
 from loadwise.devcluster import placement
 from loadwise.devcluster.cluster import LocalCluster
 
-from .conftest import POLICIES
-
 pytestmark = pytest.mark.cluster
 
 
 async def test_burst_keeps_nodes_out_of_the_hot_zone_without_herding(
     local_cluster: LocalCluster, clean: None
 ) -> None:
-    try:
-        results = await placement.run(
-            local_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
-        )
-    finally:
-        async with local_cluster.kube() as kube:
-            for policy in await kube.list(POLICIES):
-                name = policy["metadata"]["name"]
-                await kube.merge_patch(f"{POLICIES}/{name}", {"metadata": {"finalizers": None}})
+    results = await placement.run(
+        local_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
+    )
     ours, naive = results["loadwise"], results["naive"]
     assert ours.unschedulable == 0 and naive.unschedulable == 0
     assert ours.new_hot_nodes == 0, ours

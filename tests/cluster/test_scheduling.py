@@ -57,8 +57,8 @@ async def test_placement_follows_prometheus_and_policy_weights(
         assert "by metrics" in scheduled["message"]
         assert scheduled["source"]["component"] == "loadwise-scheduler"
         policy = await kube.get(f"{POLICIES}/weights")
-        ready = policy["status"]["conditions"][0]
-        assert (ready["type"], ready["status"]) == ("Ready", "True")
+        conditions = {c["type"]: c["status"] for c in policy["status"]["conditions"]}
+        assert conditions["Ready"] == "True"
 
 
 async def test_pods_for_other_schedulers_are_never_touched(

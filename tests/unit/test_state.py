@@ -64,6 +64,21 @@ def test_drop_missing_keeps_assumed_pods_and_frees_the_rest() -> None:
     assert "gone" not in state.nodes
 
 
+def test_drop_missing_frees_a_pod_whose_bind_landed_but_was_never_confirmed() -> None:
+    """Bound, then deleted while the watch was away: the relist that misses it frees its room
+    (issue 10: 49 pods stayed pending on 4.9 free CPUs)."""
+    state = ClusterState()
+    state.upsert_node(manifests.node("n"))
+    landed, in_flight = pod_info(cpu="1"), pod_info(cpu="1")
+    state.assume(landed, "n")
+    state.assume(in_flight, "n")
+    landed.bind_landed = True
+    assert state.drop_missing({landed.uid, in_flight.uid}, set())
+    assert landed.uid not in state.pods and in_flight.uid in state.pods
+    assert state.requested("n")[CPU] == 1000
+    assert state.accounted_cpu() == 1000
+
+
 def test_changed_bound_pod_is_reaccounted() -> None:
     """Labels, deletion and resized requests of a placed pod are taken from each new event."""
     state = ClusterState()

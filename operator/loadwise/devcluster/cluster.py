@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,6 +29,7 @@ from .kube import ApiError, Kube
 from .prometheus import SIM_CPU_QUERY, Prometheus
 
 T = TypeVar("T")
+_leases = itertools.count()
 
 
 async def wait_for(
@@ -84,6 +86,8 @@ class LocalCluster:
             "metrics_lag": 6.0,  # a 5 s rate window plus 1 s scrapes
             "http_port": 0,
             "http_host": "127.0.0.1",
+            # Election as in production, on a lease of its own: no operator waits for another's.
+            "lease_name": f"loadwise-{os.getpid()}-{next(_leases)}",
         }
         values.update(overrides)
         return Config(**values)

@@ -172,7 +172,6 @@ async def set_policy(kube: Kube, spec: dict[str, Any] | None) -> None:
     """Exactly one policy, `bench`, with this spec (None: the defaults)."""
     for policy in await kube.list(POLICIES):
         name = policy["metadata"]["name"]
-        await kube.merge_patch(f"{POLICIES}/{name}", {"metadata": {"finalizers": None}})
         with contextlib.suppress(ApiError):
             await kube.delete(f"{POLICIES}/{name}")
     body = manifests.policy("bench")

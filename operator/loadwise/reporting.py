@@ -1,0 +1,166 @@
+"""Reporter: the leader's writes that are not about pods: SchedulingPolicy statuses, their
+events, and the operator's own degradation events and condition.
+
+One pass per metrics interval (and right after an election). Every write is retried by the next
+pass when it fails, so no outage can stop reporting for good; nothing here raises into its loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from . import observability as obs
+from .binder import Binder
+from .degradations import Degradations
+from .policy import GROUP, VERSION
+from .policywatch import POLICIES_PATH, PolicyObject, PolicyWatch
+from .scheduler import Scheduler
+from .status import metrics_report, set_condition, stamp, status_fields
+from .transport import STRATEGIC_MERGE, Transport
+
+log = logging.getLogger(__name__)
+
+MERGE = "application/merge-patch+json"
+LEGACY_FINALIZER = f"{GROUP}/metrics-timer"  # kopf's timer finalizer, before 0.3
+CONDITION = "loadwise.io/Degraded"
+
+
+class Reporter:
+    def __init__(
+        self,
+        transport: Transport,
+        binder: Binder,
+        scheduler: Scheduler,
+        policies: PolicyWatch,
+        degradations: Degradations,
+        target: dict[str, str] | None,
+    ) -> None:
+        self.transport = transport
+        self.binder = binder
+        self.scheduler = scheduler
+        self.policies = policies
+        self.degradations = degradations
+        self.target = target  # the object operator-level events and the condition go on
+        self._available: dict[str, bool] = {}  # policy -> metrics available at last pass
+        self._invalid_reported: set[tuple[str, int]] = set()  # (uid, generation)
+        self._condition_generation = -1
+
+    async def run(self, interval: float) -> None:
+        self.degradations.replay()
+        self._condition_generation = -1
+        while True:
+            try:
+                await self.report_once()
+            except Exception:  # a bug must cost one pass, never the reporting
+                log.exception("reporting failed; trying again in %.0fs", interval)
+            await asyncio.sleep(interval)
+
+    async def report_once(self) -> None:
+        for obj in list(self.policies.objects.values()):
+            await self._report_policy(obj)
+        await self._report_operator()
+
+    # --- SchedulingPolicy objects --------------------------------------------------------------
+    async def _report_policy(self, obj: PolicyObject) -> None:
+        involved = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SchedulingPolicy",
+            "name": obj.name,
+            "uid": obj.uid,
+        }
+        status = dict(obj.status)
+        conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+        if obj.error:
+            ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": obj.error}
+            if (obj.uid, obj.generation) not in self._invalid_reported:
+                self._invalid_reported.add((obj.uid, obj.generation))
+                await self.binder.object_event(
+                    involved, "Warning", "InvalidPolicy", f"ignored: {obj.error}"
+                )
+            fields: dict[str, Any] = {"conditions": set_condition(conditions, ready)}
+        else:
+            ready = {"type": "Ready", "status": "True", "reason": "Valid", "message": ""}
+            fields = self._metrics_fields(obj.name, set_condition(conditions, ready))
+            message = fields.pop("conditions_message", "")
+            available = bool(fields.pop("available", True))
+            was = self._available.get(obj.name, True)
+            self._available[obj.name] = available
+            if was and not available:  # a Warning event per transition
+                text = f"load-aware scoring degraded: {message}"
+                log.warning("%s: %s", obj.name, text)
+                await self.binder.object_event(involved, "Warning", "MetricsDegraded", text)
+            elif available and not was:
+                await self.binder.object_event(
+                    involved, "Normal", "MetricsRecovered", f"load-aware scoring back: {message}"
+                )
+        fields["observedGeneration"] = obj.generation
+        patch = {k: v for k, v in fields.items() if status.get(k) != v}
+        if patch:
+            await self._patch(f"{POLICIES_PATH}/{obj.name}/status", {"status": patch}, MERGE)
+        if LEGACY_FINALIZER in obj.finalizers:  # no timer needs it any more: let deletes finish
+            kept = [f for f in obj.finalizers if f != LEGACY_FINALIZER]
+            await self._patch(
+                f"{POLICIES_PATH}/{obj.name}",
+                {"metadata": {"finalizers": kept or None}},
+                MERGE,
+            )
+
+    def _metrics_fields(self, name: str, conditions: list[dict[str, Any]]) -> dict[str, Any]:
+        scheduler = self.scheduler
+        policy = next((p for p in scheduler.policies.policies() if p.name == name), None)
+        if policy is None:
+            return {"conditions": conditions}
+        cache = scheduler.sources.get(policy.spec.metrics.source)
+        report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
+        fields = status_fields(
+            report,
+            conditions,
+            scheduler.scheduled_by_policy.get(name, 0),
+            cache.last_success if cache is not None else None,
+        )
+        fields["conditions_message"] = report.message
+        fields["available"] = report.available
+        return fields
+
+    # --- the operator itself -------------------------------------------------------------------
+    async def _report_operator(self) -> None:
+        notices = self.degradations.notices
+        while notices:
+            notice = notices.popleft()
+            if self.target is not None:
+                await self.binder.object_event(
+                    self.target, notice.type, notice.reason, notice.message
+                )
+        generation = self.degradations.generation
+        target = self.target
+        if generation == self._condition_generation or target is None or target["kind"] != "Pod":
+            return
+        active = self.degradations.active
+        condition = {
+            "type": CONDITION,
+            "status": "True" if active else "False",
+            "reason": ",".join(sorted({d.event_reason for d in active.values()})) or "AsExpected",
+            "message": self.degradations.summary()[:1024],
+            "lastTransitionTime": stamp(),
+        }
+        path = f"/api/v1/namespaces/{target['namespace']}/pods/{target['name']}/status"
+        if await self._patch(path, {"status": {"conditions": [condition]}}, STRATEGIC_MERGE):
+            self._condition_generation = generation
+
+    async def _patch(self, path: str, body: dict[str, Any], content_type: str) -> bool:
+        try:
+            status, data = await self.transport.request(
+                "PATCH", path, body, content_type=content_type
+            )
+        except Exception as exc:  # retried by the next pass
+            log.warning("PATCH %s failed: %r", path, exc)
+            obs.REPORT_ERRORS.inc()
+            return False
+        if status >= 300:
+            log.warning("PATCH %s failed: HTTP %s %s", path, status, data[:300])
+            obs.REPORT_ERRORS.inc()
+            return False
+        return True
