@@ -33,7 +33,7 @@ async def test_status_degrade_warning_and_recovery(
     proxy = TcpProxy("127.0.0.1", local_cluster.prometheus.port)
     await proxy.up()
     try:
-        async with operator(prometheus_url=proxy.url):
+        async with operator(prometheus_url=proxy.url) as runtime:
 
             async def available(expected: str) -> bool:
                 found = await condition(kube, "watched", "MetricsAvailable")
@@ -62,15 +62,21 @@ async def test_status_degrade_warning_and_recovery(
             assert degraded is not None and "refresh failed" in degraded["message"]
 
             async def warned() -> bool:
-                events = await kube.list("/api/v1/events")
+                # As `kubectl describe schedpol watched` looks for them: every namespace, an
+                # involvedObject with no namespace (the policy is cluster-scoped).
+                selector = (
+                    "involvedObject.kind=SchedulingPolicy,involvedObject.name=watched,"
+                    "involvedObject.namespace="
+                )
+                events = await kube.list("/api/v1/events", fieldSelector=selector)
                 return any(
-                    e["involvedObject"].get("name") == "watched"
-                    and e["type"] == "Warning"
-                    and e["reason"] == "MetricsDegraded"
-                    for e in events
+                    e["type"] == "Warning" and e["reason"] == "MetricsDegraded" for e in events
                 )
 
             await wait_for(warned, 20, what="Warning event on the policy")
+            # The operator-level view of the same: metric, readiness text, event on the Lease.
+            assert "metrics_source/prometheus" in runtime.degradations.active
+            assert "metrics_source/prometheus" in runtime.readiness()[1]
 
             async def aged_out() -> bool:
                 status = (await kube.get(f"{POLICIES}/watched"))["status"]
