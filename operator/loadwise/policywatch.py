@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .degradations import Degradations
@@ -39,7 +39,6 @@ class PolicyObject:
     status: Mapping[str, Any]
     finalizers: tuple[str, ...]
     error: str = ""  # why it is invalid; "" when valid
-    reported: dict[str, Any] = field(default_factory=dict)  # what we last wrote
 
 
 class PolicyWatch:
@@ -75,7 +74,7 @@ class PolicyWatch:
         )
         if known is not None and known.uid == obj.uid and known.generation == generation:
             # A status write or metadata change: the spec, and so the policy, is the same.
-            obj.error, obj.reported = known.error, known.reported
+            obj.error = known.error
             self.objects[name] = obj
             return
         spec = raw.get("spec")

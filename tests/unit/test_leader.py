@@ -1,0 +1,176 @@
+"""The Lease elector's rules, against an in-memory Lease endpoint with the API server's
+optimistic concurrency (resourceVersion, 409). The real API server path is covered by
+tests/cluster/test_lifecycle.py; here time is controlled, so expiry rules are exact."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import orjson
+import pytest
+
+from loadwise.leader import LeaderElector, micro_time
+from loadwise.transport import Transport
+
+PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lw"
+
+
+class LeaseServer:
+    """GET/POST/PUT of one Lease; PUT needs the current resourceVersion. `hang` stalls calls."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+        self.hang = False
+        self.writes: list[dict[str, Any]] = []
+
+    async def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, **_: Any
+    ) -> tuple[int, bytes]:
+        if self.hang:
+            await asyncio.sleep(3600)
+        if method == "GET":
+            if self.lease is None:
+                return 404, b"{}"
+            return 200, orjson.dumps(self.lease)
+        assert body is not None
+        if method == "POST":
+            if self.lease is not None:
+                return 409, b"{}"
+        elif self.lease is None or body["metadata"].get("resourceVersion") != str(self.version):
+            return 409, b"{}"
+        self.version += 1
+        self.lease = {
+            **body,
+            "metadata": {**body["metadata"], "resourceVersion": str(self.version)},
+        }
+        self.writes.append(self.lease)
+        return (201 if method == "POST" else 200), orjson.dumps(self.lease)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, *_: Any) -> AsyncIterator[Any]:
+        raise OSError("no watch here: the campaign polls")
+        yield  # pragma: no cover
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def elector(server: LeaseServer, identity: str, clock: Clock | None = None, **kw: Any) -> Any:
+    return LeaderElector(
+        cast(Transport, server), "ns", "lw", identity, clock=clock or Clock(), **kw
+    )
+
+
+async def test_first_candidate_creates_the_lease_and_the_record_is_client_go_s() -> None:
+    server = LeaseServer()
+    a = elector(server, "a", lease_duration=15)
+    assert await a.try_acquire_or_renew(1.0)
+    spec = server.lease["spec"] if server.lease else {}
+    assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 15
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", spec["renewTime"])
+    assert spec["leaseTransitions"] == 0
+
+
+async def test_expiry_is_judged_by_the_records_duration_on_our_own_clock() -> None:
+    server = LeaseServer()
+    assert await elector(server, "a", lease_duration=15).try_acquire_or_renew(1.0)
+    clock = Clock()
+    b = elector(server, "b", clock, lease_duration=5)  # b's own setting must not matter
+    assert not await b.try_acquire_or_renew(1.0)  # first sight: the record starts its clock
+    clock.now += 14.9
+    assert not await b.try_acquire_or_renew(1.0)  # the record says 15 s
+    clock.now += 0.2
+    assert await b.try_acquire_or_renew(1.0)
+    spec = server.lease["spec"] if server.lease else {}
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+
+
+async def test_a_renewed_record_restarts_the_expiry_clock() -> None:
+    server = LeaseServer()
+    a = elector(server, "a")
+    clock = Clock()
+    b = elector(server, "b", clock)
+    assert await a.try_acquire_or_renew(1.0)
+    assert not await b.try_acquire_or_renew(1.0)
+    clock.now += 10
+    assert await a.try_acquire_or_renew(1.0)  # a renews: the record changes
+    assert not await b.try_acquire_or_renew(1.0)
+    clock.now += 10  # 20 s since first sight, 10 since the renewal was seen
+    assert not await b.try_acquire_or_renew(1.0)
+
+
+async def test_of_two_writers_one_wins() -> None:
+    server = LeaseServer()
+    a, b = elector(server, "a"), elector(server, "b")
+    results = await asyncio.gather(a.try_acquire_or_renew(1.0), b.try_acquire_or_renew(1.0))
+    assert sorted(results) == [False, True]
+
+
+async def test_a_leader_that_cannot_renew_stops_within_the_renew_deadline() -> None:
+    server = LeaseServer()
+    lost = asyncio.Event()
+    a = LeaderElector(
+        cast(Transport, server),
+        "ns",
+        "lw",
+        "a",
+        lease_duration=1.0,
+        renew_deadline=0.4,
+        retry_period=0.1,
+        on_lost=lost.set,
+    )
+    task = asyncio.create_task(a.run())
+    try:
+        for _ in range(50):
+            if a.is_leader:
+                break
+            await asyncio.sleep(0.02)
+        assert a.is_leader
+        loop = asyncio.get_running_loop()
+        server.hang = True  # every call now hangs: each must be cut at the deadline
+        stalled = loop.time()
+        await asyncio.wait_for(lost.wait(), 2.0)
+        assert loop.time() - stalled < 0.4 + 0.1 + 0.1  # deadline + one retry + slack
+        assert not a.is_leader
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_release_lets_a_standby_take_over_without_waiting_for_expiry() -> None:
+    server = LeaseServer()
+    a = elector(server, "a")
+    assert await a.try_acquire_or_renew(1.0)
+    a.is_leader = True
+    clock = Clock()
+    b = elector(server, "b", clock)
+    assert not await b.try_acquire_or_renew(1.0)
+    await a.release()
+    assert server.lease is not None and server.lease["spec"]["holderIdentity"] == ""
+    assert await b.try_acquire_or_renew(1.0)  # no clock advance needed
+
+
+async def test_release_by_a_replica_that_does_not_hold_the_lease_writes_nothing() -> None:
+    server = LeaseServer()
+    assert await elector(server, "a").try_acquire_or_renew(1.0)
+    b = elector(server, "b")
+    assert not await b.try_acquire_or_renew(1.0)
+    writes = len(server.writes)
+    await b.release()
+    assert len(server.writes) == writes
+
+
+@pytest.mark.parametrize("when", [0.0, 1_700_000_000.123456])
+def test_micro_time_is_utc_with_microseconds(when: float) -> None:
+    assert micro_time(when).endswith("Z") and len(micro_time(when)) == 27
