@@ -36,7 +36,7 @@ import signal
 import socket
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -464,8 +464,7 @@ class Env:
         return env
 
     async def add_replica(self, start: bool = True) -> Replica:
-        self._counter += 1
-        identity = f"replica-{self._counter}"
+        identity = f"replica-{len(self.replicas) + len(self.retired) + 1}"
         replica = Replica(
             identity,
             self.operator_kubeconfig,
@@ -1118,8 +1117,13 @@ async def measure(env: Env, row: Row, fault: Fault, result: dict[str, Any]) -> N
     else:
         first = timeline.first_bind_after(fault.end)
         resume = None if first is None else first.t - fault.end
-    load_aware = timeline.first_load_aware_after(fault.end)
-    metrics_resume = None if load_aware is None else load_aware - fault.end
+    if row.takeover:  # load-aware binds by the new leader: from its first bind on
+        since = fault.start + (resume or 0.0)
+        load_aware = timeline.first_load_aware_after(since)
+        metrics_resume = None if load_aware is None else load_aware - fault.start
+    else:
+        load_aware = timeline.first_load_aware_after(fault.end)
+        metrics_resume = None if load_aware is None else load_aware - fault.end
     ages = timeline.metrics_ages_after(fault.end + 10.0) if row.metrics_age_check else []
     result.update(
         created=len(created),
@@ -1194,7 +1198,7 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def render(results: list[Mapping[str, Any]]) -> str:
+def render(results: Sequence[Mapping[str, Any]]) -> str:
     header = [*COLUMNS, "targets"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for r in results:
