@@ -702,7 +702,9 @@ async def sigterm(env: Env) -> Fault:
 def _apiserver_down(seconds: Callable[[Settings], float]) -> Callable[[Env], Awaitable[Fault]]:
     async def inject(env: Env) -> Fault:
         fault = _now_fault()
-        await asyncio.to_thread(env.cp.stop_apiserver)
+        # SIGKILL: a crash, and an exact outage window (on SIGTERM kube-apiserver drains for
+        # many seconds while still answering some requests)
+        await asyncio.to_thread(env.cp.stop_apiserver, True)
         fault.extra["stopped_s"] = round(time.monotonic() - fault.start, 2)
         await asyncio.sleep(max(0.0, seconds(env.settings) - (time.monotonic() - fault.start)))
         ready = await asyncio.to_thread(env.cp.start_apiserver)
@@ -1159,8 +1161,34 @@ async def measure(env: Env, row: Row, fault: Fault, result: dict[str, Any]) -> N
     )
     if ages:
         result["metrics_age_max_s"] = max(ages)
+    if any(v for v in leaked.values()):  # does it converge later? (the figure above stands)
+        result["leak_converged_s"] = await converge(env)
+    if result["lost"]:  # are they bound later?
+        result["lost_bound_later_s"] = await lost_later(env)
     result["targets"] = targets(s, row, result)
     result["pass"] = all(v for v in result["targets"].values() if v is not None)
+
+
+async def converge(env: Env, timeout: float = 60.0) -> float | None:
+    """Seconds until every live replica's accounted CPU equals the API's, or None."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        requested = (await env.truth(events=False)).requested_cpu()
+        values = [(await env.sampler.scrape(r)).accounted_cpu for r in env.replicas if r.alive]
+        if values and all(v is not None and round(v) == requested for v in values):
+            return round(time.monotonic() - started, 1)
+        await asyncio.sleep(2.0)
+    return None
+
+
+async def lost_later(env: Env, timeout: float = 60.0) -> float | None:
+    """Seconds until no pending pod of ours would fit, or None."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if not (await env.truth(events=False)).lost():
+            return round(time.monotonic() - started, 1)
+        await asyncio.sleep(2.0)
+    return None
 
 
 def targets(s: Settings, row: Row, r: Mapping[str, Any]) -> dict[str, bool | None]:
@@ -1188,6 +1216,7 @@ def targets(s: Settings, row: Row, r: Mapping[str, Any]) -> dict[str, bool | Non
     if row.name == "port-taken":
         loops = r.get("loops_started") or {}
         t["one scheduling loop per process"] = all(v <= 1 for v in loops.values())
+        t["schedules while the port is taken"] = r.get("warm_up_s") is not None
     return t
 
 
