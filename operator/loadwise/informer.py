@@ -154,6 +154,8 @@ class Informer:
         return (time.monotonic() if now is None else now) - self.last_progress
 
     async def _relist(self) -> None:
+        # Resyncs asked for from here on need a list that starts later than this one.
+        waiter, self._resync = self._resync, None
         delay = BACKOFF_FLOOR
         while True:
             try:
@@ -168,7 +170,6 @@ class Informer:
             if self.on_relisted is not None:
                 self.on_relisted(keys)
         finally:
-            waiter, self._resync = self._resync, None
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 

@@ -387,14 +387,15 @@ class Runtime:
             started = time.monotonic()
             ok = await self._probe_api()
             if ok:
-                failures = 0
                 if self.api_down_since is not None:
                     down = time.monotonic() - self.api_down_since
                     self.api_down_since = None
                     self.degradations.clear(
                         "api_unreachable", f"the API server was unreachable for {down:.0f}s"
                     )
-                    self.transport.reset()  # connections made meanwhile may be dead too
+                if failures:  # even a short gap (an API server restart) can leave a dead watch
+                    self._drop_connections()
+                failures = 0
                 continue
             failures += 1
             if failures == 1:
@@ -407,7 +408,14 @@ class Runtime:
                     f"the API server has not answered for {time.monotonic() - first_failure:.0f}s"
                     ": watches reconnect, binds wait",
                 )
-                self.transport.reset()  # hung requests and watches fail now and are retried
+                self._drop_connections()  # hung requests and watches fail, and are retried
+
+    def _drop_connections(self) -> None:
+        # Closing a session does not wake a reader blocked on a streaming response (aiohttp
+        # 3.14), so each watch is restarted explicitly; requests in flight hit their timeouts.
+        self.transport.reset()
+        for informer in (*self.informers, self.policies.informer):
+            informer.restart()
 
     async def _probe_api(self) -> bool:
         try:

@@ -55,9 +55,10 @@ class Transport:
         )
 
     def reset(self) -> None:
-        """Drop every connection: requests and watches on them fail and are retried on new
-        ones. After a network black hole the old connections are dead but look open; without
-        this each would cost a request its whole timeout."""
+        """New requests go out on new connections; the old pool is closed. After a network
+        black hole the old connections are dead but look open; without this each would cost a
+        request its whole timeout. (Streams already being read are not woken by the close:
+        their owners restart them.)"""
         old, self.session = self.session, self._new_session()
         task = asyncio.get_running_loop().create_task(old.close())
         self._closing.add(task)
