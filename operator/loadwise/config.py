@@ -61,7 +61,7 @@ class Config(BaseModel):
     pod_namespace: str = ""
     # How often the API server is probed (GET /readyz on a fresh connection): a failed probe
     # is how a silent network black hole is told apart from a quiet cluster.
-    api_probe_interval: float = Field(5.0, gt=0)
+    api_probe_interval: float = Field(2.0, gt=0)
 
     @model_validator(mode="after")
     def _election_timing(self) -> Config:

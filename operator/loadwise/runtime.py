@@ -84,7 +84,7 @@ def metrics_sources(
 
 
 STALL_LIMIT = 180.0  # a watch silent this long (no event, bookmark or reconnect) is dead
-PROBE_TIMEOUT = 3.0
+PROBE_TIMEOUT = 2.0  # at most; never longer than the probe interval
 PROBE_FAILURES = 2  # consecutive failed probes before the API server counts as unreachable
 
 
@@ -419,7 +419,7 @@ class Runtime:
 
     async def _probe_api(self) -> bool:
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
+            async with asyncio.timeout(min(PROBE_TIMEOUT, self.config.api_probe_interval)):
                 await self.transport.request("GET", "/readyz")
             return True  # any answer: the network and the server are there
         except Exception:
