@@ -699,12 +699,16 @@ async def sigterm(env: Env) -> Fault:
     return fault
 
 
-def _apiserver_down(seconds: Callable[[Settings], float]) -> Callable[[Env], Awaitable[Fault]]:
+def _apiserver_down(
+    seconds: Callable[[Settings], float], kill: bool = True
+) -> Callable[[Env], Awaitable[Fault]]:
+    """kill: SIGKILL (a crash; the outage window is exact). Otherwise SIGTERM, as a rolling
+    restart stops it: kube-apiserver then drains for seconds before it exits; the down time
+    counts from the signal."""
+
     async def inject(env: Env) -> Fault:
         fault = _now_fault()
-        # SIGKILL: a crash, and an exact outage window (on SIGTERM kube-apiserver drains for
-        # many seconds while still answering some requests)
-        await asyncio.to_thread(env.cp.stop_apiserver, True)
+        await asyncio.to_thread(env.cp.stop_apiserver, kill, 60.0)
         fault.extra["stopped_s"] = round(time.monotonic() - fault.start, 2)
         await asyncio.sleep(max(0.0, seconds(env.settings) - (time.monotonic() - fault.start)))
         ready = await asyncio.to_thread(env.cp.start_apiserver)
@@ -940,6 +944,11 @@ def rows(settings: Settings) -> dict[str, Row]:
                 "apiserver-long",
                 _apiserver_down(lambda x: x.outage_long),
                 f"kube-apiserver down {s.outage_long:.0f} s",
+            ),
+            Row(
+                "apiserver-sigterm",
+                _apiserver_down(lambda x: x.outage_long, kill=False),
+                f"kube-apiserver stopped by SIGTERM, down {s.outage_long:.0f} s",
             ),
             Row("prometheus", prometheus_down, f"Prometheus down {s.prometheus_outage:.0f} s"),
             Row(
@@ -1206,7 +1215,7 @@ def targets(s: Settings, row: Row, r: Mapping[str, Any]) -> dict[str, bool | Non
         resume = r.get("resume_s")
         t[f"resume <= {row.resume_target:g} s"] = resume is not None and resume <= row.resume_target
     if row.name in ("prometheus", "crd-late", "policies-deleted", "apiserver-short",
-                    "apiserver-long", "blackhole"):  # fmt: skip
+                    "apiserver-long", "apiserver-sigterm", "blackhole"):  # fmt: skip
         limit = s.metrics_interval + 1.0 / s.probe_rate
         value = r.get("metrics_resume_s")
         t[f"load-aware <= {limit:g} s"] = value is not None and value <= limit
