@@ -6,7 +6,8 @@ import itertools
 from typing import Any
 
 from loadwise.devcluster import manifests
-from loadwise.state import ClusterState, PodInfo, parse_pod
+from loadwise.framework.types import PodInfo, parse_pod
+from loadwise.state import ClusterState
 
 _uids = itertools.count()
 

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from .state import PodInfo
+from .framework.types import PodInfo
 from .status import stamp
 from .transport import STRATEGIC_MERGE, Transport
 

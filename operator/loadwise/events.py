@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from . import observability as obs
-from .state import PodInfo
+from .framework.types import PodInfo
 
 log = logging.getLogger(__name__)
 

@@ -23,13 +23,13 @@ from .framework.context import CycleContext
 from .framework.cycle import Decision, first_failure, schedule_one
 from .framework.filters import DEFAULT_FILTERS
 from .framework.scoring import score_node
+from .framework.types import PodInfo, parse_pod
 from .informer import Informer
 from .metrics.cache import MetricsCache
 from .policy import GROUP, PLURAL, VERSION
 from .queue import SchedulingQueue
 from .runtime import api_client, metrics_sources
 from .scheduler import Scheduler
-from .state import PodInfo, parse_pod
 from .transport import Transport
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from .state import PodInfo
+from .framework.types import PodInfo
 
 Where = Literal["active", "backoff", "unschedulable", "in_flight"]
 

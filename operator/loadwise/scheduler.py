@@ -21,10 +21,11 @@ from .events import EventWriter
 from .framework.cycle import Decision, schedule_one
 from .framework.filters import DEFAULT_FILTERS
 from .framework.index import ScoreIndex
+from .framework.types import NodeInfo, PodInfo, is_terminal, parse_pod
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
 from .queue import SchedulingQueue
-from .state import ClusterState, NodeInfo, PodInfo, is_terminal, parse_pod
+from .state import ClusterState
 
 log = logging.getLogger(__name__)
 

@@ -8,92 +8,21 @@ consistent picture. Raw API objects are parsed once into slotted dataclasses.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from .framework.podaffinity import AffinityTerm, required_terms
-from .framework.selectors import (
-    NodeSelectorTerm,
-    RequiredNodeAffinity,
-    parse_preferred_node_affinity,
-    parse_required_node_affinity,
-)
-from .framework.spread import SpreadConstraint, parse_constraints
-from .framework.taints import (
-    PREFER_NO_SCHEDULE,
-    Taint,
-    Toleration,
-    parse_taints,
-    parse_tolerations,
-)
-from .resources import PODS, PodRequests, parse_resource_list, pod_requests
+from .framework.taints import PREFER_NO_SCHEDULE
+from .framework.types import HostPort, NodeInfo, PodInfo, parse_node
+from .resources import PODS
 
-HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
 # Placements older than this are never estimated (policies allow samples up to an hour old).
 RECENT_HORIZON = 3700.0
 # The change log restarts (an epoch bump: its readers rebuild) past this many entries.
 CHANGE_LOG_LIMIT = 50_000
-_NO_AFFINITY = RequiredNodeAffinity((), None)
-
-# Volume kinds whose placement depends on storage topology or attach limits, which loadwise does
-# not evaluate: such pods get a clear FailedScheduling instead of a possibly wrong node.
-UNSUPPORTED_VOLUMES = ("persistentVolumeClaim", "ephemeral", "csi")
-
-_TERMINAL = frozenset({"Succeeded", "Failed"})
-
-
-@dataclass(slots=True)
-class NodeInfo:
-    """A node as the filters and scorers need it; `valid` is False if its allocatable is garbage."""
-
-    name: str
-    labels: Mapping[str, str]
-    allocatable: Mapping[str, int]
-    ready: bool
-    unschedulable: bool
-    taints: tuple[Taint, ...] = ()
-    valid: bool = True
-    invalid_reason: str = ""
-
-
-@dataclass(slots=True)
-class PodInfo:
-    uid: str
-    namespace: str
-    name: str
-    node_name: str
-    scheduler_name: str
-    priority: int
-    created: float
-    labels: Mapping[str, str]
-    requests: PodRequests
-    generation: int = 0
-    deleting: bool = False
-    assumed: bool = False
-    bind_landed: bool = False  # assumed, and our Binding succeeded: only the watch is behind
-    placed_at: float = 0.0  # wall-clock time we first knew it on its node
-    invalid_reason: str = ""  # cannot be scheduled as written (bad quantities, unsupported)
-    gated: bool = False  # spec.schedulingGates not yet removed: not ours to schedule yet
-    tolerations: tuple[Toleration, ...] = ()
-    node_affinity: RequiredNodeAffinity = _NO_AFFINITY
-    preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
-    affinity_terms: tuple[AffinityTerm, ...] = ()
-    anti_affinity_terms: tuple[AffinityTerm, ...] = ()
-    spread: tuple[SpreadConstraint, ...] = ()
-    host_ports: tuple[HostPort, ...] = ()
-
-    @property
-    def waits_for_pods(self) -> bool:
-        """Could another pod's arrival make this pod fit (affinity, spread)?"""
-        return bool(self.affinity_terms or self.spread)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(slots=True)
@@ -104,127 +33,6 @@ class NodeLoad:
     pods: set[str] = field(default_factory=set)
     recent: deque[tuple[float, str]] = field(default_factory=deque)  # (placed_at, uid)
     host_ports: Counter[HostPort] = field(default_factory=Counter)
-
-
-def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
-    node = NodeInfo(
-        name=meta.get("name", ""),
-        labels=meta.get("labels") or {},
-        allocatable={},
-        ready=ready,
-        unschedulable=bool(spec.get("unschedulable")),
-    )
-    try:
-        node.taints = parse_taints(spec.get("taints"))
-        node.allocatable = parse_resource_list(status.get("allocatable") or status.get("capacity"))
-    except (ValueError, TypeError, AttributeError) as exc:
-        node.valid, node.invalid_reason = False, f"invalid allocatable: {exc}"
-    if node.valid and not node.allocatable:
-        node.valid, node.invalid_reason = False, "no allocatable resources reported"
-    return node
-
-
-def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    pod = PodInfo(
-        uid=meta.get("uid", ""),
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        node_name=spec.get("nodeName") or "",
-        scheduler_name=spec.get("schedulerName") or "default-scheduler",
-        priority=_int(spec.get("priority")),
-        created=_timestamp(meta.get("creationTimestamp")),
-        labels=meta.get("labels") or {},
-        requests=PodRequests({}),
-        generation=_int(meta.get("generation")),
-        deleting=bool(meta.get("deletionTimestamp")),
-        placed_at=_scheduled_at(raw.get("status") or {}),
-    )
-    try:
-        pod.requests = pod_requests(spec)
-    except (ValueError, TypeError, AttributeError) as exc:
-        pod.invalid_reason = f"invalid resource requests: {exc}"
-    try:
-        _parse_placement(pod, spec)
-    except (ValueError, TypeError, AttributeError) as exc:
-        pod.invalid_reason = f"invalid scheduling constraints: {exc}"
-    return pod
-
-
-def _parse_placement(pod: PodInfo, spec: Mapping[str, Any]) -> None:
-    """The parts of a spec the filters read. Cheap when absent, as on most pods."""
-    pod.gated = bool(spec.get("schedulingGates"))
-    pod.host_ports = host_ports(spec)
-    affinity = spec.get("affinity")
-    if affinity:
-        pod.affinity_terms = required_terms(spec, "podAffinity", pod.namespace)
-        pod.anti_affinity_terms = required_terms(spec, "podAntiAffinity", pod.namespace)
-        pod.preferred_node_affinity = parse_preferred_node_affinity(spec)
-    if affinity or spec.get("nodeSelector"):
-        pod.node_affinity = parse_required_node_affinity(spec)
-    if spec.get("tolerations"):
-        pod.tolerations = parse_tolerations(spec.get("tolerations"))
-    if spec.get("topologySpreadConstraints"):
-        pod.spread = parse_constraints(spec, pod.labels)
-    unsupported = sorted(
-        {
-            kind
-            for volume in spec.get("volumes") or ()
-            for kind in UNSUPPORTED_VOLUMES
-            if kind in volume
-        }
-    )
-    if unsupported:
-        pod.invalid_reason = (
-            f"pod uses {', '.join(unsupported)} volumes; loadwise does not check volume binding, "
-            "topology or attach limits (use the default scheduler for this pod)"
-        )
-    elif spec.get("resourceClaims"):
-        pod.invalid_reason = (
-            "pod uses resourceClaims (dynamic resource allocation), which loadwise does not "
-            "support (use the default scheduler for this pod)"
-        )
-
-
-def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
-    ports = []
-    containers = list(spec.get("containers") or ())
-    containers += [
-        c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"
-    ]
-    for container in containers:
-        for port in container.get("ports") or ():
-            number = int(port.get("hostPort") or 0)
-            if number > 0:
-                ports.append(
-                    (
-                        str(port.get("hostIP") or "0.0.0.0"),
-                        str(port.get("protocol") or "TCP"),
-                        number,
-                    )
-                )
-    return tuple(ports)
-
-
-def _scheduled_at(status: Mapping[str, Any]) -> float:
-    """When the API server recorded the binding (PodScheduled=True), else 0 (unknown)."""
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            stamp = condition.get("lastTransitionTime")
-            return _timestamp(stamp) if stamp else 0.0
-    return 0.0
-
-
-def is_terminal(raw: Mapping[str, Any]) -> bool:
-    return (raw.get("status") or {}).get("phase") in _TERMINAL
 
 
 class ClusterState:
@@ -346,7 +154,11 @@ class ClusterState:
             while load.recent and load.recent[0][0] < newest - RECENT_HORIZON:
                 load.recent.popleft()
             if pod.placed_at >= newest - RECENT_HORIZON:
-                load.recent.append((pod.placed_at, pod.uid))
+                entry = (pod.placed_at, pod.uid)
+                if not load.recent or entry >= load.recent[-1]:
+                    load.recent.append(entry)
+                else:  # kept in time order (a pod listed late may have been placed earlier)
+                    load.recent.insert(bisect.bisect(load.recent, entry), entry)
         if pod.host_ports:
             load.host_ports.update(pod.host_ports)
         if pod.anti_affinity_terms:
@@ -391,38 +203,21 @@ class ClusterState:
 
     def placed_since(self, node_name: str, since: float) -> Iterator[PodInfo]:
         """Pods placed on the node after `since` (wall clock): their usage is not in a sample
-        taken at `since` yet. Older entries are dropped as they are passed."""
+        taken at `since` yet. Reads only (newest first, stopping at `since`): a scheduling
+        cycle never changes the state it reads."""
         load = self.loads.get(node_name)
         if load is None:
             return
-        recent = load.recent
-        while recent and recent[0][0] <= since:
-            recent.popleft()
         seen: set[str] = set()
-        for placed_at, uid in recent:
+        for placed_at, uid in reversed(load.recent):
+            if placed_at <= since:
+                break
             pod = self.pods.get(uid)
             # Skip pods gone or moved, and a pod assumed twice (a bind failed, then retried).
             if pod is not None and pod.node_name == node_name and uid not in seen:
                 seen.add(uid)
-                if placed_at > since:
-                    yield pod
+                yield pod
 
 
 def _shrank(before: Mapping[str, int], after: Mapping[str, int]) -> bool:
     return any(after.get(name, 0) < amount for name, amount in before.items())
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _timestamp(value: Any) -> float:
-    if not value:
-        return time.time()
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return time.time()

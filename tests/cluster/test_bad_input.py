@@ -13,7 +13,7 @@ from loadwise.binder import BindResult
 from loadwise.devcluster import manifests
 from loadwise.devcluster.cluster import LocalCluster, wait_for
 from loadwise.devcluster.kube import Kube
-from loadwise.state import PodInfo
+from loadwise.framework.types import PodInfo
 
 from .conftest import OperatorFactory
 from .util import events, wait_bound, wait_event

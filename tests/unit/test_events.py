@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from loadwise.events import EventWriter, Write
-from loadwise.state import PodInfo
+from loadwise.framework.types import PodInfo
 
 from ..helpers import pod_info
 

@@ -9,8 +9,9 @@ import pytest
 
 from loadwise.devcluster import manifests
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
+from loadwise.framework.types import parse_pod
 from loadwise.policy import DEFAULT_POLICY
-from loadwise.state import ClusterState, parse_pod
+from loadwise.state import ClusterState
 
 from ..helpers import state_with
 

@@ -14,9 +14,10 @@ from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.filters import DEFAULT_FILTERS
 from loadwise.framework.index import ScoreIndex, node_local
 from loadwise.framework.scoring import weighted_load
+from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.metrics.cache import NodeSample
 from loadwise.policy import Policy, parse_spec
-from loadwise.state import ClusterState, PodInfo, parse_pod
+from loadwise.state import ClusterState
 
 from ..helpers import pod_info
 

@@ -95,7 +95,7 @@ def test_changed_bound_pod_is_reaccounted() -> None:
 def test_pods_seen_at_startup_are_not_estimated_as_new() -> None:
     import time as clock
 
-    from loadwise.state import parse_pod
+    from loadwise.framework.types import parse_pod
 
     raw = manifests.pod("old")
     raw["metadata"]["uid"] = "old-uid"

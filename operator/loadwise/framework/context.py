@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 from . import podaffinity, spread
 
 if TYPE_CHECKING:
-    from ..state import ClusterState, PodInfo
+    from .types import PodInfo
+    from .view import ClusterView
 
 
 class CycleContext:
-    def __init__(self, pod: PodInfo, state: ClusterState) -> None:
+    def __init__(self, pod: PodInfo, state: ClusterView) -> None:
         self.pod = pod
         self.state = state
 

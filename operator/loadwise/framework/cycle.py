@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
-from ..state import ClusterState, NodeInfo, PodInfo
 from . import spread
 from .context import CycleContext
 from .filters import DEFAULT_FILTERS, Filter
@@ -26,6 +25,8 @@ from .scoring import (
     weighted_load,
 )
 from .taints import PREFER_NO_SCHEDULE, first_untolerated
+from .types import NodeInfo, PodInfo
+from .view import ClusterView
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ def failure_message(total_nodes: int, reasons: Mapping[str, int]) -> str:
 
 def schedule_one(
     pod: PodInfo,
-    state: ClusterState,
+    state: ClusterView,
     policy: Policy,
     samples: Mapping[str, NodeSample],
     now: float,

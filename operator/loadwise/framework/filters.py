@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..resources import PODS
-from ..state import NodeInfo
 from . import podaffinity, spread
 from .context import CycleContext
 from .taints import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, Taint, first_untolerated, tolerated
+from .types import NodeInfo
 
 Filter = Callable[[CycleContext, NodeInfo], list[str] | None]
 

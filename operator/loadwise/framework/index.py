@@ -26,12 +26,13 @@ from dataclasses import dataclass, field, replace
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
-from ..state import ClusterState, PodInfo
 from .context import CycleContext
 from .cycle import Decision, Unschedulable, decide, failure_message, first_failure
 from .filters import Filter, inter_pod_affinity, topology_spread
 from .scoring import MAX_SCORE, NodeScore, score_node, weighted_load
 from .taints import PREFER_NO_SCHEDULE, first_untolerated
+from .types import PodInfo
+from .view import ClusterView
 
 MAX_SHAPES = 16  # heaps kept, least recently used dropped first
 _PREFER = frozenset({PREFER_NO_SCHEDULE})
@@ -73,7 +74,7 @@ def shape_of(pod: PodInfo, policy: Policy) -> Shape:
     )
 
 
-def node_local(pod: PodInfo, state: ClusterState, ctx: CycleContext | None = None) -> bool:
+def node_local(pod: PodInfo, state: ClusterView, ctx: CycleContext | None = None) -> bool:
     """True when every node's verdict and score depend on that node alone (see module doc)."""
     if pod.affinity_terms or pod.anti_affinity_terms or pod.spread or pod.preferred_node_affinity:
         return False
@@ -99,7 +100,7 @@ class ScoreIndex:
     def schedule(
         self,
         pod: PodInfo,
-        state: ClusterState,
+        state: ClusterView,
         policy: Policy,
         samples: Mapping[str, NodeSample],
         now: float,
@@ -160,7 +161,7 @@ class ScoreIndex:
         self,
         key: Shape,
         pod: PodInfo,
-        state: ClusterState,
+        state: ClusterView,
         policy: Policy,
         samples: Mapping[str, NodeSample],
         now: float,
@@ -202,7 +203,7 @@ class ScoreIndex:
         shape: _ShapeHeap,
         name: str,
         pod: PodInfo,
-        state: ClusterState,
+        state: ClusterView,
         now: float,
         rng: random.Random,
     ) -> None:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from .selectors import LabelSelector, parse_label_selector, selects
 
 if TYPE_CHECKING:
-    from ..state import ClusterState, NodeInfo, PodInfo
+    from .types import NodeInfo, PodInfo
+    from .view import ClusterView
 
 TopologyPair = tuple[str, str]
 
@@ -76,7 +77,7 @@ class AffinityCounts:
     existing_anti: Counter[TopologyPair]
 
 
-def prefilter(pod: PodInfo, state: ClusterState) -> AffinityCounts:
+def prefilter(pod: PodInfo, state: ClusterView) -> AffinityCounts:
     ns_labels = state.namespaces
     affinity: Counter[TopologyPair] = Counter()
     anti: Counter[TopologyPair] = Counter()

@@ -16,7 +16,8 @@ from typing import Literal
 from ..metrics.cache import NodeSample
 from ..policy import Policy
 from ..resources import CPU, MEMORY
-from ..state import ClusterState, NodeInfo, PodInfo
+from .types import NodeInfo, PodInfo
+from .view import ClusterView
 
 MAX_SCORE = 100
 APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the load score fades
@@ -41,7 +42,7 @@ def _weighted(policy: Policy, cpu: float, mem: float) -> float:
 def score_node(
     pod: PodInfo,
     node: NodeInfo,
-    state: ClusterState,
+    state: ClusterView,
     policy: Policy,
     samples: Mapping[str, NodeSample],
     now: float,

@@ -19,7 +19,8 @@ from .selectors import LabelSelector, Requirement, parse_label_selector, selects
 from .taints import first_untolerated
 
 if TYPE_CHECKING:
-    from ..state import ClusterState, NodeInfo, PodInfo
+    from .types import NodeInfo, PodInfo
+    from .view import ClusterView
 
 ERR_CONSTRAINTS = "node(s) didn't match pod topology spread constraints"
 ERR_MISSING_LABEL = ERR_CONSTRAINTS + " (missing required label)"
@@ -76,7 +77,7 @@ def _included(c: SpreadConstraint, pod: PodInfo, node: NodeInfo) -> bool:
 
 
 def count(
-    pod: PodInfo, state: ClusterState, constraints: Sequence[SpreadConstraint]
+    pod: PodInfo, state: ClusterView, constraints: Sequence[SpreadConstraint]
 ) -> SpreadCounts:
     keys = {c.topology_key for c in constraints}
     per_pair: Counter[tuple[str, str]] = Counter()

@@ -1,0 +1,221 @@
+"""The scheduler's view of nodes and pods: slotted dataclasses parsed once from raw API objects.
+
+The framework (filters, scorers, the score index) reads these and nothing mutable; the cluster
+state (state.py) holds them. Parsing never raises on odd objects: what cannot be understood
+marks the node invalid or the pod unschedulable with a reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..resources import PodRequests, parse_resource_list, pod_requests
+from .podaffinity import AffinityTerm, required_terms
+from .selectors import (
+    NodeSelectorTerm,
+    RequiredNodeAffinity,
+    parse_preferred_node_affinity,
+    parse_required_node_affinity,
+)
+from .spread import SpreadConstraint, parse_constraints
+from .taints import Taint, Toleration, parse_taints, parse_tolerations
+
+HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
+_NO_AFFINITY = RequiredNodeAffinity((), None)
+
+# Volume kinds whose placement depends on storage topology or attach limits, which loadwise does
+# not evaluate: such pods get a clear FailedScheduling instead of a possibly wrong node.
+UNSUPPORTED_VOLUMES = ("persistentVolumeClaim", "ephemeral", "csi")
+
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    """A node as the filters and scorers need it; `valid` is False if its allocatable is garbage."""
+
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, int]
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Taint, ...] = ()
+    valid: bool = True
+    invalid_reason: str = ""
+
+
+@dataclass(slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    scheduler_name: str
+    priority: int
+    created: float
+    labels: Mapping[str, str]
+    requests: PodRequests
+    generation: int = 0
+    deleting: bool = False
+    assumed: bool = False
+    bind_landed: bool = False  # assumed, and our Binding succeeded: only the watch is behind
+    placed_at: float = 0.0  # wall-clock time we first knew it on its node
+    invalid_reason: str = ""  # cannot be scheduled as written (bad quantities, unsupported)
+    gated: bool = False  # spec.schedulingGates not yet removed: not ours to schedule yet
+    tolerations: tuple[Toleration, ...] = ()
+    node_affinity: RequiredNodeAffinity = _NO_AFFINITY
+    preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+    affinity_terms: tuple[AffinityTerm, ...] = ()
+    anti_affinity_terms: tuple[AffinityTerm, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+
+    @property
+    def waits_for_pods(self) -> bool:
+        """Could another pod's arrival make this pod fit (affinity, spread)?"""
+        return bool(self.affinity_terms or self.spread)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    node = NodeInfo(
+        name=meta.get("name", ""),
+        labels=meta.get("labels") or {},
+        allocatable={},
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+    try:
+        node.taints = parse_taints(spec.get("taints"))
+        node.allocatable = parse_resource_list(status.get("allocatable") or status.get("capacity"))
+    except (ValueError, TypeError, AttributeError) as exc:
+        node.valid, node.invalid_reason = False, f"invalid allocatable: {exc}"
+    if node.valid and not node.allocatable:
+        node.valid, node.invalid_reason = False, "no allocatable resources reported"
+    return node
+
+
+def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    pod = PodInfo(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        node_name=spec.get("nodeName") or "",
+        scheduler_name=spec.get("schedulerName") or "default-scheduler",
+        priority=_int(spec.get("priority")),
+        created=_timestamp(meta.get("creationTimestamp")),
+        labels=meta.get("labels") or {},
+        requests=PodRequests({}),
+        generation=_int(meta.get("generation")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        placed_at=_scheduled_at(raw.get("status") or {}),
+    )
+    try:
+        pod.requests = pod_requests(spec)
+    except (ValueError, TypeError, AttributeError) as exc:
+        pod.invalid_reason = f"invalid resource requests: {exc}"
+    try:
+        _parse_placement(pod, spec)
+    except (ValueError, TypeError, AttributeError) as exc:
+        pod.invalid_reason = f"invalid scheduling constraints: {exc}"
+    return pod
+
+
+def _parse_placement(pod: PodInfo, spec: Mapping[str, Any]) -> None:
+    """The parts of a spec the filters read. Cheap when absent, as on most pods."""
+    pod.gated = bool(spec.get("schedulingGates"))
+    pod.host_ports = host_ports(spec)
+    affinity = spec.get("affinity")
+    if affinity:
+        pod.affinity_terms = required_terms(spec, "podAffinity", pod.namespace)
+        pod.anti_affinity_terms = required_terms(spec, "podAntiAffinity", pod.namespace)
+        pod.preferred_node_affinity = parse_preferred_node_affinity(spec)
+    if affinity or spec.get("nodeSelector"):
+        pod.node_affinity = parse_required_node_affinity(spec)
+    if spec.get("tolerations"):
+        pod.tolerations = parse_tolerations(spec.get("tolerations"))
+    if spec.get("topologySpreadConstraints"):
+        pod.spread = parse_constraints(spec, pod.labels)
+    unsupported = sorted(
+        {
+            kind
+            for volume in spec.get("volumes") or ()
+            for kind in UNSUPPORTED_VOLUMES
+            if kind in volume
+        }
+    )
+    if unsupported:
+        pod.invalid_reason = (
+            f"pod uses {', '.join(unsupported)} volumes; loadwise does not check volume binding, "
+            "topology or attach limits (use the default scheduler for this pod)"
+        )
+    elif spec.get("resourceClaims"):
+        pod.invalid_reason = (
+            "pod uses resourceClaims (dynamic resource allocation), which loadwise does not "
+            "support (use the default scheduler for this pod)"
+        )
+
+
+def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    ports = []
+    containers = list(spec.get("containers") or ())
+    containers += [
+        c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"
+    ]
+    for container in containers:
+        for port in container.get("ports") or ():
+            number = int(port.get("hostPort") or 0)
+            if number > 0:
+                ports.append(
+                    (
+                        str(port.get("hostIP") or "0.0.0.0"),
+                        str(port.get("protocol") or "TCP"),
+                        number,
+                    )
+                )
+    return tuple(ports)
+
+
+def _scheduled_at(status: Mapping[str, Any]) -> float:
+    """When the API server recorded the binding (PodScheduled=True), else 0 (unknown)."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            stamp = condition.get("lastTransitionTime")
+            return _timestamp(stamp) if stamp else 0.0
+    return 0.0
+
+
+def is_terminal(raw: Mapping[str, Any]) -> bool:
+    return (raw.get("status") or {}).get("phase") in _TERMINAL
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _timestamp(value: Any) -> float:
+    if not value:
+        return time.time()
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()

@@ -1,0 +1,57 @@
+"""ClusterView: what the framework may read of the cluster, and nothing it could change.
+
+The plugins and the score index read the cluster through this Protocol, as kube-scheduler's
+plugins read a per-cycle snapshot through a lister; `ClusterView` (state.py) implements it.
+A scheduling cycle is pure: it reads, decides, and leaves every write (Reserve) to its caller.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence, Set
+from typing import Protocol
+
+from .types import HostPort, NodeInfo, PodInfo
+
+
+class ClusterView(Protocol):
+    @property
+    def nodes(self) -> Mapping[str, NodeInfo]: ...
+
+    @property
+    def pods(self) -> Mapping[str, PodInfo]:
+        """Pods that hold resources on a node: bound, or assumed by us."""
+        ...
+
+    @property
+    def namespaces(self) -> Mapping[str, Mapping[str, str]]:
+        """Namespace name -> labels."""
+        ...
+
+    @property
+    def anti_affinity_pods(self) -> Set[str]:
+        """UIDs of placed pods with required anti-affinity."""
+        ...
+
+    @property
+    def prefer_no_schedule(self) -> Set[str]:
+        """Names of nodes with a PreferNoSchedule taint."""
+        ...
+
+    @property
+    def changes(self) -> Sequence[str]:
+        """Names of nodes whose scheduling state changed, in order (see ClusterView)."""
+        ...
+
+    @property
+    def change_epoch(self) -> int: ...
+
+    def requested(self, node_name: str) -> Mapping[str, int]: ...
+
+    def pods_on(self, node_name: str) -> Iterator[PodInfo]: ...
+
+    def used_ports(self, node_name: str) -> Counter[HostPort]: ...
+
+    def placed_since(self, node_name: str, since: float) -> Iterator[PodInfo]:
+        """Pods placed on the node after `since` (wall clock); reads only."""
+        ...
