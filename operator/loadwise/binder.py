@@ -13,7 +13,7 @@ from typing import Any
 
 from .framework.types import PodInfo
 from .status import stamp
-from .transport import STRATEGIC_MERGE, Transport
+from .transport import STRATEGIC_MERGE, Http
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def object_event(
 
 
 class Binder:
-    def __init__(self, transport: Transport, scheduler_name: str) -> None:
+    def __init__(self, transport: Http, scheduler_name: str) -> None:
         self.transport = transport
         self.scheduler_name = scheduler_name
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from .transport import ApiError, Transport
+from .transport import ApiError, Http
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Gone(Exception):
 class Informer:
     def __init__(
         self,
-        transport: Transport,
+        transport: Http,
         path: str,
         on_event: OnEvent,
         key: Callable[[Mapping[str, Any]], str] = name_of,

@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 
 from . import observability as obs
-from .transport import ApiError, Transport
+from .transport import ApiError, Http
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class LeaseRecord:
 class LeaderElector:
     def __init__(
         self,
-        transport: Transport,
+        transport: Http,
         namespace: str,
         name: str,
         identity: str,

@@ -20,7 +20,7 @@ from .degradations import Degradations
 from .informer import Informer
 from .policy import GROUP, PLURAL, VERSION
 from .scheduler import Scheduler
-from .transport import ApiError, Transport
+from .transport import ApiError, Http
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,7 @@ class PolicyObject:
 
 
 class PolicyWatch:
-    def __init__(
-        self, transport: Transport, scheduler: Scheduler, degradations: Degradations
-    ) -> None:
+    def __init__(self, transport: Http, scheduler: Scheduler, degradations: Degradations) -> None:
         self.scheduler = scheduler
         self.degradations = degradations
         self.objects: dict[str, PolicyObject] = {}

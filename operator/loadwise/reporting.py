@@ -19,7 +19,7 @@ from .policy import GROUP, VERSION
 from .policywatch import POLICIES_PATH, PolicyObject, PolicyWatch
 from .scheduler import Scheduler
 from .status import metrics_report, set_condition, stamp, status_fields
-from .transport import STRATEGIC_MERGE, Transport
+from .transport import STRATEGIC_MERGE, Http
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ CONDITION = "loadwise.io/Degraded"
 class Reporter:
     def __init__(
         self,
-        transport: Transport,
+        transport: Http,
         binder: Binder,
         scheduler: Scheduler,
         policies: PolicyWatch,

@@ -41,7 +41,7 @@ from .queue import SchedulingQueue
 from .reporting import Reporter
 from .scheduler import Scheduler
 from .state import ClusterState
-from .transport import Transport
+from .transport import Http, Transport
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ async def api_client(pool_size: int) -> client.ApiClient:
 
 
 def metrics_sources(
-    config: Config, transport: Transport, state: ClusterState
+    config: Config, transport: Http, state: ClusterState
 ) -> dict[str, MetricsSource]:
     sources: dict[str, MetricsSource] = {}
     if "prometheus" in config.metrics_sources:
@@ -113,7 +113,7 @@ def operator_object(config: Config) -> dict[str, str] | None:
 
 class Runtime:
     def __init__(
-        self, config: Config, api: client.ApiClient, transport: Transport, scheduler: Scheduler
+        self, config: Config, api: client.ApiClient, transport: Http, scheduler: Scheduler
     ) -> None:
         self.config = config
         self.api = api

@@ -16,7 +16,8 @@ import contextlib
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -27,6 +28,55 @@ from kubernetes_asyncio.client import ApiClient
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=5)
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 AUTH_REFRESH = 10.0  # seconds between asking the client configuration for fresh credentials
+
+
+class StreamBody(Protocol):
+    """What a watch reads of a streaming response's body (aiohttp's StreamReader)."""
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        """Chunks as they arrive."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """Lines."""
+        ...
+
+
+class StreamResponse(Protocol):
+    @property
+    def content(self) -> StreamBody: ...
+
+
+class Http(Protocol):
+    """What every caller uses of the Transport: the seam unit tests plug a fake into."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
+    ) -> tuple[int, bytes]:
+        """(HTTP status, body). Network errors and timeouts raise."""
+        ...
+
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        """The decoded body of a 200; anything else raises ApiError."""
+        ...
+
+    def stream(
+        self, path: str, params: Mapping[str, str], read_timeout: float
+    ) -> AbstractAsyncContextManager[StreamResponse]:
+        """A streaming GET (a watch); a status other than 200 raises ApiError."""
+        ...
+
+    def reset(self) -> None:
+        """Drop pooled connections: new requests go out on new ones."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class Transport:
@@ -142,3 +192,6 @@ class ApiError(Exception):
     def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"HTTP {status}: {body[:300].decode(errors='replace')}")
         self.status = status
+
+
+_TRANSPORT_IS_HTTP: type[Http] = Transport  # mypy proves the concrete class fits the seam

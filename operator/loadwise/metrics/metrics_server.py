@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from ..resources import CPU, MEMORY, to_amount
-from ..transport import Transport
+from ..transport import Http
 from .cache import NodeSample
 
 PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
@@ -73,7 +73,7 @@ class MetricsServerSource:
     name = "metrics-server"
 
     def __init__(
-        self, transport: Transport, allocatable: Callable[[str], Mapping[str, int] | None]
+        self, transport: Http, allocatable: Callable[[str], Mapping[str, int] | None]
     ) -> None:
         self.transport = transport
         self.allocatable = allocatable
