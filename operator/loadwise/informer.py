@@ -92,6 +92,10 @@ class Informer:
                     self.transport.get_json(self.path, {"limit": str(PAGE), "continue": token})
                 )
             try:
+                if following is not None:
+                    # A task starts only when this one yields, and feeding never does: let the
+                    # request go out now, or it would wait for the whole page to be fed.
+                    await asyncio.sleep(0)
                 for item in page.get("items") or ():
                     self.on_event(None, item)
                     keys.add(self.key(item))
