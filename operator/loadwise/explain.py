@@ -21,7 +21,7 @@ from .binder import Binder
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, first_failure, schedule_one
-from .framework.filters import DEFAULT_FILTERS
+from .framework.profile import DEFAULT_PROFILE
 from .framework.scoring import score_node
 from .framework.types import PodInfo, parse_pod
 from .informer import Informer
@@ -55,7 +55,7 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
     ctx = CycleContext(pod, state)
     rows = []
     for node in state.nodes.values():
-        failed = first_failure(ctx, node, DEFAULT_FILTERS)
+        failed = first_failure(ctx, node, DEFAULT_PROFILE.filters)
         if failed:
             rows.append(Row(node.name, "; ".join(failed)))
             continue

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from .framework.profile import DEFAULT_PROFILE, Profile
 from .framework.types import PodInfo
 
 Where = Literal["active", "backoff", "unschedulable", "in_flight"]
@@ -41,7 +42,9 @@ class SchedulingQueue:
         max_backoff: float = 10.0,
         unschedulable_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        profile: Profile = DEFAULT_PROFILE,
     ) -> None:
+        self.profile = profile
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.unschedulable_timeout = unschedulable_timeout
@@ -78,13 +81,7 @@ class SchedulingQueue:
             self._entries[pod.uid] = entry = QueuedPod(pod, "active", 0)
             self._push_active(entry)
             return
-        old = entry.pod
-        changed = (
-            old.generation != pod.generation
-            or old.labels != pod.labels
-            or old.requests != pod.requests
-            or old.tolerations != pod.tolerations
-        )
+        changed = self.profile.pod_changed(entry.pod, pod)  # what some plugin reads
         where = entry.where
         self._set_where(entry, "in_flight")  # detach from the counters while the pod changes
         entry.pod = pod
@@ -155,7 +152,7 @@ class SchedulingQueue:
                     entry is not None
                     and entry.seq == seq
                     and entry.where == "unschedulable"
-                    and entry.pod.waits_for_pods
+                    and self.profile.waits_for_pods(entry.pod)
                 ):
                     self._requeue(entry, now)  # its heap item goes stale: skipped later
                     moved += 1
@@ -190,7 +187,7 @@ class SchedulingQueue:
 
     # --- internals ---------------------------------------------------------------------------
     def _set_where(self, entry: QueuedPod, where: Where) -> None:
-        if entry.pod.waits_for_pods:
+        if self.profile.waits_for_pods(entry.pod):
             self._parked_waiting_for_pods += (where == "unschedulable") - (
                 entry.where == "unschedulable"
             )

@@ -88,6 +88,9 @@ class PodRequests:
     def get(self, name: str) -> int:
         return self.amounts.get(name, 0)
 
+    def __hash__(self) -> int:  # pods of one shape share a score-index heap
+        return hash(frozenset(self.amounts.items()))
+
 
 def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
     """Effective pod requests: max(sum of app containers + sidecars, each init container's peak),

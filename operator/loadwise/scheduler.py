@@ -19,9 +19,9 @@ from . import observability as obs
 from .binder import Binder, BindResult
 from .events import EventWriter
 from .framework.cycle import Decision, schedule_one
-from .framework.filters import DEFAULT_FILTERS
 from .framework.index import ScoreIndex
-from .framework.types import NodeInfo, PodInfo, is_terminal, parse_pod
+from .framework.profile import DEFAULT_PROFILE, Profile
+from .framework.types import FROM_METADATA, PodInfo, is_terminal, parse_pod
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
 from .queue import SchedulingQueue
@@ -50,20 +50,6 @@ def _load(cpu: float, mem: float, age: float | None) -> str:
     return f"cpu {cpu:.0%} mem {mem:.0%} by {where}"
 
 
-def _node_changed_for_scheduling(old: NodeInfo | None, new: NodeInfo) -> bool:
-    """Could this node update make a parked pod fit? (Heartbeat-only updates cannot.)"""
-    if old is None:
-        return True
-    return (
-        old.allocatable != new.allocatable
-        or old.labels != new.labels
-        or old.ready != new.ready
-        or old.unschedulable != new.unschedulable
-        or old.valid != new.valid
-        or old.taints != new.taints
-    )
-
-
 class Scheduler:
     def __init__(
         self,
@@ -75,17 +61,26 @@ class Scheduler:
         failure_event_interval: float = 60.0,
         rng: random.Random | None = None,
         state: ClusterState | None = None,
+        profile: Profile = DEFAULT_PROFILE,
     ) -> None:
+        self.profile = profile
         self.name = scheduler_name
         self.binder = binder
         self.sources = dict(sources)  # source name -> cache; policies pick one
         self.scheduled_by_policy: dict[str, int] = {}
         self.queue = queue
-        self.state = state if state is not None else ClusterState()
+        self.state = state if state is not None else ClusterState(profile.placed_changed)
         self.policies = PolicySet()
         self.failure_event_interval = failure_event_interval
         self.rng = rng or random.Random()
-        self.index = ScoreIndex(DEFAULT_FILTERS)
+        self.index = ScoreIndex(profile)
+        # Fields plugins read of placed pods that a raw event's metadata shows; the rest come
+        # from the spec, whose changes bump the generation.
+        self._placed_from_metadata = [
+            (field, FROM_METADATA[field])
+            for field in profile.placed_fields
+            if field in FROM_METADATA
+        ]
         self.events = EventWriter(binder.event)
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -102,7 +97,7 @@ class Scheduler:
             return
         old = self.state.nodes.get(name)
         new = self.state.upsert_node(raw)
-        if _node_changed_for_scheduling(old, new):
+        if self.profile.node_changed(old, new):
             self.queue.move_all_to_active()
 
     def on_namespace_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -112,8 +107,10 @@ class Scheduler:
             return
         if event_type == "DELETED":
             self.state.delete_namespace(name)
-        elif self.state.upsert_namespace(name, meta.get("labels") or {}):
-            self.queue.move_all_to_active()  # namespace selectors of affinity terms may match now
+        elif self.state.upsert_namespace(name, meta.get("labels") or {}) and (
+            self.profile.reads_namespaces  # e.g. affinity terms' namespace selectors
+        ):
+            self.queue.move_all_to_active()
 
     def on_pod_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         meta = raw.get("metadata") or {}
@@ -136,16 +133,16 @@ class Scheduler:
                 and known.node_name == node_name
                 and not terminal
                 and not known.assumed
-                and known.deleting == bool(meta.get("deletionTimestamp"))
-                and known.labels == (meta.get("labels") or {})
                 and known.generation == int(meta.get("generation") or 0)
+                and all(getattr(known, f) == read(meta) for f, read in self._placed_from_metadata)
             ):
                 return  # cheap path: most pod events are status churn
             pod = parse_pod(raw)
+            changed = known is None or self.profile.placed_changed(known, pod)
             if self.state.observe_bound(pod, terminal):
                 self.queue.move_all_to_active()
-            elif known is None and not terminal:
-                # A newly placed pod can satisfy parked pods' affinity or spread constraints.
+            elif changed and not terminal:
+                # A pod placed (or relabelled) can satisfy parked pods' affinity or spread.
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
             return
         if spec.get("schedulerName") != self.name:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .framework.profile import DEFAULT_PROFILE
 from .framework.taints import PREFER_NO_SCHEDULE
 from .framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from .resources import PODS
@@ -38,7 +39,10 @@ class NodeLoad:
 class ClusterState:
     """Nodes, per-node pod accounting, and assumed pods."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, placed_changed: Callable[[PodInfo, PodInfo], bool] = DEFAULT_PROFILE.placed_changed
+    ) -> None:
+        self._placed_changed = placed_changed  # declared by the plugins (framework/profile.py)
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}  # bound or assumed pods that hold resources
         self.loads: dict[str, NodeLoad] = {}
@@ -94,11 +98,8 @@ class ClusterState:
             # labels, deletion, resized requests. Re-account it from the fresh object, keeping
             # its place in time.
             pod.placed_at = current.placed_at
-            if (
-                pod.requests.amounts == current.requests.amounts
-                and pod.host_ports == current.host_ports
-                and pod.anti_affinity_terms == current.anti_affinity_terms
-            ):  # the usual case: nothing the node's accounting holds has changed
+            if not self._placed_changed(current, pod):
+                # The usual case: nothing a plugin reads of placed pods has changed.
                 self.pods[pod.uid] = pod
                 return False
             self.remove_pod(pod.uid)

@@ -9,22 +9,10 @@ from dataclasses import dataclass
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
-from . import spread
 from .context import CycleContext
-from .filters import DEFAULT_FILTERS, Filter
-from .scoring import (
-    LOAD_WEIGHT,
-    NODE_AFFINITY_WEIGHT,
-    SPREAD_WEIGHT,
-    TAINT_WEIGHT,
-    NodeScore,
-    combine,
-    normalize,
-    reverse_normalize,
-    score_node,
-    weighted_load,
-)
-from .taints import PREFER_NO_SCHEDULE, first_untolerated
+from .plugin import FilterPlugin
+from .profile import DEFAULT_PROFILE, Profile
+from .scoring import LOAD_WEIGHT, NodeScore, combine, normalize, score_node, weighted_load
 from .types import NodeInfo, PodInfo
 from .view import ClusterView
 
@@ -68,7 +56,7 @@ def schedule_one(
     samples: Mapping[str, NodeSample],
     now: float,
     rng: random.Random,
-    filters: Sequence[Filter] = DEFAULT_FILTERS,
+    profile: Profile = DEFAULT_PROFILE,
 ) -> Decision | Unschedulable:
     if pod.invalid_reason:
         return Unschedulable(f"pod cannot be scheduled: {pod.invalid_reason}", {})
@@ -76,7 +64,7 @@ def schedule_one(
     reasons: Counter[str] = Counter()
     feasible = []
     for node in state.nodes.values():
-        failed = first_failure(ctx, node, filters)
+        failed = first_failure(ctx, node, profile.filters)
         if failed:
             reasons.update(failed)
         else:
@@ -84,7 +72,7 @@ def schedule_one(
     if not feasible:
         return Unschedulable(failure_message(len(state.nodes), reasons), reasons)
     load = [score_node(pod, node, state, policy, samples, now) for node in feasible]
-    return decide(ctx, policy, feasible, load, rng)
+    return decide(ctx, policy, feasible, load, rng, profile)
 
 
 def decide(
@@ -93,6 +81,7 @@ def decide(
     feasible: list[NodeInfo],
     load: list[NodeScore],
     rng: random.Random,
+    profile: Profile = DEFAULT_PROFILE,
 ) -> Decision:
     """From the feasible nodes and their load scores: hot pass-over, preferences, normalise,
     pick. Shared by the full cycle and the score index's path for constrained pods."""
@@ -107,7 +96,7 @@ def decide(
         least = min(range(len(load)), key=lambda i: (weighted_load(policy, load[i]), rng.random()))
         feasible, load = [feasible[least]], [load[least]]
     totals = combine(
-        [(LOAD_WEIGHT, normalize([s.score for s in load])), *preferences(ctx, feasible)]
+        [(LOAD_WEIGHT, normalize([s.score for s in load])), *preferences(ctx, feasible, profile)]
     )
     # Random tie-break among equal best scores, as kube-scheduler does: equal nodes share a burst.
     keyed = sorted(
@@ -120,39 +109,24 @@ def decide(
     return Decision(best.node, best_score, ranked, policy.name, skipped, all_hot)
 
 
-def first_failure(ctx: CycleContext, node: NodeInfo, filters: Sequence[Filter]) -> list[str] | None:
+def first_failure(
+    ctx: CycleContext, node: NodeInfo, filters: Sequence[FilterPlugin]
+) -> list[str] | None:
     """The first failing filter's reasons (kube-scheduler stops there too), or None if it fits."""
-    for check in filters:
-        failed = check(ctx, node)
+    for plugin in filters:
+        failed = plugin.filter(ctx, node)
         if failed:
             return failed
     return None
 
 
-def preferences(ctx: CycleContext, nodes: list[NodeInfo]) -> list[tuple[int, list[float]]]:
+def preferences(
+    ctx: CycleContext, nodes: list[NodeInfo], profile: Profile = DEFAULT_PROFILE
+) -> list[tuple[int, list[float]]]:
     """The preference plugins that apply to this pod, each normalised 0..100 over `nodes`."""
-    pod = ctx.pod
     out: list[tuple[int, list[float]]] = []
-    prefer_no = [
-        sum(
-            1
-            for t in node.taints
-            if t.effect == PREFER_NO_SCHEDULE
-            and first_untolerated((t,), pod.tolerations, frozenset({PREFER_NO_SCHEDULE}))
-        )
-        for node in nodes
-    ]
-    if any(prefer_no):
-        out.append((TAINT_WEIGHT, reverse_normalize([float(c) for c in prefer_no])))
-    if pod.preferred_node_affinity:
-        sums = [
-            float(
-                sum(w for w, term in pod.preferred_node_affinity if term.matches(n.name, n.labels))
-            )
-            for n in nodes
-        ]
-        out.append((NODE_AFFINITY_WEIGHT, normalize(sums)))
-    soft = ctx.soft_spread
-    if soft is not None:
-        out.append((SPREAD_WEIGHT, reverse_normalize([spread.soft_score(n, soft) for n in nodes])))
+    for plugin in profile.scorers:
+        scores = plugin.score(ctx, nodes)
+        if scores is not None:
+            out.append((plugin.weight, scores))
     return out

@@ -21,24 +21,20 @@ import heapq
 import itertools
 import random
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
 from .context import CycleContext
 from .cycle import Decision, Unschedulable, decide, failure_message, first_failure
-from .filters import Filter, inter_pod_affinity, topology_spread
+from .profile import DEFAULT_PROFILE, Profile, Shape
 from .scoring import MAX_SCORE, NodeScore, score_node, weighted_load
-from .taints import PREFER_NO_SCHEDULE, first_untolerated
 from .types import PodInfo
 from .view import ClusterView
 
 MAX_SHAPES = 16  # heaps kept, least recently used dropped first
-_PREFER = frozenset({PREFER_NO_SCHEDULE})
-_NOT_NODE_LOCAL = (topology_spread, inter_pod_affinity)
 
-Shape = tuple[Hashable, ...]
 # (tier, rank, tie-break, seq, node): tier 0 = cool (rank = -score), 1 = hot (rank = load)
 HeapItem = tuple[int, float, float, int, str]
 
@@ -64,35 +60,17 @@ class _ShapeHeap:
     hot: int = 0
 
 
-def shape_of(pod: PodInfo, policy: Policy) -> Shape:
-    return (
-        policy.name,
-        frozenset(pod.requests.amounts.items()),
-        pod.tolerations,
-        pod.node_affinity,
-        pod.host_ports,
-    )
-
-
-def node_local(pod: PodInfo, state: ClusterView, ctx: CycleContext | None = None) -> bool:
-    """True when every node's verdict and score depend on that node alone (see module doc)."""
-    if pod.affinity_terms or pod.anti_affinity_terms or pod.spread or pod.preferred_node_affinity:
-        return False
-    for name in state.prefer_no_schedule:
-        node = state.nodes.get(name)
-        if node is not None and first_untolerated(node.taints, pod.tolerations, _PREFER):
-            return False
-    if state.anti_affinity_pods:
-        counts = (ctx or CycleContext(pod, state)).affinity
-        if counts is not None and counts.existing_anti:
-            return False
-    return True
+def node_local(pod: PodInfo, state: ClusterView, profile: Profile = DEFAULT_PROFILE) -> bool:
+    """True when every node's verdict and score depend on that node alone (every plugin signs
+    the pod; see plugin.py)."""
+    return profile.batchable(CycleContext(pod, state))
 
 
 class ScoreIndex:
-    def __init__(self, filters: Sequence[Filter]) -> None:
-        self.filters = tuple(f for f in filters if f not in _NOT_NODE_LOCAL)
-        self.inter_pod = tuple(f for f in filters if f in _NOT_NODE_LOCAL)
+    def __init__(self, profile: Profile = DEFAULT_PROFILE) -> None:
+        self.profile = profile
+        self.filters = profile.local_filters
+        self.inter_pod = profile.inter_pod_filters
         self._shapes: OrderedDict[Shape, _ShapeHeap] = OrderedDict()
         self._seq = itertools.count()
         self.evaluations = 0  # node evaluations, for tests and profiling
@@ -109,9 +87,10 @@ class ScoreIndex:
         """schedule_one's result; None for a pod it cannot judge (invalid)."""
         if pod.invalid_reason:
             return None
-        shape = self._current(shape_of(pod, policy), pod, state, policy, samples, now, rng)
-        ctx = CycleContext(pod, state)  # its PreFilter data serves both checks below
-        if not node_local(pod, state, ctx):
+        ctx = CycleContext(pod, state)  # its PreFilter data serves signing and checking
+        profile = self.profile
+        shape = self._current(profile.shape(ctx, policy), pod, state, policy, samples, now, rng)
+        if not profile.batchable(ctx):
             return self._constrained(shape, ctx, policy, rng)
         best = self._top(shape)
         if best is None:
@@ -155,7 +134,7 @@ class ScoreIndex:
                 load.append(entry.score)
         if not feasible:
             return Unschedulable(failure_message(len(nodes), reasons), reasons)
-        return decide(ctx, policy, feasible, load, rng)
+        return decide(ctx, policy, feasible, load, rng, self.profile)
 
     def _current(
         self,

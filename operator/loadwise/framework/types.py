@@ -8,7 +8,7 @@ marks the node invalid or the pod unschedulable with a reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,6 +32,17 @@ _NO_AFFINITY = RequiredNodeAffinity((), None)
 UNSUPPORTED_VOLUMES = ("persistentVolumeClaim", "ephemeral", "csi")
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+
+# PodInfo fields read from a raw pod's metadata; every other one comes from its spec (whose
+# changes bump metadata.generation) or, for placed_at, from its status. A watch event can thus
+# be checked for changes a plugin reads without parsing the pod.
+FROM_METADATA: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "labels": lambda meta: meta.get("labels") or {},
+    "deleting": lambda meta: bool(meta.get("deletionTimestamp")),
+    "namespace": lambda meta: meta.get("namespace", ""),
+    "name": lambda meta: meta.get("name", ""),
+    "uid": lambda meta: meta.get("uid", ""),
+}
 
 
 @dataclass(slots=True)
@@ -73,11 +84,6 @@ class PodInfo:
     anti_affinity_terms: tuple[AffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
-
-    @property
-    def waits_for_pods(self) -> bool:
-        """Could another pod's arrival make this pod fit (affinity, spread)?"""
-        return bool(self.affinity_terms or self.spread)
 
     @property
     def key(self) -> str:

@@ -1,0 +1,73 @@
+"""Plugin: what every filter and scorer declares, so nothing downstream keeps a list by hand.
+
+As kube-scheduler's plugins do (SignPod, EventsToRegister), each plugin says what it reads:
+- `inputs.pod`: fields of the pod being scheduled. Its signature (`sign`) is made of them, and
+  the score index shares one heap of node verdicts and scores among pods with equal signatures;
+  a field read but not declared would let the index reuse a stale verdict.
+- `inputs.node`: node fields; an update changing one may make a rejected pod fit (requeue).
+- `inputs.placed`: fields of pods already on nodes; a change re-accounts the pod's node.
+- `inputs.namespaces`: namespace labels (affinity namespace selectors).
+A plugin is `node_local` when its verdict or score for a node depends only on the pod's
+signature and that node's own state. Others (spread, inter-pod affinity, preferences normalised
+across nodes) sign UNSIGNABLE for a pod they apply to: such a pod leaves the batching path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Final
+
+if TYPE_CHECKING:
+    from .context import CycleContext
+    from .types import NodeInfo, PodInfo
+
+
+class _Unsignable:
+    def __repr__(self) -> str:
+        return "UNSIGNABLE"
+
+
+UNSIGNABLE: Final = _Unsignable()
+Signature = Hashable  # a tuple of field values, or UNSIGNABLE
+
+
+@dataclass(frozen=True)
+class Inputs:
+    pod: tuple[str, ...] = ()
+    node: tuple[str, ...] = ()
+    placed: tuple[str, ...] = ()
+    namespaces: bool = False
+
+
+class Plugin:
+    name: ClassVar[str]
+    inputs: ClassVar[Inputs] = Inputs()
+    node_local: ClassVar[bool] = True
+    # A pod this plugin rejected may fit once another pod is placed (affinity, spread minimums).
+    helped_by_placement: ClassVar[bool] = False
+
+    def sign(self, ctx: CycleContext) -> Signature:
+        """The declared pod fields; plugins that are not node-local override this."""
+        pod = ctx.pod
+        return tuple(getattr(pod, field) for field in self.inputs.pod)
+
+    def waits_for_pods(self, pod: PodInfo) -> bool:
+        """Could another pod's placement make this pod pass (see helped_by_placement)?"""
+        return False
+
+
+class FilterPlugin(Plugin):
+    def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
+        """Why the node cannot take the pod (kube-scheduler's wording), or None."""
+        raise NotImplementedError
+
+
+class ScorePlugin(Plugin):
+    """A preference: 0..100 per node (higher is better), combined with the load score."""
+
+    weight: ClassVar[int]
+
+    def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
+        """Normalised scores for `nodes`, or None when the preference does not apply."""
+        raise NotImplementedError

@@ -1,0 +1,35 @@
+"""The default plugins, registered in kube-scheduler's filter order.
+
+Adding a filter or a scorer: a file here with a FilterPlugin or ScorePlugin subclass that
+declares its inputs (see ../plugin.py), and one line in DEFAULT_PLUGINS.
+"""
+
+from __future__ import annotations
+
+from ..plugin import Plugin
+from .inter_pod_affinity import InterPodAffinity
+from .load_aware import LoadAware
+from .node_affinity import NodeAffinity, PreferredNodeAffinity
+from .node_ports import NodePorts
+from .node_ready import NodeReady
+from .node_unschedulable import NodeUnschedulable
+from .node_valid import NodeValid
+from .resources_fit import NodeResourcesFit
+from .taint_toleration import PreferNoSchedule, TaintToleration
+from .topology_spread import PodTopologySpread, SpreadPreference
+
+DEFAULT_PLUGINS: tuple[Plugin, ...] = (
+    NodeValid(),
+    NodeUnschedulable(),
+    NodeReady(),
+    TaintToleration(),
+    NodeAffinity(),
+    NodePorts(),
+    NodeResourcesFit(),
+    PodTopologySpread(),
+    InterPodAffinity(),
+    LoadAware(),
+    PreferNoSchedule(),
+    PreferredNodeAffinity(),
+    SpreadPreference(),
+)

@@ -1,0 +1,71 @@
+"""Profile: the registered plugins, and everything derived from what they declare.
+
+What a decision depends on is declared once, by the plugin that depends on it (plugin.py); the
+score index's shapes, whether a pod can be batched, which node updates and pod changes can make
+a rejected pod fit, and which changes of placed pods must be re-accounted all come from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..policy import Policy
+from .context import CycleContext
+from .plugin import UNSIGNABLE, FilterPlugin, Plugin, ScorePlugin
+from .plugins import DEFAULT_PLUGINS
+from .types import NodeInfo, PodInfo
+
+Shape = tuple[Any, ...]
+
+
+def _union(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(field for group in groups for field in group))
+
+
+class Profile:
+    def __init__(self, plugins: Sequence[Plugin] = DEFAULT_PLUGINS) -> None:
+        self.plugins = tuple(plugins)
+        self.filters = tuple(p for p in self.plugins if isinstance(p, FilterPlugin))
+        self.local_filters = tuple(f for f in self.filters if f.node_local)
+        self.inter_pod_filters = tuple(f for f in self.filters if not f.node_local)
+        self.scorers = tuple(p for p in self.plugins if isinstance(p, ScorePlugin))
+        self._local = tuple(p for p in self.plugins if p.node_local)
+        self._not_local = tuple(p for p in self.plugins if not p.node_local)
+        self._placement = tuple(p for p in self.plugins if p.helped_by_placement)
+        self.pod_fields = _union(p.inputs.pod for p in self.plugins)
+        self.node_fields = _union(p.inputs.node for p in self.plugins)
+        self.placed_fields = _union(p.inputs.placed for p in self.plugins)
+        self.reads_namespaces = any(p.inputs.namespaces for p in self.plugins)
+
+    # --- batching ----------------------------------------------------------------------------
+    def shape(self, ctx: CycleContext, policy: Policy) -> Shape:
+        """The policy plus every node-local plugin's signature: pods with equal shapes get the
+        same verdict and load score on every node."""
+        return (policy.name, *(p.sign(ctx) for p in self._local))
+
+    def batchable(self, ctx: CycleContext) -> bool:
+        """Every plugin signs the pod: each node's verdict and score depend on it alone."""
+        return all(p.sign(ctx) is not UNSIGNABLE for p in self._not_local)
+
+    # --- events ------------------------------------------------------------------------------
+    def node_changed(self, old: NodeInfo | None, new: NodeInfo) -> bool:
+        """Could this node update make a rejected pod fit? (Heartbeats cannot.)"""
+        return old is None or any(getattr(old, f) != getattr(new, f) for f in self.node_fields)
+
+    def pod_changed(self, old: PodInfo, new: PodInfo) -> bool:
+        """Did a pending pod change in a way any plugin reads (so it may fit now)?"""
+        return old.generation != new.generation or any(
+            getattr(old, f) != getattr(new, f) for f in self.pod_fields
+        )
+
+    def placed_changed(self, old: PodInfo, new: PodInfo) -> bool:
+        """Did a placed pod change in a way any plugin reads of placed pods?"""
+        return any(getattr(old, f) != getattr(new, f) for f in self.placed_fields)
+
+    def waits_for_pods(self, pod: PodInfo) -> bool:
+        """Could another pod's placement make this pod fit (affinity, spread)?"""
+        return any(p.waits_for_pods(pod) for p in self._placement)
+
+
+DEFAULT_PROFILE = Profile()
