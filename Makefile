@@ -14,13 +14,14 @@ demo:
 
 test:
 	@$(ENV) && ruff check operator tests bench && ruff format --check operator tests bench && mypy \
-	  && python -m pytest -p no:cacheprovider -ra
+	  && lint-imports && python -m pytest -p no:cacheprovider -ra
 
 unit:
 	@$(ENV) && python -m pytest -p no:cacheprovider tests/unit
 
 lint:
-	@$(ENV) && ruff check operator tests bench && ruff format --check operator tests bench && mypy
+	@$(ENV) && ruff check operator tests bench && ruff format --check operator tests bench && mypy \
+	  && lint-imports
 
 crd:
 	@$(ENV) && python -m loadwise.crd --write
