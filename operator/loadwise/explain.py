@@ -99,7 +99,7 @@ async def _explain(target: str, config: Config) -> str:
             {},
             SchedulingQueue(),
         )
-        scheduler.sources = {
+        scheduler.caches = {
             source_name: MetricsCache(source, config.metrics_interval)
             for source_name, source in metrics_sources(config, transport, scheduler.state).items()
         }
@@ -123,13 +123,13 @@ async def _explain(target: str, config: Config) -> str:
                 scheduler.apply_policy(raw["metadata"]["name"], raw.get("spec"))
 
         await Informer(transport, f"/apis/{GROUP}/{VERSION}/{PLURAL}", policy_event).list()
-        for cache in scheduler.sources.values():
+        for cache in scheduler.caches.values():
             await cache.refresh()
         pod = parse_pod(target_raw)
         scheduler.state.remove_pod(pod.uid)  # explain it as if it were being placed now
         return render(*explain_rows(scheduler, pod, time.time()))
     finally:
-        for cache in scheduler.sources.values():
+        for cache in scheduler.caches.values():
             close = getattr(cache.source, "close", None)
             if close is not None:
                 await close()

@@ -31,7 +31,7 @@ from .transport import ApiError, Http
 log = logging.getLogger(__name__)
 
 OnEvent = Callable[[str | None, Mapping[str, Any]], None]  # (ADDED/MODIFIED/DELETED/None, object)
-OnRelisted = Callable[[set[str]], None]  # keys present in a fresh list
+OnRelisted = Callable[[set[str]], object]  # keys present in a fresh list
 
 WATCH_SECONDS = 240  # server-side timeout of one watch request; it is then resumed
 READ_TIMEOUT = 90.0  # nothing read for this long (bookmarks come about every 60 s): reconnect

@@ -113,7 +113,7 @@ class Reporter:
         policy = next((p for p in scheduler.policies.policies() if p.name == name), None)
         if policy is None:
             return {"conditions": conditions}
-        cache = scheduler.sources.get(policy.spec.metrics.source)
+        cache = scheduler.caches.get(policy.spec.metrics.source)
         report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
         fields = status_fields(
             report,

@@ -263,7 +263,7 @@ class Runtime:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.scheduler.events.flush(), 5)
         await self.scheduler.events.stop()
-        for cache in self.scheduler.sources.values():
+        for cache in self.scheduler.caches.values():
             if isinstance(cache.source, PrometheusSource):
                 await cache.source.close()
         if self._http is not None:
@@ -360,7 +360,7 @@ class Runtime:
             self.last_refresh = time.monotonic()
 
     async def refresh_metrics(self) -> None:
-        for name, cache in self.scheduler.sources.items():
+        for name, cache in self.scheduler.caches.items():
             if await cache.refresh_if_due():
                 ok = cache.last_error is None
                 obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
@@ -426,21 +426,23 @@ class Runtime:
             return False
 
     async def reconcile(self) -> None:
-        """Drop pods and nodes deleted without an event reaching us. Only objects known before
-        the list began and absent from it are dropped: anything newer came from the watch."""
-        state = self.scheduler.state
-        pods_before, nodes_before = set(state.pods), set(state.nodes)
+        """Drop pods and nodes deleted without an event reaching us, by the same path as a
+        watch's relist. What appeared while the lists ran came from the watch: it counts as
+        listed."""
+        scheduler = self.scheduler
+        state, queue = scheduler.state, scheduler.queue
+        pods_before = set(state.pods) | set(queue.uids())
+        nodes_before = set(state.nodes)
         transport = self.transport
         listed_pods = await Informer(transport, "/api/v1/pods", ignore, uid_of).list()
         listed_nodes = await Informer(transport, "/api/v1/nodes", ignore).list()
-        gone_pods, gone_nodes = pods_before - listed_pods, nodes_before - listed_nodes
-        if state.drop_missing(gone_pods, gone_nodes):
+        pods_now = set(state.pods) | set(queue.uids())
+        dropped = scheduler.relisted_pods(listed_pods | (pods_now - pods_before))
+        dropped += scheduler.relisted_nodes(listed_nodes | (set(state.nodes) - nodes_before))
+        if dropped:
             log.warning(
-                "reconcile dropped %d pod(s) and %d node(s) whose deletion was not seen",
-                len(gone_pods),
-                len(gone_nodes),
+                "reconcile dropped %d pod(s) and node(s) whose deletion was not seen", dropped
             )
-            self.scheduler.queue.move_all_to_active()
 
     async def _reconcile_forever(self) -> None:
         while True:

@@ -55,7 +55,7 @@ class Scheduler:
         self,
         scheduler_name: str,
         binder: Binder,
-        sources: Mapping[str, MetricsCache],
+        caches: Mapping[str, MetricsCache],
         queue: SchedulingQueue,
         bind_concurrency: int = 64,
         failure_event_interval: float = 60.0,
@@ -66,7 +66,7 @@ class Scheduler:
         self.profile = profile
         self.name = scheduler_name
         self.binder = binder
-        self.sources = dict(sources)  # source name -> cache; policies pick one
+        self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
         self.scheduled_by_policy: dict[str, int] = {}
         self.queue = queue
         self.state = state if state is not None else ClusterState(profile.placed_changed)
@@ -160,15 +160,22 @@ class Scheduler:
         self.queue.add(pod)
 
     # --- relists: keys present in a fresh list; anything else was deleted unseen --------------
-    def relisted_pods(self, uids: set[str]) -> None:
-        for uid in [uid for uid in self.queue.uids() if uid not in uids]:
+    def relisted_pods(self, uids: set[str]) -> int:
+        """Forget pods a fresh list no longer shows; returns how many were dropped."""
+        gone_queued = [uid for uid in self.queue.uids() if uid not in uids]
+        for uid in gone_queued:
             self._forget_pod(uid)
-        if self.state.drop_missing(set(self.state.pods) - uids, set()):
+        gone = set(self.state.pods) - uids
+        if self.state.drop_missing(gone, set()):
             self.queue.move_all_to_active()
+        return len(gone_queued) + len(gone)
 
-    def relisted_nodes(self, names: set[str]) -> None:
-        if self.state.drop_missing(set(), set(self.state.nodes) - names):
+    def relisted_nodes(self, names: set[str]) -> int:
+        """Forget nodes a fresh list no longer shows; returns how many were dropped."""
+        gone = set(self.state.nodes) - names
+        if self.state.drop_missing(set(), gone):
             self.queue.move_all_to_active()
+        return len(gone)
 
     def relisted_namespaces(self, names: set[str]) -> None:
         for name in set(self.state.namespaces) - names:
@@ -248,7 +255,7 @@ class Scheduler:
         return False
 
     def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
-        cache = self.sources.get(policy.spec.metrics.source)
+        cache = self.caches.get(policy.spec.metrics.source)
         return cache.samples if cache is not None else {}
 
     def _spawn(self, coro: Any) -> None:

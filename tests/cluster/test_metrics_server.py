@@ -55,7 +55,7 @@ async def test_policy_reading_metrics_server_places_by_node_metrics(
     assert {item["metadata"]["name"] for item in listed["items"]} >= {"cool", "warm"}
     await kube.create(POLICIES, manifests.policy("ms", metrics={"source": "metrics-server"}))
     async with operator(metrics_sources=("metrics-server",)) as runtime:
-        cache = runtime.scheduler.sources["metrics-server"]
+        cache = runtime.scheduler.caches["metrics-server"]
 
         async def sampled() -> bool:
             await cache.refresh()

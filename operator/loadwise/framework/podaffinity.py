@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .selectors import LabelSelector, parse_label_selector, selects
+from .selectors import Selector, parse_label_selector, selects
 
 if TYPE_CHECKING:
     from .types import NodeInfo, PodInfo
@@ -24,9 +24,9 @@ ERR_ANTI = "node(s) didn't match pod anti-affinity rules"
 
 @dataclass(frozen=True, slots=True)
 class AffinityTerm:
-    selector: LabelSelector | None
+    selector: Selector | None
     namespaces: frozenset[str]
-    namespace_selector: LabelSelector | None
+    namespace_selector: Selector | None
     topology_key: str
 
     def matches(

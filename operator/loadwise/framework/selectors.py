@@ -1,6 +1,6 @@
 """Label and node selectors with Kubernetes' matching rules (apimachinery labels, nodeaffinity).
 
-A nil LabelSelector selects nothing and an empty one everything; a NodeSelectorTerm with no
+A nil Selector selects nothing and an empty one everything; a NodeSelectorTerm with no
 requirements matches no node; NotIn and DoesNotExist match when the label is absent; Gt and Lt
 compare integers and fail when either side does not parse.
 """
@@ -54,7 +54,7 @@ def _requirements(raw: Any) -> tuple[Requirement, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class LabelSelector:
+class Selector:
     match_labels: tuple[tuple[str, str], ...]
     expressions: tuple[Requirement, ...]
 
@@ -63,24 +63,24 @@ class LabelSelector:
             r.matches(labels) for r in self.expressions
         )
 
-    def with_requirements(self, extra: tuple[Requirement, ...]) -> LabelSelector:
-        return LabelSelector(self.match_labels, self.expressions + extra)
+    def with_requirements(self, extra: tuple[Requirement, ...]) -> Selector:
+        return Selector(self.match_labels, self.expressions + extra)
 
 
-EVERYTHING = LabelSelector((), ())
+EVERYTHING = Selector((), ())
 
 
-def parse_label_selector(raw: Mapping[str, Any] | None) -> LabelSelector | None:
+def parse_label_selector(raw: Mapping[str, Any] | None) -> Selector | None:
     """None for a nil selector (selects nothing)."""
     if raw is None:
         return None
-    return LabelSelector(
+    return Selector(
         tuple((str(k), str(v)) for k, v in (raw.get("matchLabels") or {}).items()),
         _requirements(raw.get("matchExpressions")),
     )
 
 
-def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+def selects(selector: Selector | None, labels: Mapping[str, str]) -> bool:
     return selector is not None and selector.matches(labels)
 
 

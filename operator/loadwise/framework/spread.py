@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .selectors import LabelSelector, Requirement, parse_label_selector, selects
+from .selectors import Requirement, Selector, parse_label_selector, selects
 from .taints import first_untolerated
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class SpreadConstraint:
     max_skew: int
     topology_key: str
     hard: bool  # DoNotSchedule
-    selector: LabelSelector | None
+    selector: Selector | None
     min_domains: int
     honor_node_affinity: bool
     honor_taints: bool
