@@ -20,9 +20,7 @@ from typing import Any
 from .binder import Binder
 from .config import Config
 from .framework.context import CycleContext
-from .framework.cycle import Decision, first_failure, schedule_one
-from .framework.profile import DEFAULT_PROFILE
-from .framework.scoring import score_node
+from .framework.cycle import Decision, conclude, diagnose
 from .framework.types import PodInfo, parse_pod
 from .informer import Informer
 from .metrics.cache import MetricsCache
@@ -50,24 +48,24 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
         pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
     )
     samples = scheduler.samples_for(policy)
-    result = schedule_one(pod, state, policy, samples, now, random.Random(0))
+    ctx = CycleContext(pod, state, policy, samples, now, random.Random(0))
+    diagnoses = diagnose(ctx)
+    result = conclude(ctx, diagnoses)
     totals = {s.node: total for total, s in result.ranked} if isinstance(result, Decision) else {}
-    ctx = CycleContext(pod, state)
     rows = []
-    for node in state.nodes.values():
-        failed = first_failure(ctx, node, DEFAULT_PROFILE.filters)
-        if failed:
-            rows.append(Row(node.name, "; ".join(failed)))
+    for diagnosis in diagnoses:
+        name, load = diagnosis.node.name, diagnosis.load
+        if load is None:
+            rows.append(Row(name, "; ".join(diagnosis.reasons)))
             continue
-        load = score_node(pod, node, state, policy, samples, now)
         basis = f"metrics {load.sample_age:.0f}s old" if load.sample_age is not None else "requests"
-        if isinstance(result, Decision) and node.name == result.node:
+        if isinstance(result, Decision) and name == result.node:
             verdict = "chosen"
         elif load.hot and not (isinstance(result, Decision) and result.all_hot):
             verdict = "hot: passed over"
         else:
             verdict = "feasible"
-        rows.append(Row(node.name, verdict, totals.get(node.name), load.cpu, load.memory, basis))
+        rows.append(Row(name, verdict, totals.get(name), load.cpu, load.memory, basis))
     rows.sort(key=lambda r: (r.verdict != "chosen", r.score is None, -(r.score or 0), r.node))
     if isinstance(result, Decision):
         summary = f"{pod.key} -> {result.node} (policy {policy.name}, score {result.score:.0f})"

@@ -1,21 +1,46 @@
-"""CycleContext: one pod's scheduling cycle; PreFilter data is computed once, on first use."""
+"""CycleContext: one pod's scheduling cycle, its inputs in one object; PreFilter data is
+computed once, on first use."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from . import podaffinity, spread
 
 if TYPE_CHECKING:
+    from ..metrics.cache import NodeSample
+    from ..policy import Policy
     from .types import PodInfo
     from .view import ClusterView
 
+_NO_SAMPLES: Mapping[str, NodeSample] = {}
+
 
 class CycleContext:
-    def __init__(self, pod: PodInfo, state: ClusterView) -> None:
+    def __init__(
+        self,
+        pod: PodInfo,
+        state: ClusterView,
+        policy: Policy | None = None,
+        samples: Mapping[str, NodeSample] = _NO_SAMPLES,
+        now: float = 0.0,
+        rng: random.Random | None = None,
+    ) -> None:
         self.pod = pod
         self.state = state
+        self._policy = policy
+        self.samples = samples  # the policy's metrics source's, read without I/O
+        self.now = now  # wall clock: sample ages and placement times are wall-clock times
+        self.rng = rng or random.Random(0)  # tie-breaks
+
+    @property
+    def policy(self) -> Policy:
+        if self._policy is None:
+            raise RuntimeError("this context was made for filtering only: no policy")
+        return self._policy
 
     @cached_property
     def affinity(self) -> podaffinity.AffinityCounts | None:

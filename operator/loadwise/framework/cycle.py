@@ -49,6 +49,15 @@ def failure_message(total_nodes: int, reasons: Mapping[str, int]) -> str:
     return f"0/{total_nodes} nodes are available: {', '.join(parts)}."
 
 
+@dataclass(frozen=True, slots=True)
+class NodeDiagnosis:
+    """One node's verdict for the pod: why it was refused, or its load score."""
+
+    node: NodeInfo
+    reasons: Sequence[str]  # the first failing filter's; empty when the node is feasible
+    load: NodeScore | None = None  # when feasible
+
+
 def schedule_one(
     pod: PodInfo,
     state: ClusterView,
@@ -58,33 +67,55 @@ def schedule_one(
     rng: random.Random,
     profile: Profile = DEFAULT_PROFILE,
 ) -> Decision | Unschedulable:
+    """The full cycle: every filter and the load score on every node."""
     if pod.invalid_reason:
         return Unschedulable(f"pod cannot be scheduled: {pod.invalid_reason}", {})
-    ctx = CycleContext(pod, state)
-    reasons: Counter[str] = Counter()
-    feasible = []
-    for node in state.nodes.values():
+    ctx = CycleContext(pod, state, policy, samples, now, rng)
+    return conclude(ctx, diagnose(ctx, profile), profile)
+
+
+def diagnose(ctx: CycleContext, profile: Profile = DEFAULT_PROFILE) -> list[NodeDiagnosis]:
+    """Every node's verdict and, where it passes, load score (explain shows these)."""
+    out = []
+    for node in ctx.state.nodes.values():
         failed = first_failure(ctx, node, profile.filters)
-        if failed:
-            reasons.update(failed)
+        out.append(
+            NodeDiagnosis(node, failed) if failed else NodeDiagnosis(node, (), load(ctx, node))
+        )
+    return out
+
+
+def load(ctx: CycleContext, node: NodeInfo) -> NodeScore:
+    return score_node(ctx.pod, node, ctx.state, ctx.policy, ctx.samples, ctx.now)
+
+
+def conclude(
+    ctx: CycleContext, diagnoses: Sequence[NodeDiagnosis], profile: Profile = DEFAULT_PROFILE
+) -> Decision | Unschedulable:
+    """From every node's verdict: kube-scheduler's failure summary, or the decision. Shared
+    by the full cycle and the score index's path for constrained pods."""
+    reasons: Counter[str] = Counter()
+    feasible, scores = [], []
+    for diagnosis in diagnoses:
+        if diagnosis.load is None:
+            reasons.update(diagnosis.reasons)
         else:
-            feasible.append(node)
+            feasible.append(diagnosis.node)
+            scores.append(diagnosis.load)
     if not feasible:
-        return Unschedulable(failure_message(len(state.nodes), reasons), reasons)
-    load = [score_node(pod, node, state, policy, samples, now) for node in feasible]
-    return decide(ctx, policy, feasible, load, rng, profile)
+        return Unschedulable(failure_message(len(ctx.state.nodes), reasons), reasons)
+    return decide(ctx, feasible, scores, profile)
 
 
 def decide(
     ctx: CycleContext,
-    policy: Policy,
     feasible: list[NodeInfo],
     load: list[NodeScore],
-    rng: random.Random,
     profile: Profile = DEFAULT_PROFILE,
 ) -> Decision:
     """From the feasible nodes and their load scores: hot pass-over, preferences, normalise,
-    pick. Shared by the full cycle and the score index's path for constrained pods."""
+    pick."""
+    policy, rng = ctx.policy, ctx.rng
     hot = sum(s.hot for s in load)
     all_hot = hot == len(load)
     if hot and not all_hot:  # hot nodes get nothing while a cooler feasible node exists

@@ -27,9 +27,17 @@ from dataclasses import dataclass, field, replace
 from ..metrics.cache import NodeSample
 from ..policy import Policy
 from .context import CycleContext
-from .cycle import Decision, Unschedulable, decide, failure_message, first_failure
+from .cycle import (
+    Decision,
+    NodeDiagnosis,
+    Unschedulable,
+    conclude,
+    failure_message,
+    first_failure,
+    load,
+)
 from .profile import DEFAULT_PROFILE, Profile, Shape
-from .scoring import MAX_SCORE, NodeScore, score_node, weighted_load
+from .scoring import MAX_SCORE, NodeScore, weighted_load
 from .types import PodInfo
 from .view import ClusterView
 
@@ -87,11 +95,12 @@ class ScoreIndex:
         """schedule_one's result; None for a pod it cannot judge (invalid)."""
         if pod.invalid_reason:
             return None
-        ctx = CycleContext(pod, state)  # its PreFilter data serves signing and checking
+        # One context: its PreFilter data serves signing and the inter-pod checks.
+        ctx = CycleContext(pod, state, policy, samples, now, rng)
         profile = self.profile
-        shape = self._current(profile.shape(ctx, policy), pod, state, policy, samples, now, rng)
+        shape = self._current(profile.shape(ctx, policy), ctx)
         if not profile.batchable(ctx):
-            return self._constrained(shape, ctx, policy, rng)
+            return self._constrained(shape, ctx)
         best = self._top(shape)
         if best is None:
             return Unschedulable(failure_message(len(state.nodes), +shape.reasons), +shape.reasons)
@@ -112,41 +121,25 @@ class ScoreIndex:
             ranked.append((_normalised(runner.score, chosen.score), runner))
         return Decision(chosen.node, ranked[0][0], ranked, policy.name, shape.hot, False)
 
-    def _constrained(
-        self, shape: _ShapeHeap, ctx: CycleContext, policy: Policy, rng: random.Random
-    ) -> Decision | Unschedulable:
+    def _constrained(self, shape: _ShapeHeap, ctx: CycleContext) -> Decision | Unschedulable:
         """A pod with inter-pod constraints or preferences: every node is visited, but its
         node-local verdict and load score come from the shape's entries; only the checks that
         depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
-        as in kube-scheduler's order."""
-        reasons = +shape.reasons
-        feasible, load = [], []
+        as in kube-scheduler's order. The conclusion is the full cycle's."""
         nodes = ctx.state.nodes
+        diagnoses = []
         for name, entry in shape.entries.items():
-            if entry.score is None:
-                continue
             node = nodes[name]
+            if entry.score is None:
+                diagnoses.append(NodeDiagnosis(node, entry.reasons))
+                continue
             failed = first_failure(ctx, node, self.inter_pod)
-            if failed:
-                reasons.update(failed)
-            else:
-                feasible.append(node)
-                load.append(entry.score)
-        if not feasible:
-            return Unschedulable(failure_message(len(nodes), reasons), reasons)
-        return decide(ctx, policy, feasible, load, rng, self.profile)
+            diagnoses.append(NodeDiagnosis(node, failed or (), None if failed else entry.score))
+        return conclude(ctx, diagnoses, self.profile)
 
-    def _current(
-        self,
-        key: Shape,
-        pod: PodInfo,
-        state: ClusterView,
-        policy: Policy,
-        samples: Mapping[str, NodeSample],
-        now: float,
-        rng: random.Random,
-    ) -> _ShapeHeap:
+    def _current(self, key: Shape, ctx: CycleContext) -> _ShapeHeap:
         """The shape's heap, brought up to date with the cluster state."""
+        state, policy, samples, now = ctx.state, ctx.policy, ctx.samples, ctx.now
         shape = self._shapes.get(key)
         if (
             shape is None
@@ -165,27 +158,19 @@ class ScoreIndex:
             if len(self._shapes) > MAX_SHAPES:
                 self._shapes.popitem(last=False)
             for name in state.nodes:
-                self._evaluate(shape, name, pod, state, now, rng)
+                self._evaluate(shape, name, ctx)
         else:
             self._shapes.move_to_end(key)
             changed = state.changes[shape.cursor :]
             shape.cursor = len(state.changes)
             for name in dict.fromkeys(changed):
-                self._evaluate(shape, name, pod, state, now, rng)
+                self._evaluate(shape, name, ctx)
             if len(shape.heap) > 2 * len(shape.entries) + 64:  # drop superseded items
                 shape.heap = [i for i in shape.heap if _valid(shape, i)]
                 heapq.heapify(shape.heap)
         return shape
 
-    def _evaluate(
-        self,
-        shape: _ShapeHeap,
-        name: str,
-        pod: PodInfo,
-        state: ClusterView,
-        now: float,
-        rng: random.Random,
-    ) -> None:
+    def _evaluate(self, shape: _ShapeHeap, name: str, ctx: CycleContext) -> None:
         old = shape.entries.pop(name, None)
         if old is not None:
             if old.score is None:
@@ -193,24 +178,24 @@ class ScoreIndex:
             else:
                 shape.feasible -= 1
                 shape.hot -= old.score.hot
-        node = state.nodes.get(name)
+        node = ctx.state.nodes.get(name)
         if node is None:
             return
         self.evaluations += 1
         seq = next(self._seq)
-        failed = first_failure(CycleContext(pod, state), node, self.filters)
+        failed = first_failure(ctx, node, self.filters)
         if failed:
             shape.entries[name] = _Entry(seq, None, failed)
             shape.reasons.update(failed)
             return
-        score = score_node(pod, node, state, shape.policy, shape.samples, now)
+        score = load(ctx, node)
         shape.entries[name] = _Entry(seq, score, [])
         shape.feasible += 1
         shape.hot += score.hot
         if score.hot:
-            item = (1, weighted_load(shape.policy, score), rng.random(), seq, name)
+            item = (1, weighted_load(shape.policy, score), ctx.rng.random(), seq, name)
         else:
-            item = (0, -score.score, rng.random(), seq, name)
+            item = (0, -score.score, ctx.rng.random(), seq, name)
         heapq.heappush(shape.heap, item)
 
     @staticmethod
