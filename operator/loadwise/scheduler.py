@@ -1,9 +1,10 @@
-"""Scheduler: the service behind the kopf handlers.
+"""Scheduler: the queue, the cluster state and the loop, fed by the Runtime's informers.
 
-Watch events go in through `on_pod_event` / `on_node_event` (synchronous, cheap); `run()` is the
-loop: pop a pod, run the pure cycle against in-memory state, Reserve (assume) the chosen node,
-and hand the Binding to a bounded set of concurrent bind tasks. The cycle never awaits the
-network; binds and events are the only API writes.
+Watch events go in through `on_pod_event` / `on_node_event` / `on_namespace_event`
+(synchronous, cheap; which changes matter comes from the plugins' declarations); `run()` is the
+loop, on the leader only: pop a pod, run the pure cycle against in-memory state, Reserve
+(assume) the chosen node, and hand the Binding to a bounded set of concurrent bind tasks. The
+cycle never awaits the network; binds, events and PodScheduled are the only writes for pods.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Node metrics: sources (Prometheus) and the cache the scorers read."""
+"""Node metrics: the sources (Prometheus, metrics.k8s.io) and the cache the scorers read."""
