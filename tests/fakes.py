@@ -9,7 +9,8 @@ Streams (watches) are served per path from a list of scripts, one per connection
 - an int: the stream is refused with that HTTP status (ApiError, as the real Transport raises);
 - an exception: raised when connecting;
 - a list of items, each a dict (one JSON event line), bytes (a raw chunk, e.g. half a line),
-  an exception (raised mid-stream) or HANG (nothing more arrives: the stream stays open).
+  an exception (raised mid-stream), an asyncio.Event (nothing arrives until the test sets it)
+  or HANG (nothing more arrives: the stream stays open).
   At the end of the list the server ends the watch.
 When a path's scripts are used up, further connections stay open and silent (an idle watch).
 """
@@ -40,7 +41,7 @@ class _Hang:
 
 
 HANG = _Hang()
-Item = Mapping[str, Any] | bytes | BaseException | _Hang
+Item = Mapping[str, Any] | bytes | BaseException | asyncio.Event | _Hang
 Script = int | BaseException | Sequence[Item]
 
 
@@ -85,6 +86,8 @@ class FakeBody:
         for item in self._items:
             if isinstance(item, _Hang):
                 await forever()
+            elif isinstance(item, asyncio.Event):
+                await item.wait()
             elif isinstance(item, BaseException):
                 raise item
             elif isinstance(item, bytes):

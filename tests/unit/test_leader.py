@@ -7,54 +7,58 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 import pytest
 
 from loadwise.leader import LeaderElector, micro_time
-from loadwise.transport import Transport
+
+from ..fakes import HANG, FakeTransport, Reply, forever, until
 
 PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lw"
 
 
 class LeaseServer:
-    """GET/POST/PUT of one Lease; PUT needs the current resourceVersion. `hang` stalls calls."""
+    """GET/POST/PUT of one Lease; PUT needs the current resourceVersion. `hang` stalls calls.
+    Served through the FakeTransport (`transport`); its watch stays silent: the campaign polls."""
 
     def __init__(self) -> None:
         self.lease: dict[str, Any] | None = None
         self.version = 0
         self.hang = False
         self.writes: list[dict[str, Any]] = []
+        self.transport = FakeTransport(self.handle)
 
-    async def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, **_: Any
-    ) -> tuple[int, bytes]:
+    async def handle(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        params: Mapping[str, str] | None,
+    ) -> Reply:
         if self.hang:
-            await asyncio.sleep(3600)
+            await forever()
         if method == "GET":
+            assert path == PATH
             if self.lease is None:
-                return 404, b"{}"
-            return 200, orjson.dumps(self.lease)
+                return 404, {}
+            return 200, self.lease
         assert body is not None
         if method == "POST":
+            assert path == PATH.rsplit("/", 1)[0]
             if self.lease is not None:
-                return 409, b"{}"
+                return 409, {}
         elif self.lease is None or body["metadata"].get("resourceVersion") != str(self.version):
-            return 409, b"{}"
+            return 409, {}
         self.version += 1
         self.lease = {
             **body,
             "metadata": {**body["metadata"], "resourceVersion": str(self.version)},
         }
         self.writes.append(self.lease)
-        return (201 if method == "POST" else 200), orjson.dumps(self.lease)
-
-    @contextlib.asynccontextmanager
-    async def stream(self, *_: Any) -> AsyncIterator[Any]:
-        raise OSError("no watch here: the campaign polls")
-        yield  # pragma: no cover
+        return (201 if method == "POST" else 200), orjson.loads(orjson.dumps(self.lease))
 
 
 class Clock:
@@ -66,9 +70,7 @@ class Clock:
 
 
 def elector(server: LeaseServer, identity: str, clock: Clock | None = None, **kw: Any) -> Any:
-    return LeaderElector(
-        cast(Transport, server), "ns", "lw", identity, clock=clock or Clock(), **kw
-    )
+    return LeaderElector(server.transport, "ns", "lw", identity, clock=clock or Clock(), **kw)
 
 
 async def test_first_candidate_creates_the_lease_and_the_record_is_client_go_s() -> None:
@@ -120,7 +122,7 @@ async def test_a_leader_that_cannot_renew_stops_within_the_renew_deadline() -> N
     server = LeaseServer()
     lost = asyncio.Event()
     a = LeaderElector(
-        cast(Transport, server),
+        server.transport,
         "ns",
         "lw",
         "a",
@@ -169,6 +171,33 @@ async def test_release_by_a_replica_that_does_not_hold_the_lease_writes_nothing(
     writes = len(server.writes)
     await b.release()
     assert len(server.writes) == writes
+
+
+async def test_a_standby_takes_over_when_its_lease_watch_shows_the_release() -> None:
+    server = LeaseServer()
+    a = elector(server, "a")
+    assert await a.try_acquire_or_renew(1.0)
+    a.is_leader = True
+    released = asyncio.Event()
+    collection = PATH.rsplit("/", 1)[0]
+    server.transport.streams[collection] = [[released, {"type": "MODIFIED", "object": {}}, HANG]]
+    elected = asyncio.Event()
+    b = LeaderElector(server.transport, "ns", "lw", "b", retry_period=30.0, on_elected=elected.set)
+    task = asyncio.create_task(b.run())
+    try:
+        await until(lambda: b.observed is not None)  # b found the lease held by a
+        await asyncio.sleep(0.01)
+        assert not elected.is_set()
+        await a.release()
+        released.set()  # the watch delivers the change; polling alone would take 30 s
+        await asyncio.wait_for(elected.wait(), 1.0)
+        watch = server.transport.watches[0]
+        assert watch.path == collection
+        assert (watch.params or {})["fieldSelector"] == "metadata.name=lw"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @pytest.mark.parametrize("when", [0.0, 1_700_000_000.123456])

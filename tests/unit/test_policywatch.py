@@ -1,21 +1,29 @@
-"""PolicyWatch: what each SchedulingPolicy event does to the live policies and degradations,
-without a network (the informer's transport is never called here)."""
+"""PolicyWatch: what each SchedulingPolicy event does to the live policies and degradations
+(events fed directly), and a CRD missing at start-up and installed later (over the
+FakeTransport)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
 
+import pytest
+
+from loadwise import policywatch as policywatch_module
 from loadwise.binder import Binder
 from loadwise.degradations import Degradations
 from loadwise.metrics.cache import MetricsCache
-from loadwise.policywatch import PolicyWatch
+from loadwise.policywatch import POLICIES_PATH, PolicyWatch
 from loadwise.queue import SchedulingQueue
 from loadwise.scheduler import Scheduler
-from loadwise.transport import Transport
+
+from ..fakes import FakeTransport, Reply, until
 
 
-def watch() -> tuple[PolicyWatch, Scheduler, Degradations]:
-    transport = cast(Transport, None)  # never used: events are fed directly
+def watch() -> tuple[PolicyWatch, Scheduler, Degradations, FakeTransport]:
+    transport = FakeTransport()  # events are fed directly: no call is made
     scheduler = Scheduler(
         "loadwise-scheduler",
         Binder(transport, "loadwise-scheduler"),
@@ -25,7 +33,7 @@ def watch() -> tuple[PolicyWatch, Scheduler, Degradations]:
     degradations = Degradations()
     policies = PolicyWatch(transport, scheduler, degradations)
     policies.crd_present = True
-    return policies, scheduler, degradations
+    return policies, scheduler, degradations, transport
 
 
 def policy(name: str, spec: Any, generation: int = 1, uid: str = "u1") -> dict[str, Any]:
@@ -33,7 +41,7 @@ def policy(name: str, spec: Any, generation: int = 1, uid: str = "u1") -> dict[s
 
 
 def test_a_spec_that_is_not_an_object_is_invalid_with_a_message_not_a_crash() -> None:
-    policies, scheduler, degradations = watch()
+    policies, scheduler, degradations, _ = watch()
     policies.on_event("ADDED", policy("odd", ["not", "an", "object"]))
     assert policies.objects["odd"].error == "spec: must be an object, not list"
     assert len(scheduler.policies) == 0
@@ -41,7 +49,7 @@ def test_a_spec_that_is_not_an_object_is_invalid_with_a_message_not_a_crash() ->
 
 
 def test_no_spec_means_the_defaults_and_a_valid_policy_clears_no_policy() -> None:
-    policies, scheduler, degradations = watch()
+    policies, scheduler, degradations, _ = watch()
     policies.relisted(set())
     assert "no_policy" in degradations.active
     policies.on_event(None, {"metadata": {"name": "bare", "uid": "u", "generation": 1}})
@@ -51,7 +59,7 @@ def test_no_spec_means_the_defaults_and_a_valid_policy_clears_no_policy() -> Non
 
 
 def test_status_only_updates_do_not_reapply_and_a_new_generation_does() -> None:
-    policies, scheduler, _ = watch()
+    policies, scheduler, _, _ = watch()
     policies.on_event("ADDED", policy("p", {"weights": {"cpu": 1, "memory": 1}}))
     first = scheduler.policies.policies()[0]
     raw = policy("p", {"weights": {"cpu": 1, "memory": 1}})
@@ -65,7 +73,7 @@ def test_status_only_updates_do_not_reapply_and_a_new_generation_does() -> None:
 
 
 def test_deleted_and_relisted_policies_are_forgotten() -> None:
-    policies, scheduler, degradations = watch()
+    policies, scheduler, degradations, _ = watch()
     policies.on_event("ADDED", policy("a", {}))
     policies.on_event("ADDED", policy("b", {}, uid="u2"))
     policies.on_event("DELETED", policy("a", {}))
@@ -73,3 +81,45 @@ def test_deleted_and_relisted_policies_are_forgotten() -> None:
     policies.relisted({"x"})  # b vanished while nobody watched
     assert not scheduler.policies.names() and not policies.objects
     assert "no_policy" in degradations.active
+
+
+def test_events_are_applied_without_a_call() -> None:
+    policies, _, _, transport = watch()
+    policies.on_event("ADDED", policy("a", {}))
+    policies.on_event("DELETED", policy("a", {}))
+    assert transport.calls == [] and transport.watches == []
+
+
+async def test_a_crd_installed_after_start_up_is_found_and_its_policies_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(policywatch_module, "CRD_RETRY", 0.01)
+    installed = False
+
+    def api(
+        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
+    ) -> Reply:
+        assert (method, path) == ("GET", POLICIES_PATH)
+        if not installed:
+            return 404, {"kind": "Status", "reason": "NotFound"}
+        items = [policy("late", {"weights": {"cpu": 2, "memory": 1}})]
+        return 200, {"metadata": {"resourceVersion": "42"}, "items": items}
+
+    policies, scheduler, degradations, transport = watch()
+    transport.handler = api
+    policies.crd_present = None
+    await policies.seed()  # start-up goes on without the CRD
+    assert policies.crd_present is False and "crd_missing" in degradations.active
+    task = asyncio.create_task(policies.run())
+    try:
+        await asyncio.sleep(0.05)
+        assert policies.crd_present is False and len(transport.calls) > 1  # looking again
+        installed = True
+        await until(lambda: len(transport.watches) == 1)
+        assert scheduler.policies.names() == ["late"]
+        assert "crd_missing" not in degradations.active and "no_policy" not in degradations.active
+        assert (transport.watches[0].params or {})["resourceVersion"] == "42"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
