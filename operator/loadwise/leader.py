@@ -87,6 +87,7 @@ class LeaderElector:
         self.on_elected, self.on_lost = on_elected, on_lost
         self.clock = clock
         self.is_leader = False
+        self.stopping = False  # set on shutdown: stepping down is then expected
         self.observed: LeaseRecord | None = None
         self.observed_at = 0.0  # our monotonic time when `observed` last changed
         self._renewed_at = 0.0
@@ -150,7 +151,7 @@ class LeaderElector:
                     return
                 await asyncio.sleep(min(self.retry_period / 2, max(0.0, left)))
 
-    def _set_leader(self, leading: bool) -> None:
+    def _set_leader(self, leading: bool, releasing: bool = False) -> None:
         if leading == self.is_leader:
             return
         self.is_leader = leading
@@ -159,7 +160,8 @@ class LeaderElector:
             log.info("leader election: %s is now the leader", self.identity)
             self.on_elected()
         else:
-            log.warning("leader election: %s is no longer the leader", self.identity)
+            level = logging.INFO if releasing or self.stopping else logging.WARNING
+            log.log(level, "leader election: %s is no longer the leader", self.identity)
             self.on_lost()
 
     # --- one attempt -------------------------------------------------------------------------
@@ -233,7 +235,7 @@ class LeaderElector:
         record = self.observed
         if record is None or record.holder != self.identity:
             return
-        self._set_leader(False)
+        self._set_leader(False, releasing=True)
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",

@@ -247,6 +247,8 @@ class Runtime:
         """Stop scheduling first, give the lease up (a standby takes over at once), then the
         rest. Safe to call on a partly started runtime."""
         await self._stop_leading()
+        if self.elector is not None:
+            self.elector.stopping = True
         elector_task = self._tasks.pop("leader-election", None)
         if elector_task is not None:
             elector_task.cancel()
