@@ -53,6 +53,7 @@ class Call:
     params: Mapping[str, str] | None = None
     content_type: str | None = None
     at: float = 0.0  # the loop's clock when the call was made
+    timeout: aiohttp.ClientTimeout | None = None
 
 
 def default_handler(
@@ -130,7 +131,7 @@ class FakeTransport:
         timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
     ) -> tuple[int, bytes]:
         now = asyncio.get_running_loop().time()
-        self.calls.append(Call(method, path, body, params, content_type, now))
+        self.calls.append(Call(method, path, body, params, content_type, now, timeout))
         reply = self.handler(method, path, body, params)
         status, data = await reply if inspect.isawaitable(reply) else reply
         if data is None:

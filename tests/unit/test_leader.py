@@ -111,6 +111,15 @@ async def test_a_renewed_record_restarts_the_expiry_clock() -> None:
     assert not await b.try_acquire_or_renew(1.0)
 
 
+async def test_every_call_is_bounded_by_the_budget() -> None:
+    server = LeaseServer()
+    assert await elector(server, "a").try_acquire_or_renew(0.7)
+    assert [(c.method, c.timeout and c.timeout.total) for c in server.transport.calls] == [
+        ("GET", 0.7),
+        ("POST", 0.7),
+    ]
+
+
 async def test_of_two_writers_one_wins() -> None:
     server = LeaseServer()
     a, b = elector(server, "a"), elector(server, "b")
