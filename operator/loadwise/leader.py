@@ -170,7 +170,8 @@ class LeaderElector:
         try:
             async with asyncio.timeout(budget):
                 return await self._try(budget)
-        except (TimeoutError, aiohttp.ClientError, OSError, ApiError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, ApiError, ValueError) as exc:
+            # ValueError: an answer that is not a Lease (e.g. a proxy's HTML page with a 200)
             log.debug("leader election attempt failed: %r", exc)
             return False
 

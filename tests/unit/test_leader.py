@@ -120,6 +120,31 @@ async def test_every_call_is_bounded_by_the_budget() -> None:
     ]
 
 
+async def test_an_answer_that_is_not_a_lease_is_a_failed_attempt_not_the_end() -> None:
+    server = LeaseServer()
+    odd = FakeTransport(lambda method, path, body, params: (200, b"<html>a proxy</html>"))
+    lost = asyncio.Event()
+    a = LeaderElector(
+        odd, "ns", "lw", "a", lease_duration=1.0, renew_deadline=0.4, retry_period=0.05
+    )
+    assert not await a.try_acquire_or_renew(1.0)
+    task = asyncio.create_task(a.run())
+    try:
+        await until(lambda: len(odd.calls) >= 3)  # campaigning on, not dead
+        assert not task.done() and not a.is_leader
+        odd.handler = server.handle  # the API server is reachable again
+        await until(lambda: a.is_leader)
+        a.on_lost = lost.set
+        odd.handler = lambda method, path, body, params: (200, b"not json")
+        await asyncio.wait_for(lost.wait(), 2.0)  # renewals fail: it stops leading in time
+        await until(lambda: len(odd.calls) >= 20)
+        assert not task.done()  # and campaigns again
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def test_of_two_writers_one_wins() -> None:
     server = LeaseServer()
     a, b = elector(server, "a"), elector(server, "b")
