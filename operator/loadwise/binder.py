@@ -129,18 +129,22 @@ class Binder:
 
     async def object_event(
         self, involved: dict[str, str], event_type: str, reason: str, message: str
-    ) -> None:
+    ) -> bool:
+        """True once written (or refused for good: 404, 4xx); False when worth retrying."""
         body = object_event(involved, self.scheduler_name, event_type, reason, message)
         namespace = body["metadata"]["namespace"]
-        await self._best_effort("event", "POST", f"/api/v1/namespaces/{namespace}/events", body)
+        path = f"/api/v1/namespaces/{namespace}/events"
+        return await self._best_effort("event", "POST", path, body)
 
-    async def _best_effort(self, what: str, method: str, path: str, body: dict[str, Any]) -> None:
+    async def _best_effort(self, what: str, method: str, path: str, body: dict[str, Any]) -> bool:
+        """Never raises; False when the write failed in a way a retry may fix (network, 5xx)."""
         try:
             status, data = await self.transport.request(
                 method, path, body, content_type=STRATEGIC_MERGE if method == "PATCH" else None
             )
         except Exception as exc:
             log.warning("writing %s failed: %r", what, exc)
-            return
+            return False
         if status >= 300 and status != 404:
             log.warning("writing %s failed: HTTP %s %s", what, status, data[:300])
+        return status < 500

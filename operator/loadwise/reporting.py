@@ -75,11 +75,12 @@ class Reporter:
         conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
         if obj.error:
             ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": obj.error}
-            if (obj.uid, obj.generation) not in self._invalid_reported:
-                self._invalid_reported.add((obj.uid, obj.generation))
+            if (obj.uid, obj.generation) not in self._invalid_reported and (
                 await self.binder.object_event(
                     involved, "Warning", "InvalidPolicy", f"ignored: {obj.error}"
                 )
+            ):  # once per generation, once written
+                self._invalid_reported.add((obj.uid, obj.generation))
             fields: dict[str, Any] = {"conditions": set_condition(conditions, ready)}
         else:
             ready = {"type": "Ready", "status": "True", "reason": "Valid", "message": ""}
@@ -87,15 +88,19 @@ class Reporter:
             message = fields.pop("conditions_message", "")
             available = bool(fields.pop("available", True))
             was = self._available.get(obj.name, True)
-            self._available[obj.name] = available
+            written = True
             if was and not available:  # a Warning event per transition
                 text = f"load-aware scoring degraded: {message}"
                 log.warning("%s: %s", obj.name, text)
-                await self.binder.object_event(involved, "Warning", "MetricsDegraded", text)
+                written = await self.binder.object_event(
+                    involved, "Warning", "MetricsDegraded", text
+                )
             elif available and not was:
-                await self.binder.object_event(
+                written = await self.binder.object_event(
                     involved, "Normal", "MetricsRecovered", f"load-aware scoring back: {message}"
                 )
+            if written:  # else the transition is reported by the next pass
+                self._available[obj.name] = available
         fields["observedGeneration"] = obj.generation
         patch = {k: v for k, v in fields.items() if status.get(k) != v}
         if patch:
@@ -128,12 +133,15 @@ class Reporter:
     # --- the operator itself -------------------------------------------------------------------
     async def _report_operator(self) -> None:
         notices = self.degradations.notices
-        while notices:
-            notice = notices.popleft()
-            if self.target is not None:
-                await self.binder.object_event(
-                    self.target, notice.type, notice.reason, notice.message
-                )
+        while notices and self.target is not None:
+            notice = notices[0]  # removed once written: an outage must not swallow it
+            if not await self.binder.object_event(
+                self.target, notice.type, notice.reason, notice.message
+            ):
+                break  # the next pass tries again, in order
+            notices.popleft()
+        if self.target is None:
+            notices.clear()
         generation = self.degradations.generation
         target = self.target
         if generation == self._condition_generation or target is None or target["kind"] != "Pod":
@@ -151,6 +159,8 @@ class Reporter:
             self._condition_generation = generation
 
     async def _patch(self, path: str, body: dict[str, Any], content_type: str) -> bool:
+        """True when done: written, or refused in a way a retry cannot fix (4xx, e.g. the
+        object is gone); False when the next pass should try again (network, 5xx)."""
         try:
             status, data = await self.transport.request(
                 "PATCH", path, body, content_type=content_type
@@ -162,5 +172,4 @@ class Reporter:
         if status >= 300:
             log.warning("PATCH %s failed: HTTP %s %s", path, status, data[:300])
             obs.REPORT_ERRORS.inc()
-            return False
-        return True
+        return status < 500

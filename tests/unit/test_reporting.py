@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 from prometheus_client import REGISTRY
 
 from loadwise.binder import Binder
@@ -226,3 +227,35 @@ def test_set_condition_keeps_the_transition_time_while_the_status_holds() -> Non
     assert same[1]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     flipped = set_condition(old, {"type": "Ready", "status": "False", "reason": "Invalid"})
     assert flipped[1]["lastTransitionTime"] != "2026-01-01T00:00:00Z"
+
+
+async def test_a_degradation_event_is_not_lost_when_the_api_server_is_down() -> None:
+    """The notice stays queued until its event is written (it was popped and lost before: the
+    ApiServerUnreachable Warning of an outage never appeared after it)."""
+    setup = Setup(target=OPERATOR_POD)
+    setup.fresh()
+    setup.degradations.set("api_unreachable", "the API server has not answered for 4s")
+    setup.degradations.clear("api_unreachable", "the API server was unreachable for 9s")
+    setup.failures["/api/v1/namespaces/lw-system/events"] = [
+        aiohttp.ClientConnectionError("refused"),
+        aiohttp.ClientConnectionError("refused"),
+    ]
+    await setup.reporter.report_once()
+    await setup.reporter.report_once()  # two refused attempts of the first notice
+    await setup.reporter.report_once()  # the API server answers again: both, in order
+    await setup.reporter.report_once()  # and nothing more
+    reasons = [(c.body or {})["reason"] for c in setup.fake.requests("POST", "/events")]
+    assert reasons == ["ApiServerUnreachable"] * 3 + ["ApiServerUnreachableResolved"]
+
+
+async def test_a_metrics_degraded_event_that_failed_is_posted_by_the_next_pass() -> None:
+    setup = Setup()
+    setup.fresh()
+    setup.policy("p", {})
+    await setup.reporter.report_once()
+    setup.failing()
+    setup.failures["/api/v1/namespaces/default/events"] = [(503, b"")]
+    await setup.reporter.report_once()  # refused (503)
+    await setup.reporter.report_once()  # written
+    await setup.reporter.report_once()  # once per transition: not again
+    assert len(setup.events("MetricsDegraded")) == 2
