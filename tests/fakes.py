@@ -13,6 +13,9 @@ Streams (watches) are served per path from a list of scripts, one per connection
   or HANG (nothing more arrives: the stream stays open).
   At the end of the list the server ends the watch.
 When a path's scripts are used up, further connections stay open and silent (an idle watch).
+
+Intercepted wraps a real Http (the cluster tests): requests to chosen paths wait for a gate,
+and every answer's status is recorded.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadwise.transport import REQUEST_TIMEOUT, ApiError, Http
+from loadwise.transport import REQUEST_TIMEOUT, ApiError, Http, StreamResponse
 
 Reply = tuple[int, Mapping[str, Any] | Sequence[Any] | bytes | None]
 Handler = Callable[
@@ -170,4 +173,42 @@ class FakeTransport:
         return [c for c in self.calls if c.method == method and path_part in c.path]
 
 
+class Intercepted:
+    def __init__(self, inner: Http) -> None:
+        self.inner = inner
+        self.holds: dict[str, asyncio.Event] = {}  # path -> a request there waits for this
+        self.answers: list[tuple[str, str, int]] = []  # (method, path, status)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
+    ) -> tuple[int, bytes]:
+        gate = self.holds.get(path)
+        if gate is not None:
+            await gate.wait()
+        status, data = await self.inner.request(method, path, body, params, content_type, timeout)
+        self.answers.append((method, path, status))
+        return status, data
+
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        return await self.inner.get_json(path, params)
+
+    def stream(
+        self, path: str, params: Mapping[str, str], read_timeout: float
+    ) -> contextlib.AbstractAsyncContextManager[StreamResponse]:
+        return self.inner.stream(path, params, read_timeout)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+_INTERCEPTED_IS_HTTP: type[Http] = Intercepted
 _FAKE_IS_HTTP: type[Http] = FakeTransport  # mypy (tests/fakes.py) proves the fake fits the seam

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from loadwise.binder import BindResult
 from loadwise.devcluster import manifests
 from loadwise.devcluster.cluster import LocalCluster, wait_for
 from loadwise.devcluster.kube import Kube
 from loadwise.framework.types import PodInfo
 
+from ..fakes import Intercepted
 from .conftest import OperatorFactory
 from .util import events, wait_bound, wait_event
 
@@ -115,34 +115,33 @@ async def test_pod_deleted_while_parked_is_forgotten(
 async def test_pod_deleted_while_its_bind_is_in_flight(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
 ) -> None:
-    """The bind is held (the real Binder, delayed) until the pod is deleted: the API answers
-    404, the reservation is released, and nothing is retried."""
+    """The Binding is held (at the transport, on its way to the real API) until the pod is
+    deleted: the API answers 404, the reservation is released, and nothing is retried."""
     await local_cluster.add_node(kube, "n1", cpu="1")
     async with operator() as runtime:
         binder = runtime.scheduler.binder
-        real_bind = binder.bind
-        release = asyncio.Event()
-        results: list[BindResult] = []
+        held = binder.transport = Intercepted(binder.transport)
+        binding = f"/api/v1/namespaces/{ns}/pods/doomed/binding"
+        release = held.holds[binding] = asyncio.Event()
 
-        async def held_bind(pod: PodInfo, node: str) -> BindResult:
-            if pod.name == "doomed":
-                await release.wait()
-            result = await real_bind(pod, node)
-            results.append(result)
-            return result
+        def binds() -> list[tuple[str, str, int]]:
+            return [answer for answer in held.answers if answer[1] == binding]
 
-        binder.bind = held_bind  # type: ignore[method-assign]
+        async def answered() -> bool:
+            return bool(binds())
+
         await create(kube, ns, "doomed", containers=[_container(cpu="800m")])
         await wait_for(lambda: _assumed(runtime.scheduler.state.pods, "doomed"), 10, what="assumed")
         await kube.delete_pod_now(ns, "doomed")
         await wait_for(lambda: _gone(runtime.scheduler.state.pods, "doomed"), 10, what="released")
         release.set()
-        await wait_for(lambda: _has(results), 10, what="the held bind to finish")
-        assert results == [BindResult.GONE]
+        await wait_for(answered, 10, what="the held bind to finish")
+        assert binds() == [("POST", binding, 404)]
         # Its 800m were released: a pod of the same size fits on the 1-cpu node now.
         await create(kube, ns, "next", containers=[_container(cpu="800m")])
         assert (await wait_bound(kube, ns, ["next"]))["next"] == "n1"
         assert len(runtime.scheduler.queue) == 0
+        assert len(binds()) == 1  # never retried
     assert await events(kube, ns, "doomed", "Scheduled") == []
 
 
@@ -152,10 +151,6 @@ async def _assumed(pods: dict[str, PodInfo], name: str) -> bool:
 
 async def _gone(pods: dict[str, PodInfo], name: str) -> bool:
     return not any(p.name == name for p in pods.values())
-
-
-async def _has(items: list[BindResult]) -> bool:
-    return bool(items)
 
 
 async def test_scheduling_gates_hold_the_pod_until_removed(
