@@ -36,6 +36,7 @@ OnRelisted = Callable[[set[str]], object]  # keys present in a fresh list
 WATCH_SECONDS = 240  # server-side timeout of one watch request; it is then resumed
 READ_TIMEOUT = 90.0  # nothing read for this long (bookmarks come about every 60 s): reconnect
 PAGE = 500
+FEED_TURN = 4  # while the next page is requested, list items fed between turns of the loop
 BACKOFF_FLOOR, BACKOFF_CAP = 0.25, 5.0
 
 
@@ -92,11 +93,12 @@ class Informer:
                     self.transport.get_json(self.path, {"limit": str(PAGE), "continue": token})
                 )
             try:
-                if following is not None:
-                    # A task starts only when this one yields, and feeding never does: let the
-                    # request go out now, or it would wait for the whole page to be fed.
-                    await asyncio.sleep(0)
-                for item in page.get("items") or ():
+                for i, item in enumerate(page.get("items") or ()):
+                    if following is not None and i % FEED_TURN == 0:
+                        # The request runs only while this task yields, and it needs a few
+                        # turns of the loop to be sent: without them it would wait for the
+                        # whole page to be fed.
+                        await asyncio.sleep(0)
                     self.on_event(None, item)
                     keys.add(self.key(item))
             except BaseException:

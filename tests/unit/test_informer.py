@@ -152,6 +152,34 @@ async def test_a_list_follows_continue_tokens_and_asks_for_the_next_page_before_
     assert inf.resource_version == "100" and inf.synced
 
 
+async def test_the_next_page_is_sent_early_in_the_feed_even_when_sending_takes_turns() -> None:
+    """A real request needs several turns of the loop (connection, headers) before it leaves:
+    feeding a 100-item page must give it those turns early, not after the page."""
+    lists = Lists([[f"a{i}" for i in range(100)], ["b"]], rv="7")
+    sent_after: list[int] = []
+    fed = 0
+
+    async def slow_to_send(
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        params: Mapping[str, str] | None,
+    ) -> Reply:
+        for _ in range(6):
+            await asyncio.sleep(0)
+        if params and "continue" in params:
+            sent_after.append(fed)
+        return await lists(method, path, body, params)
+
+    def on_event(kind: str | None, o: Mapping[str, Any]) -> None:
+        nonlocal fed
+        fed += 1
+
+    keys = await Informer(FakeTransport(slow_to_send), PODS, on_event).list()
+    assert len(keys) == 101
+    assert sent_after and sent_after[0] <= 40  # well before the page's 100 items are fed
+
+
 async def test_the_watch_starts_at_the_lists_version_and_bookmarks_advance_only_that() -> None:
     fake = FakeTransport(Lists([["a"]], rv="100"))
     fake.streams[PODS] = [
