@@ -51,7 +51,8 @@ ACCOUNTED_PODS = Gauge(
 )
 ACCOUNTED_CPU = Gauge(
     "loadwise_accounted_cpu_millicores",
-    "CPU requests the scheduler's state holds on nodes (bound or assumed pods), millicores.",
+    "CPU requests the scheduler's state holds on existing nodes (bound or assumed pods), "
+    "millicores.",
 )
 API_UNREACHABLE_SECONDS = Counter(
     "loadwise_api_unreachable_seconds_total",

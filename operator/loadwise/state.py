@@ -184,8 +184,13 @@ class ClusterState:
 
     # --- reads -------------------------------------------------------------------------------
     def accounted_cpu(self) -> int:
-        """CPU millicores requested by every pod held on a node (bound or assumed)."""
-        return sum(load.requested.get("cpu", 0) for load in self.loads.values())
+        """CPU millicores requested by the pods held on existing nodes (bound or assumed). Pods
+        bound to a node that was deleted (until the pod garbage collector removes them) hold
+        nothing anyone can schedule onto, so they are not counted."""
+        nodes = self.nodes
+        return sum(
+            load.requested.get("cpu", 0) for name, load in self.loads.items() if name in nodes
+        )
 
     def requested(self, node_name: str) -> Mapping[str, int]:
         load = self.loads.get(node_name)

@@ -117,3 +117,15 @@ def test_a_pod_assumed_twice_is_estimated_once() -> None:
     state.forget(pod.uid)  # the bind failed
     state.assume(pod, "n", at=101.0)  # retried onto the same node
     assert [p.uid for p in state.placed_since("n", 50.0)] == [pod.uid]
+
+
+def test_accounted_cpu_counts_existing_nodes_only() -> None:
+    """A pod bound to a deleted node (until the pod GC removes it) holds nothing schedulable."""
+    state = ClusterState()
+    state.upsert_node(manifests.node("kept"))
+    state.upsert_node(manifests.node("gone"))
+    state.observe_bound(pod_info(cpu="1", node="kept"), terminal=False)
+    state.observe_bound(pod_info(cpu="2", node="gone"), terminal=False)
+    assert state.accounted_cpu() == 3000
+    state.delete_node("gone")
+    assert state.accounted_cpu() == 1000
