@@ -139,7 +139,9 @@ class Transport:
         content_type: str | None = None,
         timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
     ) -> tuple[int, bytes]:
-        """(HTTP status, body). Network errors and timeouts raise."""
+        """(HTTP status, body). Network errors and timeouts raise, except while reading the
+        body of a success: the request took effect (a Binding landed), so the status stands
+        and the body is empty."""
         async with self.session.request(
             method,
             self.host + path,
@@ -149,7 +151,12 @@ class Transport:
             timeout=timeout,
             **self._extra,
         ) as resp:
-            return resp.status, await resp.read()
+            try:
+                return resp.status, await resp.read()
+            except (aiohttp.ClientError, TimeoutError):
+                if 200 <= resp.status < 300:
+                    return resp.status, b""
+                raise
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         status, data = await self.request("GET", path, params=params)

@@ -195,26 +195,6 @@ async def test_an_error_releases_the_reservation_and_retries_after_backoff(
     assert sched.state.pods[uid(raw)].bind_landed and sched.state.accounted_cpu() == 500
 
 
-async def test_a_2xx_whose_body_cannot_be_read_is_treated_as_a_failed_bind() -> None:
-    """What the Binder does today: the real Transport raises when a 201's body is cut short
-    (aiohttp.ClientPayloadError), so the bind counts as an error although it landed. The
-    reservation is released and the retry gets 409; the pod is held again only when the watch
-    shows it bound, and no Scheduled event is written. (Reported, not changed here.)"""
-    landed = aiohttp.ClientPayloadError("Not enough data to satisfy content length header")
-    api = Api(web=[landed, (409, {"kind": "Status", "reason": "AlreadyExists"})])
-    sched = scheduler(api)
-    sched.on_node_event("ADDED", manifests.node("n1"))
-    raw = raw_pod("web", cpu="500m")
-    async with running(sched):
-        sched.on_pod_event("ADDED", raw)
-        await until(lambda: len(api.binds("web")) == 2 and not sched._tasks)
-        assert uid(raw) not in sched.state.pods and sched.state.accounted_cpu() == 0
-        assert uid(raw) not in sched.queue
-        sched.on_pod_event("MODIFIED", bound(raw, "n1"))
-        assert sched.state.accounted_cpu() == 500
-    assert not api.events("Scheduled") and sched.scheduled_by_policy == {}
-
-
 async def test_unschedulable_is_reported_once_and_again_after_the_interval_or_a_new_reason() -> (
     None
 ):
