@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,3 +212,15 @@ class Intercepted:
 
 _INTERCEPTED_IS_HTTP: type[Http] = Intercepted
 _FAKE_IS_HTTP: type[Http] = FakeTransport  # mypy (tests/fakes.py) proves the fake fits the seam
+
+
+@contextlib.asynccontextmanager
+async def background(coro: Coroutine[Any, Any, Any]) -> AsyncIterator[asyncio.Task[Any]]:
+    """Run `coro` as a task for the block; cancel it after."""
+    task = asyncio.create_task(coro)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -14,7 +14,7 @@ import pytest
 from loadwise import informer as informer_module
 from loadwise.informer import Gone, Informer
 
-from ..fakes import HANG, FakeTransport, Reply, until
+from ..fakes import HANG, FakeTransport, Reply, background, until
 
 
 def informer(seen: list[tuple[str | None, str]]) -> Informer:
@@ -121,15 +121,8 @@ def fed_informer(
     return Informer(fake, PODS, on_event, on_relisted=on_relisted), seen
 
 
-@contextlib.asynccontextmanager
-async def running(inf: Informer) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(inf.run())
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def running(inf: Informer) -> contextlib.AbstractAsyncContextManager[asyncio.Task[Any]]:
+    return background(inf.run())
 
 
 PODS = "/api/v1/pods"

@@ -21,7 +21,7 @@ from loadwise.queue import SchedulingQueue
 from loadwise.scheduler import Scheduler
 from loadwise.transport import STRATEGIC_MERGE
 
-from ..fakes import Call, FakeTransport, Reply, forever, until
+from ..fakes import Call, FakeTransport, Reply, background, forever, until
 
 NAME = "loadwise-scheduler"
 _uids = itertools.count()
@@ -93,14 +93,11 @@ def scheduler(api: Api, backoff: float = 0.05, failure_event_interval: float = 6
 
 
 @contextlib.asynccontextmanager
-async def running(sched: Scheduler) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(sched.run())
+async def running(sched: Scheduler) -> AsyncIterator[asyncio.Task[Any]]:
     try:
-        yield task
+        async with background(sched.run()) as task:
+            yield task
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await sched.drain()
         await sched.events.stop()
 
