@@ -84,7 +84,8 @@ async def sample_forever(
                     "rss_mib": None if sample.rss_kib is None else round(sample.rss_kib / 1024, 1),
                     "fds": sample.fds,
                     "pending": sum(sample.pending.values()) if sample.pending else None,
-                    "errors": attempts.get("error"),
+                    # the series appears with the first error: 0 until then
+                    "errors": attempts.get("error", 0.0) if raw is not None else None,
                     "scheduled": attempts.get("scheduled"),
                     "events_dropped": metric(raw, "loadwise_events_dropped_total"),
                     "accounted_pods": sample.accounted_pods,
