@@ -377,6 +377,10 @@ class Runtime:
                         "scored by requests once their samples age out",
                     )
         self.last_refresh = time.monotonic()
+        # A future sample covers placements up to about lag before its time: keep a margin.
+        self.scheduler.trim_placements(
+            keep=2 * self.config.metrics_lag + 4 * self.config.metrics_interval
+        )
         self.scheduler.update_gauges()
 
     async def _probe_forever(self) -> None:

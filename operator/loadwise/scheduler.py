@@ -330,6 +330,19 @@ class Scheduler:
             self.state.forget(uid)
             self.queue.retry_now(uid)
 
+    def trim_placements(self, keep: float) -> int:
+        """Trim the state's placement log: a node's entries are needed only after the oldest
+        coverage of its samples in any cache, and (for samples yet to come) the last `keep`
+        seconds."""
+        floor = time.time() - keep
+        caches = list(self.caches.values())
+
+        def covered_until(node: str) -> float:
+            coverages = [s.coverage for c in caches if (s := c.samples.get(node)) is not None]
+            return min([floor, *coverages])
+
+        return self.state.trim_placements(covered_until)
+
     def update_gauges(self) -> None:
         for name, count in self.queue.counts().items():
             obs.PENDING.labels(name).set(count)

@@ -207,6 +207,26 @@ class ClusterState:
         load = self.loads.get(node_name)
         return load.host_ports if load is not None else Counter()
 
+    def trim_placements(self, covered_until: Callable[[str], float]) -> int:
+        """Forget placement-log entries no reader needs: at or before `covered_until(node)`
+        (every sample a read could use covers them), or of pods gone or moved. Called between
+        cycles (a cycle only reads), so the log stays small under churn. Returns how many."""
+        dropped = 0
+        pods = self.pods
+        for name, load in self.loads.items():
+            recent = load.recent
+            if not recent:
+                continue
+            cutoff = covered_until(name)
+            kept = deque(
+                (at, uid)
+                for at, uid in recent
+                if at > cutoff and (pod := pods.get(uid)) is not None and pod.node_name == name
+            )
+            dropped += len(recent) - len(kept)
+            load.recent = kept
+        return dropped
+
     def placed_since(self, node_name: str, since: float) -> Iterator[PodInfo]:
         """Pods placed on the node after `since` (wall clock): their usage is not in a sample
         taken at `since` yet. Reads only (newest first, stopping at `since`): a scheduling

@@ -129,3 +129,20 @@ def test_accounted_cpu_counts_existing_nodes_only() -> None:
     assert state.accounted_cpu() == 3000
     state.delete_node("gone")
     assert state.accounted_cpu() == 1000
+
+
+def test_trimming_the_placement_log_drops_only_what_no_read_needs() -> None:
+    """Reads never trim (a cycle is pure); trim_placements, between cycles, keeps the log small
+    under churn without changing what placed_since answers after the cutoff."""
+    state = ClusterState()
+    state.upsert_node(manifests.node("n"))
+    old, gone, new = pod_info(cpu="1"), pod_info(cpu="1"), pod_info(cpu="1")
+    state.assume(old, "n", at=100.0)
+    state.assume(gone, "n", at=150.0)
+    state.assume(new, "n", at=200.0)
+    state.remove_pod(gone.uid)
+    assert [p.uid for p in state.placed_since("n", 120.0)] == [new.uid]
+    assert len(state.loads["n"].recent) == 3  # reading changed nothing
+    assert state.trim_placements(lambda node: 120.0) == 2  # `old` is covered, `gone` is gone
+    assert [p.uid for p in state.placed_since("n", 120.0)] == [new.uid]
+    assert [p.uid for p in state.placed_since("n", 0.0)] == [new.uid]
