@@ -13,14 +13,14 @@ demo:
 	@$(ENV) && loadwise demo
 
 test:
-	@$(ENV) && ruff check operator tests bench && ruff format --check operator tests bench && mypy \
+	@$(ENV) && ruff check operator dev tests bench && ruff format --check operator dev tests bench && mypy \
 	  && lint-imports && python -m pytest -p no:cacheprovider -ra
 
 unit:
 	@$(ENV) && python -m pytest -p no:cacheprovider tests/unit
 
 lint:
-	@$(ENV) && ruff check operator tests bench && ruff format --check operator tests bench && mypy \
+	@$(ENV) && ruff check operator dev tests bench && ruff format --check operator dev tests bench && mypy \
 	  && lint-imports
 
 crd:

@@ -12,8 +12,8 @@ import json
 import logging
 from pathlib import Path
 
-from loadwise.devcluster import placement
-from loadwise.devcluster.cluster import LocalCluster
+from loadwise_dev import placement
+from loadwise_dev.cluster import LocalCluster
 
 COLUMNS = (
     ("new_hot_nodes", "new hot", "{}"),

@@ -35,10 +35,10 @@ from typing import Any
 
 import aiohttp
 
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster, wait_for
-from loadwise.devcluster.kube import ApiError, Kube
-from loadwise.devcluster.prometheus import SIM_CPU_QUERY
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.kube import Kube, KubeError
+from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 
 NS = "throughput"
 CLK = os.sysconf("SC_CLK_TCK")
@@ -150,7 +150,7 @@ async def ceiling_binder(kube: Kube, names: list[str], nodes: list[str]) -> None
             "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[i % len(nodes)]},
         }
         async with sem:
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(KubeError):
                 await kube.create(f"/api/v1/namespaces/{NS}/pods/{name}/binding", body)
                 pending.discard(name)
 
@@ -289,7 +289,7 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
         await kube.create(
             "/apis/loadwise.io/v1alpha1/schedulingpolicies", manifests.policy("default")
         )
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
         await cluster.wait_namespace(kube, NS)
         nodes = [f"node-{i:05d}" for i in range(args.nodes)]

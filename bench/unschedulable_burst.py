@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster, running_operator, wait_for
-from loadwise.devcluster.kube import Kube
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
+from loadwise_dev.kube import Kube
 
 NS = "burst"
 

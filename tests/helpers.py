@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from loadwise.devcluster import manifests
 from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.state import ClusterState
+from loadwise_dev import manifests
 
 _uids = itertools.count()
 

@@ -43,8 +43,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return explain_main(args.pod)
     if args.command == "demo":
-        from .devcluster.demo import main as demo_main
-
+        try:  # the development harness is not in the wheel or the image
+            from loadwise_dev.demo import main as demo_main
+        except ImportError:
+            print(
+                "loadwise demo needs the development harness (loadwise_dev): run `make demo` "
+                "from a clone of the repository",
+                file=sys.stderr,
+            )
+            return 2
         return demo_main(keep=args.keep)
     try:
         config = Config.from_env()

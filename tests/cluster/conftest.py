@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster.cluster import LocalCluster, running_operator
-from loadwise.devcluster.kube import ApiError, Kube
 from loadwise.runtime import Runtime
+from loadwise_dev.cluster import LocalCluster, running_operator
+from loadwise_dev.kube import Kube, KubeError
 
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
 _names = itertools.count()
@@ -39,7 +39,7 @@ async def clean(kube: Kube, local_cluster: LocalCluster) -> None:
     """Each test starts with no nodes and no policies, so placements are its own."""
     for policy in await kube.list(POLICIES):
         name = policy["metadata"]["name"]
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.delete(f"{POLICIES}/{name}")
     for node in await kube.list("/api/v1/nodes"):
         await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")

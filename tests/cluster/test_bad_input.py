@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster, wait_for
-from loadwise.devcluster.kube import Kube
 from loadwise.framework.types import PodInfo
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.kube import Kube
 
 from ..fakes import Intercepted
 from .conftest import OperatorFactory

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from loadwise.config import Config
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster, running_operator, wait_for
-from loadwise.devcluster.controlplane import helm_binary, kubeconfig, pinned_versions
-from loadwise.devcluster.kube import Kube
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
+from loadwise_dev.controlplane import helm_binary, kubeconfig, pinned_versions
+from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES
 from .util import wait_bound, wait_event

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadwise.devcluster import differential
-from loadwise.devcluster.cluster import LocalCluster
-from loadwise.devcluster.kube import Kube
+from loadwise_dev import differential
+from loadwise_dev.cluster import LocalCluster
+from loadwise_dev.kube import Kube
 
 from .conftest import OperatorFactory
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster
-from loadwise.devcluster.kube import Kube
 from loadwise.explain import _explain
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster
+from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster import faultbench
+from loadwise_dev import faultbench
 
 pytestmark = pytest.mark.cluster
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster, wait_for
-from loadwise.devcluster.kube import Kube
 from loadwise.runtime import Runtime
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES, OperatorFactory
 from .util import wait_bound, wait_event

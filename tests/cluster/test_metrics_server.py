@@ -1,5 +1,5 @@
 """The metrics-server source through the real kube-apiserver's aggregation layer (with a
-stand-in behind it: see loadwise.devcluster.metrics_api for why)."""
+stand-in behind it: see loadwise_dev.metrics_api for why)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster, wait_for
-from loadwise.devcluster.kube import ApiError, Kube
-from loadwise.devcluster.metrics_api import MetricsApiStandIn
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.kube import Kube, KubeError
+from loadwise_dev.metrics_api import MetricsApiStandIn
 
 from .conftest import POLICIES, OperatorFactory
 from .util import wait_bound, wait_event
@@ -31,7 +31,7 @@ async def metrics_api(kube: Kube, local_cluster: LocalCluster) -> AsyncIterator[
         try:
             await kube.get("/apis/metrics.k8s.io/v1beta1/nodes")
             return True
-        except ApiError:
+        except KubeError:
             return False
 
     try:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadwise.devcluster import placement
-from loadwise.devcluster.cluster import LocalCluster
+from loadwise_dev import placement
+from loadwise_dev.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster import manifests
-from loadwise.devcluster.cluster import LocalCluster, wait_for
-from loadwise.devcluster.kube import ApiError, Kube
 from loadwise.resources import to_amount
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.kube import Kube, KubeError
 
 from .conftest import POLICIES, OperatorFactory
 from .util import events, wait_bound, wait_event
@@ -151,7 +151,7 @@ async def test_invalid_policies_are_refused_by_the_api_server(
 ) -> None:
     body = manifests.policy("bad")
     body["spec"]["weights"] = weights
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(KubeError) as info:
         # kubectl's default: unknown fields are errors, not silently dropped.
         await kube.create(POLICIES, body, fieldValidation="Strict")
     assert info.value.status == status  # 422: schema; 400: strict decoding of unknown fields

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadwise.devcluster.cluster import wait_for
-from loadwise.devcluster.kube import Kube
+from loadwise_dev.cluster import wait_for
+from loadwise_dev.kube import Kube
 
 
 async def wait_bound(kube: Kube, ns: str, names: list[str], timeout: float = 30) -> dict[str, str]:

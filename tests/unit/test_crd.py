@@ -36,7 +36,7 @@ def test_schema_is_structural_and_documented() -> None:
 
 
 def test_go_module_pins_the_same_kubernetes_version() -> None:
-    from loadwise.devcluster.controlplane import pinned_versions
+    from loadwise_dev.controlplane import pinned_versions
 
     version = pinned_versions()["K8S_VERSION"]
     go_mod = (ROOT / "hack" / "k8s" / "go.mod").read_text()

@@ -5,12 +5,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadwise.devcluster import manifests
 from loadwise.framework.cycle import Decision, Unschedulable, failure_message, schedule_one
 from loadwise.framework.scoring import normalize
 from loadwise.metrics.cache import NodeSample
 from loadwise.policy import Policy, parse_spec
 from loadwise.resources import CPU, MEMORY, PODS
+from loadwise_dev import manifests
 
 from ..helpers import pod_info, state_with
 

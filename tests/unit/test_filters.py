@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster import manifests
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.types import parse_pod
 from loadwise.policy import DEFAULT_POLICY
 from loadwise.state import ClusterState
+from loadwise_dev import manifests
 
 from ..helpers import state_with
 

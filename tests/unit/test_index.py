@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from loadwise.devcluster import manifests
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.index import ScoreIndex, node_local
 from loadwise.framework.plugin import Inputs
@@ -21,6 +20,7 @@ from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.metrics.cache import NodeSample
 from loadwise.policy import Policy, parse_spec
 from loadwise.state import ClusterState
+from loadwise_dev import manifests
 
 from ..helpers import pod_info
 

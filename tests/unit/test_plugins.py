@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 
-from loadwise.devcluster import manifests
 from loadwise.framework.context import CycleContext
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.index import ScoreIndex
@@ -14,6 +13,7 @@ from loadwise.framework.plugins import DEFAULT_PLUGINS
 from loadwise.framework.profile import Profile
 from loadwise.framework.types import NodeInfo, parse_node
 from loadwise.policy import DEFAULT_POLICY
+from loadwise_dev import manifests
 
 from ..helpers import pod_info, state_with
 

@@ -12,7 +12,6 @@ from prometheus_client import REGISTRY
 
 from loadwise.binder import Binder
 from loadwise.degradations import Degradations
-from loadwise.devcluster import manifests
 from loadwise.metrics.cache import MetricsCache, NodeSample
 from loadwise.policywatch import POLICIES_PATH, PolicyWatch
 from loadwise.queue import SchedulingQueue
@@ -20,6 +19,7 @@ from loadwise.reporting import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
 from loadwise.scheduler import Scheduler
 from loadwise.status import set_condition
 from loadwise.transport import STRATEGIC_MERGE
+from loadwise_dev import manifests
 
 from ..fakes import Call, FakeTransport, Reply
 

@@ -13,11 +13,11 @@ from kubernetes_asyncio import client
 
 from loadwise.binder import Binder
 from loadwise.config import Config
-from loadwise.devcluster import manifests
 from loadwise.policywatch import POLICIES_PATH
 from loadwise.queue import SchedulingQueue
 from loadwise.runtime import Runtime
 from loadwise.scheduler import Scheduler
+from loadwise_dev import manifests
 
 from ..fakes import FakeTransport, Reply, until
 

@@ -15,11 +15,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from loadwise.binder import Binder
-from loadwise.devcluster import manifests
 from loadwise.metrics.cache import MetricsCache
 from loadwise.queue import SchedulingQueue
 from loadwise.scheduler import Scheduler
 from loadwise.transport import STRATEGIC_MERGE
+from loadwise_dev import manifests
 
 from ..fakes import Call, FakeTransport, Reply, background, forever, until
 

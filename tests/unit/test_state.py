@@ -1,6 +1,6 @@
-from loadwise.devcluster import manifests
 from loadwise.resources import CPU, PODS
 from loadwise.state import ClusterState
+from loadwise_dev import manifests
 
 from ..helpers import pod_info
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifests
-from .kube import ApiError, Kube
+from .kube import Kube, KubeError
 
 NS, NS_B = "diff", "diff-b"
 ZONE = "topology.kubernetes.io/zone"
@@ -239,7 +239,7 @@ async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str 
     while time.monotonic() < deadline:
         try:
             pod = await kube.get(path)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 return VANISHED
             raise
@@ -255,7 +255,7 @@ async def reset(kube: Kube) -> None:
     """No nodes, no pods in the differential namespaces; namespaces exist with their labels."""
     for ns, labels in ((NS, {"team": "a"}), (NS_B, {"team": "b"})):
         await kube.delete_all_pods(ns)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
     for node in await kube.list("/api/v1/nodes"):
         await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")

@@ -17,16 +17,17 @@ from typing import Any, TypeVar
 
 import kopf
 
-from ..config import Config
-from ..crd import build_crd
-from ..handlers import build_registry
-from ..resources import to_amount
-from ..runtime import Runtime
+from loadwise.config import Config
+from loadwise.crd import build_crd
+from loadwise.handlers import build_registry
+from loadwise.resources import to_amount
+from loadwise.runtime import Runtime
+
 from . import manifests
 from .controlplane import ControlPlane
 from .exporter import UsageExporter
-from .kube import ApiError, Kube
-from .prometheus import SIM_CPU_QUERY, Prometheus
+from .kube import Kube, KubeError
+from .prometheus_server import SIM_CPU_QUERY, Prometheus
 
 T = TypeVar("T")
 _leases = itertools.count()
@@ -98,7 +99,7 @@ class LocalCluster:
         path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
         try:
             await kube.create(path, crd)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 409:  # already installed is fine; anything else is a bug
                 raise
 

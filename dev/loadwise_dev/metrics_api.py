@@ -15,10 +15,11 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from ..status import stamp
+from loadwise.status import stamp
+
 from .exporter import UsageExporter
 from .httpserve import ThreadedServer
-from .kube import ApiError, Kube
+from .kube import Kube, KubeError
 
 GROUP_VERSION = "metrics.k8s.io/v1beta1"
 WINDOW_SECONDS = 10
@@ -121,7 +122,7 @@ class MetricsApiStandIn:
         ):
             try:
                 await kube.create(path, body)
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 409:
                     raise
 
@@ -132,6 +133,6 @@ class MetricsApiStandIn:
         ):
             try:
                 await kube.delete(path)
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 404:
                     raise

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import manifests
 from .cluster import LocalCluster, running_operator, wait_for
-from .kube import ApiError, Kube
+from .kube import Kube, KubeError
 from .usage import UsageFeeder, usage_annotations
 
 NS = "placement"
@@ -172,7 +172,7 @@ async def set_policy(kube: Kube, spec: dict[str, Any] | None) -> None:
     """Exactly one policy, `bench`, with this spec (None: the defaults)."""
     for policy in await kube.list(POLICIES):
         name = policy["metadata"]["name"]
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.delete(f"{POLICIES}/{name}")
     body = manifests.policy("bench")
     body["spec"] = spec or {}
@@ -192,7 +192,7 @@ async def run(
     results: dict[str, Outcome] = {}
     async with cluster.kube() as kube:
         await cluster.install_crd(kube)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
         await cluster.wait_namespace(kube, NS)
         for name, (cpu, mem) in before.items():

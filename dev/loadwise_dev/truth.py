@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..resources import CPU, MEMORY, PODS, parse_resource_list, pod_requests
+from loadwise.resources import CPU, MEMORY, PODS, parse_resource_list, pod_requests
 
 SCHEDULED_TO = re.compile(r"(?:Successfully )?assigned (\S+)/(\S+) to (\S+?)[;,]?(?:\s|$)")
 TERMINAL = ("Succeeded", "Failed")

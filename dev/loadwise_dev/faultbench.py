@@ -47,8 +47,8 @@ from . import manifests, oddities
 from .cluster import LocalCluster, wait_for
 from .controlplane import ControlPlane, kubeconfig
 from .faults import ThreadedTcpProxy
-from .kube import ApiError, Kube
-from .prometheus import SIM_CPU_QUERY
+from .kube import Kube, KubeError
+from .prometheus_server import SIM_CPU_QUERY
 from .replicas import Replica, Sampler
 from .truth import Truth, meta, spec
 
@@ -188,7 +188,7 @@ class Watcher:
                 params["continue"] = token
             async with self._session.get(self.url, params=params) as resp:
                 if resp.status != 200:
-                    raise ApiError(resp.status, await resp.text())
+                    raise KubeError(resp.status, await resp.text())
                 page = json.loads(await resp.read())
             now = time.monotonic()
             for item in page.get("items") or ():
@@ -215,7 +215,7 @@ class Watcher:
                     if resp.status == 410:
                         gone = True
                     elif resp.status != 200:
-                        raise ApiError(resp.status, await resp.text())
+                        raise KubeError(resp.status, await resp.text())
                     else:
                         while line := await resp.content.readline():
                             event = json.loads(line)
@@ -474,7 +474,7 @@ class Env:
         # The replica's own Pod (as a Deployment would have made), for operator-level events
         # and conditions; nobody schedules it.
         body = manifests.pod(identity, namespace=SYSTEM_NS, scheduler_name="nobody")
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await self.k.create(f"/api/v1/namespaces/{SYSTEM_NS}/pods", body)
         self.replicas.append(replica)
         if start:
@@ -503,7 +503,7 @@ class Env:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE_NAME}"
         try:
             lease = await self.k.get(path)
-        except (ApiError, aiohttp.ClientError, OSError):
+        except (KubeError, aiohttp.ClientError, OSError):
             return None
         return (lease.get("spec") or {}).get("holderIdentity") or None
 
@@ -528,7 +528,7 @@ class Env:
                 if count:
                     self.created[name] = created["metadata"]["uid"]
                 return True
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status == 409 and attempted:
                     with contextlib.suppress(Exception):
                         existing = await self.k.get(f"{path}/{name}")
@@ -834,7 +834,7 @@ async def policies_deleted(env: Env) -> Fault:
     k = env.k
     names = [meta(p)["name"] for p in await k.list(POLICIES)]
     for name in names:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await k.delete(f"{POLICIES}/{name}")
 
     async def gone() -> bool:
@@ -895,19 +895,19 @@ async def odd_objects(env: Env) -> Fault:
         try:
             await k.create("/api/v1/nodes", body)
             count("nodes created")
-        except ApiError as exc:
+        except KubeError as exc:
             count(f"nodes refused {exc.status}")
     for body in oddities.odd_policies(rng, s.odd_policies):
         try:
             await k.create(POLICIES, body)
             count("policies created")
-        except ApiError as exc:
+        except KubeError as exc:
             count(f"policies refused {exc.status}")
     for body in oddities.invalid_policies(s.invalid_policies):
         try:
             await k.create(POLICIES, body)
             count("invalid policies accepted")
-        except ApiError as exc:
+        except KubeError as exc:
             count(f"invalid policies refused {exc.status}")
     pods = oddities.odd_pods(rng, s.odd_pods, NS)
     sem = asyncio.Semaphore(32)

@@ -1,7 +1,6 @@
-"""A thin async REST client for the harness (tests, demo, benchmarks): raw JSON, no models.
-
-The operator itself talks through kubernetes-asyncio; the harness wants speed and exact control
-over requests (field validation modes, status codes), which a few lines of aiohttp give.
+"""Kube: a thin async REST client for the harness (tests, demo, benchmarks): raw JSON, admin
+token, exact control over requests (field validation modes, status codes). The operator has its
+own (loadwise.transport); this one plays the user and the cluster around it.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any
 import aiohttp
 
 
-class ApiError(Exception):
+class KubeError(Exception):
     def __init__(self, status: int, body: Any) -> None:
         self.status = status
         self.body = body
@@ -72,7 +71,7 @@ class Kube:
             except ValueError:  # e.g. an aggregated API's plain-text 503
                 payload = text
             if resp.status >= 300:
-                raise ApiError(resp.status, payload)
+                raise KubeError(resp.status, payload)
             return payload
 
     async def create(self, path: str, body: Any, **params: str) -> Any:
@@ -84,7 +83,7 @@ class Kube:
     async def exists(self, path: str) -> bool:
         try:
             await self.get(path)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 return False
             raise
@@ -101,7 +100,7 @@ class Kube:
                 f"/api/v1/namespaces/{namespace}/pods/{name}",
                 params={"gracePeriodSeconds": "0"},
             )
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 404:
                 raise
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from ..resources import to_amount
+from loadwise.resources import to_amount
+
 from .exporter import UsageExporter
 from .kube import Kube
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-VERSIONS_FILE = Path(__file__).resolve().parents[3] / "hack" / "versions.env"
+VERSIONS_FILE = Path(__file__).resolve().parents[2] / "hack" / "versions.env"
 
 
 def pinned_versions() -> dict[str, str]:

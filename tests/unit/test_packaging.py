@@ -1,0 +1,20 @@
+"""The wheel (what the image installs) holds the operator and nothing of the dev harness."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_wheel_contains_the_operator_and_no_dev_harness(tmp_path: Path) -> None:
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "-w", str(tmp_path), str(ROOT)], check=True, cwd=tmp_path)
+    (wheel,) = tmp_path.glob("loadwise-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "loadwise/runtime.py" in names and "loadwise/framework/plugins/node_ports.py" in names
+    assert not [n for n in names if "devcluster" in n or "loadwise_dev" in n], names
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "dev/"))], names
