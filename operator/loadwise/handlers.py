@@ -21,7 +21,9 @@ from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-RETRY_FLOOR, RETRY_CAP = 1.0, 30.0  # start-up retries (kopf's own backoff is a fixed 60 s)
+# Start-up retries: 1 s doubling to 5 s (kopf's own retry is a fixed 60 s); a start-up that fails
+# on something that clears by itself (a port held, an API server down) resumes within 5 s of it.
+RETRY_FLOOR, RETRY_CAP = 1.0, 5.0
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
