@@ -88,6 +88,9 @@ class LeaderElector:
         self.clock = clock
         self.is_leader = False
         self.stopping = False  # set on shutdown: stepping down is then expected
+        # Who held the lease when we took it: None when there was no lease at all, "" when it
+        # had been released. A new leader catches up on its predecessor's binds unless None.
+        self.acquired_from: str | None = ""
         self.observed: LeaseRecord | None = None
         self.observed_at = 0.0  # our monotonic time when `observed` last changed
         self._renewed_at = 0.0
@@ -185,6 +188,8 @@ class LeaderElector:
                 "POST", self.path.rsplit("/", 1)[0], body, timeout=timeout
             )
             if status in (200, 201):
+                if not self.is_leader:
+                    self.acquired_from = None  # no lease: nobody was leading
                 self._observe(_json(data))
                 return True
             return False
@@ -201,6 +206,8 @@ class LeaderElector:
         body = self._body(current, now_wall)
         status, data = await self.transport.request("PUT", self.path, body, timeout=timeout)
         if status == 200:
+            if not self.is_leader:
+                self.acquired_from = current.holder
             self._observe(_json(data))
             return True
         return False  # 409: someone else wrote first

@@ -286,9 +286,11 @@ class Runtime:
         self.scheduler.abandon()
 
     async def _lead(self) -> None:
-        if self.elector is not None:
+        elector = self.elector
+        if elector is not None and elector.acquired_from not in (None, self.identity):
             # The previous leader's last binds may not have reached our watch yet: list pods
             # again (kubernetes/kubernetes#137308 is kube-scheduler over-committing for this).
+            # Not needed when we created the Lease: nobody was leading before.
             started = time.monotonic()
             await self.pod_informer.resync()
             log.info("caught up with the pods in %.2fs; scheduling", time.monotonic() - started)

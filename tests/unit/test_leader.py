@@ -79,6 +79,7 @@ async def test_first_candidate_creates_the_lease_and_the_record_is_client_go_s()
     assert await a.try_acquire_or_renew(1.0)
     spec = server.lease["spec"] if server.lease else {}
     assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 15
+    assert a.acquired_from is None  # created: nobody led before, no catch-up list needed
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", spec["renewTime"])
     assert spec["leaseTransitions"] == 0
 
@@ -95,6 +96,7 @@ async def test_expiry_is_judged_by_the_records_duration_on_our_own_clock() -> No
     assert await b.try_acquire_or_renew(1.0)
     spec = server.lease["spec"] if server.lease else {}
     assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+    assert b.acquired_from == "a"  # b lists pods before deciding: a's last binds
 
 
 async def test_a_renewed_record_restarts_the_expiry_clock() -> None:
@@ -195,6 +197,7 @@ async def test_release_lets_a_standby_take_over_without_waiting_for_expiry() -> 
     await a.release()
     assert server.lease is not None and server.lease["spec"]["holderIdentity"] == ""
     assert await b.try_acquire_or_renew(1.0)  # no clock advance needed
+    assert b.acquired_from == ""  # released: b still catches up on a's last binds
 
 
 async def test_release_by_a_replica_that_does_not_hold_the_lease_writes_nothing() -> None:
