@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 
 from .config import Config
-from .runtime import Runtime
+from .runtime import Runtime, report_startup_failure
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,18 @@ async def start_runtime(config: Config) -> Runtime:
     """Runtime.start until it succeeds, with a growing pause. Each failed attempt has stopped
     everything it started (Runtime.start is all-or-nothing), so retries never pile up."""
     delay = RETRY_FLOOR
+    reported = ""
     while True:
         try:
             return await Runtime.start(config)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("start-up failed: %s; retrying in %.0fs", _one_line(exc), delay)
+            why = _one_line(exc)
+            log.error("start-up failed: %s; retrying in %.0fs", why, delay)
+            if why != reported:  # one event per distinct reason, not one every retry
+                reported = why
+                await report_startup_failure(config, f"start-up failed, retrying: {why}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_CAP)
 

@@ -111,6 +111,25 @@ def operator_object(config: Config) -> dict[str, str] | None:
     return None
 
 
+async def report_startup_failure(config: Config, message: str) -> None:
+    """A Warning event (StartupFailed) on our Pod, or Lease, while start-up keeps failing:
+    nothing else runs then (no /metrics, no probes), so the log and this event are all there
+    is. Best effort: the API server may be what is failing."""
+    target = operator_object(config)
+    if target is None:
+        return
+    with contextlib.suppress(Exception):
+        api = await api_client(pool_size=1)
+        transport = Transport(api, pool_size=2)
+        try:
+            async with asyncio.timeout(5):
+                binder = Binder(transport, config.scheduler_name)
+                await binder.object_event(target, "Warning", "StartupFailed", message)
+        finally:
+            await transport.close()
+            await api.close()
+
+
 class Runtime:
     def __init__(
         self, config: Config, api: client.ApiClient, transport: Http, scheduler: Scheduler

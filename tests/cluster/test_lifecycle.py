@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from loadwise.runtime import Runtime
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.controlplane import free_port
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES, OperatorFactory
@@ -171,3 +173,39 @@ async def test_a_new_leader_catches_up_before_deciding(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_taken_http_port_is_retried_reported_and_then_served(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    """Start-up fails as a whole while the port is held (nothing runs half-started), says so in
+    a StartupFailed Warning event, retries, and starts once the port is free."""
+    await local_cluster.add_node(kube, "n1")
+    port = free_port()
+    held = socket.socket()
+    held.bind(("127.0.0.1", port))
+    held.listen()
+    starting = operator(http_port=port)
+    entered = asyncio.ensure_future(starting.__aenter__())
+    try:
+
+        async def reported() -> list[Any]:
+            events = await kube.list("/api/v1/namespaces/default/events")
+            return [
+                e for e in events if e["reason"] == "StartupFailed" and str(port) in e["message"]
+            ]
+
+        (event,) = await wait_for(reported, 30, what="StartupFailed event")
+        assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Lease"
+        assert not entered.done()  # no half-started runtime meanwhile
+        held.close()
+        runtime = await asyncio.wait_for(asyncio.shield(entered), 30)
+        await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("p", namespace=ns))
+        await wait_bound(kube, ns, ["p"])
+        assert runtime.health() == (True, "ok")
+    finally:
+        held.close()
+        if entered.done() and not entered.exception():
+            await starting.__aexit__(None, None, None)
+        else:
+            entered.cancel()
