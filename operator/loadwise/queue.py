@@ -100,8 +100,25 @@ class SchedulingQueue:
         entry = self._entries.pop(uid, None)
         if entry is not None:
             self._set_where(entry, "in_flight")
+            self._compact()
 
     done = remove
+
+    def _compact(self) -> None:
+        """Drop heap items whose pods are gone or have moved on. They are skipped when popped,
+        but a standby never pops: without this its heaps grew with every pod ever queued."""
+        limit = 2 * len(self._entries) + 1024
+        if len(self._active) > limit:
+            self._active = [i for i in self._active if self._current(i[2], i[3])]
+            heapq.heapify(self._active)
+        for heap in (self._backoff, self._parked):
+            if len(heap) > limit:
+                heap[:] = [i for i in heap if self._current(i[1], i[2])]
+                heapq.heapify(heap)
+
+    def _current(self, seq: int, uid: str) -> bool:
+        entry = self._entries.get(uid)
+        return entry is not None and entry.seq == seq
 
     def in_flight(self) -> list[str]:
         return [uid for uid, entry in self._entries.items() if entry.where == "in_flight"]
