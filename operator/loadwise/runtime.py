@@ -369,9 +369,6 @@ class Runtime:
         leader = self.elector.leader or "unknown"
         return True, f"standby {self.identity}, synced; leader {leader}{suffix}"
 
-    def healthy(self) -> bool:
-        return self.health()[0]
-
     # --- periodic tasks ----------------------------------------------------------------------
     async def _refresh_forever(self) -> None:
         while True:
