@@ -37,7 +37,12 @@ def binding_body(pod: PodInfo, node: str) -> dict[str, Any]:
 
 
 def event_body(
-    pod: PodInfo, scheduler_name: str, event_type: str, reason: str, message: str
+    pod: PodInfo,
+    scheduler_name: str,
+    event_type: str,
+    reason: str,
+    message: str,
+    instance: str = "",
 ) -> dict[str, Any]:
     involved = {
         "apiVersion": "v1",
@@ -47,7 +52,7 @@ def event_body(
         "uid": pod.uid,
     }
     action = "Binding" if reason == "Scheduled" else "Scheduling"
-    return object_event(involved, scheduler_name, event_type, reason, message, action)
+    return object_event(involved, scheduler_name, event_type, reason, message, action, instance)
 
 
 def object_event(
@@ -84,9 +89,10 @@ def object_event(
 
 
 class Binder:
-    def __init__(self, transport: Http, scheduler_name: str) -> None:
+    def __init__(self, transport: Http, scheduler_name: str, instance: str = "") -> None:
         self.transport = transport
         self.scheduler_name = scheduler_name
+        self.instance = instance  # this replica: events' reportingInstance says which one wrote
 
     async def bind(self, pod: PodInfo, node: str) -> BindResult:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
@@ -106,7 +112,7 @@ class Binder:
 
     async def event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> None:
         """Best effort: an event that cannot be written never fails scheduling."""
-        body = event_body(pod, self.scheduler_name, event_type, reason, message)
+        body = event_body(pod, self.scheduler_name, event_type, reason, message, self.instance)
         await self._best_effort("event", "POST", f"/api/v1/namespaces/{pod.namespace}/events", body)
 
     async def mark_unschedulable(self, pod: PodInfo, message: str) -> None:
@@ -131,7 +137,9 @@ class Binder:
         self, involved: dict[str, str], event_type: str, reason: str, message: str
     ) -> bool:
         """True once written (or refused for good: 404, 4xx); False when worth retrying."""
-        body = object_event(involved, self.scheduler_name, event_type, reason, message)
+        body = object_event(
+            involved, self.scheduler_name, event_type, reason, message, instance=self.instance
+        )
         namespace = body["metadata"]["namespace"]
         path = f"/api/v1/namespaces/{namespace}/events"
         return await self._best_effort("event", "POST", path, body)

@@ -138,7 +138,7 @@ class Runtime:
         self.api = api
         self.transport = transport
         self.scheduler = scheduler
-        self.identity = identity_of(config)
+        self.identity = scheduler.binder.instance or identity_of(config)
         self.degradations = Degradations()
         # All of these are listed before the first decision.
         self.informers = (
@@ -203,7 +203,7 @@ class Runtime:
             }
             scheduler = Scheduler(
                 config.scheduler_name,
-                Binder(transport, config.scheduler_name),
+                Binder(transport, config.scheduler_name, identity_of(config)),
                 caches,
                 SchedulingQueue(
                     config.initial_backoff, config.max_backoff, config.unschedulable_timeout

@@ -123,6 +123,8 @@ async def test_one_leader_schedules_and_a_standby_takes_over_on_release(
             await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("p1", namespace=ns))
             await wait_bound(kube, ns, ["p1"])
             assert sum(first.scheduler.scheduled_by_policy.values()) == 1
+            event = await wait_event(kube, ns, "p1", "Scheduled")
+            assert event["reportingInstance"] == "a"  # which replica bound it
             assert not second.scheduler.scheduled_by_policy
             # The standby's state is warm: it already accounts the leader's bind.
             await wait_for(lambda: _true(len(second.scheduler.state.pods) == 1), 10)
