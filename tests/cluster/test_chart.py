@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,9 +137,15 @@ async def test_helm_install_then_schedule_with_the_charts_service_account(
                 return any(c["status"] == "True" for c in status.get("conditions") or ())
 
             await wait_for(policy_ready, 15, what="chart's default policy Ready")
-            pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/too-big")
-            conditions = {c["type"]: c for c in pod["status"].get("conditions") or ()}
-            assert conditions["PodScheduled"]["reason"] == "Unschedulable"
+
+            async def marked() -> dict[str, Any] | None:
+                # The event is written first, then the condition: wait for the second write.
+                pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/too-big")
+                conditions = {c["type"]: c for c in pod["status"].get("conditions") or ()}
+                return conditions.get("PodScheduled")
+
+            scheduled = await wait_for(marked, 15, what="PodScheduled condition on too-big")
+            assert scheduled["reason"] == "Unschedulable"
             lease = await kube.get(
                 f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}-loadwise"
             )
