@@ -49,8 +49,8 @@ class MetricsCache:
         self._lock = asyncio.Lock()
 
     async def refresh_if_due(self, now: float | None = None) -> bool:
-        """Refresh unless another caller did within this interval (kopf timers are per object:
-        with several policies, each one's timer calls this). Returns True if it refreshed."""
+        """Refresh unless it was done within this interval (the start-up refresh and the
+        operator's periodic task share the cache). Returns True if it refreshed."""
         if self.source is None:
             return False
         async with self._lock:
