@@ -25,6 +25,16 @@ from .spread import SpreadConstraint, parse_constraints
 from .taints import Taint, Toleration, parse_taints, parse_tolerations
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The pod's controller (the ownerReference with controller: true)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
 _NO_AFFINITY = RequiredNodeAffinity((), None)
 
 # Volume kinds whose placement depends on storage topology or attach limits, which loadwise does
@@ -42,6 +52,7 @@ FROM_METADATA: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "namespace": lambda meta: meta.get("namespace", ""),
     "name": lambda meta: meta.get("name", ""),
     "uid": lambda meta: meta.get("uid", ""),
+    "owner": lambda meta: controller_of(meta),
 }
 
 
@@ -84,10 +95,17 @@ class PodInfo:
     anti_affinity_terms: tuple[AffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
+    owner: Owner | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def workload(self) -> str | None:
+        """namespace/Kind/name of the pod's controller: pods of one workload use alike."""
+        owner = self.owner
+        return f"{self.namespace}/{owner.kind}/{owner.name}" if owner is not None else None
 
 
 def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
@@ -131,6 +149,7 @@ def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
         generation=_int(meta.get("generation")),
         deleting=bool(meta.get("deletionTimestamp")),
         placed_at=_scheduled_at(raw.get("status") or {}),
+        owner=controller_of(meta),
     )
     try:
         pod.requests = pod_requests(spec)
@@ -176,6 +195,18 @@ def _parse_placement(pod: PodInfo, spec: Mapping[str, Any]) -> None:
             "pod uses resourceClaims (dynamic resource allocation), which loadwise does not "
             "support (use the default scheduler for this pod)"
         )
+
+
+def controller_of(meta: Mapping[str, Any]) -> Owner | None:
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return Owner(
+                str(ref.get("apiVersion") or ""),
+                str(ref.get("kind") or ""),
+                str(ref.get("name") or ""),
+                str(ref.get("uid") or ""),
+            )
+    return None
 
 
 def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
