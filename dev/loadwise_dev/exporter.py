@@ -1,9 +1,17 @@
-"""A node-exporter stand-in for simulated nodes: background usage plus the pods placed there.
+"""An exporter stand-in for simulated nodes: background usage, extra dimensions, and pods.
 
 There is no kubelet or real host behind a simulated node, so something must report its usage;
-this publishes the same series node-exporter does (`node_cpu_seconds_total{mode="idle"}` as a
-real counter, `node_memory_MemTotal_bytes`, `node_memory_MemAvailable_bytes`), labelled with
-`node`, so loadwise's default PromQL runs unchanged against a real Prometheus scraping it.
+this publishes the series the real exporters do, labelled with `node`, so loadwise's PromQL runs
+unchanged against a real Prometheus scraping it:
+
+- node-exporter: `node_cpu_seconds_total{mode="idle"}` (a real counter),
+  `node_memory_MemTotal_bytes`, `node_memory_MemAvailable_bytes`, and for a node given a "disk"
+  dimension `node_disk_io_time_seconds_total{device="sda"}` (busy seconds, a counter);
+- DCGM's exporter, for a node given a "gpu" dimension: `DCGM_FI_DEV_GPU_UTIL{gpu="0"}` (0..100);
+- cAdvisor through the kubelet, per pod placed: `container_cpu_usage_seconds_total` (a counter
+  integrating the pod's usage since it was placed) and `container_memory_working_set_bytes`,
+  with `namespace`, `pod` and `container="main"`: what learned per-workload estimates read.
+
 It serves from a thread, so scrapes never depend on a test's event loop.
 """
 
@@ -11,9 +19,23 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .httpserve import ThreadedServer
+
+# Queries for these series, with the rate window of the dev cluster's node CPU query
+# (`SIM_CPU_QUERY`: 5 s, fitting 1 s scrapes). Per (namespace, pod): CPU cores, memory bytes.
+SIM_POD_CPU_QUERY = (
+    'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[5s]))'
+)
+SIM_POD_MEMORY_QUERY = 'sum by (namespace, pod) (container_memory_working_set_bytes{container!=""})'
+# Extra node dimensions: PromQL per node (a `node` label), utilisation 0..1.
+SIM_DIMENSIONS: dict[str, str] = {
+    "gpu": "avg by (node) (DCGM_FI_DEV_GPU_UTIL) / 100",
+    "disk": "max by (node) (rate(node_disk_io_time_seconds_total[5s]))",
+}
+CONTAINER = "main"
+DISK_DEVICE = "sda"
 
 
 @dataclass
@@ -26,6 +48,8 @@ class _Node:
     updated: float
     pods_cpu: int = 0  # millicores used by pods placed here
     pods_memory: int = 0  # bytes
+    dimensions: dict[str, float] = field(default_factory=dict)  # name -> fraction busy
+    disk_busy_seconds: float = 0.0
 
     @property
     def cpu_utilisation(self) -> float:
@@ -36,11 +60,32 @@ class _Node:
         return min(1.0, self.memory + self.pods_memory / self.memory_total)
 
 
+@dataclass
+class _Pod:
+    namespace: str
+    name: str
+    node: str
+    cpu_millis: int
+    memory: int
+    updated: float
+    cpu_seconds: float = 0.0  # the container's CPU counter
+
+    def advance(self, now: float) -> None:
+        self.cpu_seconds += self.cpu_millis / 1000 * max(0.0, now - self.updated)
+        self.updated = now
+
+
+def _quoted(value: str) -> str:
+    """A label value in the text exposition format."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
 class UsageExporter:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._host = host
         self._nodes: dict[str, _Node] = {}
-        self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> (node, cpu millis, bytes)
+        self._pods: dict[str, _Pod] = {}  # by uid
         self._lock = threading.Lock()
         self._http = ThreadedServer(
             lambda _: (200, "text/plain; version=0.0.4", self.render().encode()), host, port
@@ -76,18 +121,48 @@ class UsageExporter:
             current.cpu, current.memory = cpu, memory
             current.memory_total, current.cpu_millis = memory_total, cpu_millis
 
-    def place_pod(self, uid: str, node: str, cpu_millis: int, memory: int) -> None:
-        """A pod now runs on `node` using this much (idempotent per uid)."""
+    def set_dimension(self, node: str, name: str, fraction: float) -> None:
+        """A known node's "gpu" or "disk" is this busy from now on (counters keep the past)."""
+        if name not in SIM_DIMENSIONS:
+            raise ValueError(f"unknown dimension {name!r}: one of {sorted(SIM_DIMENSIONS)}")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"{name} utilisation {fraction} is not within 0..1")
+        with self._lock:
+            target = self._nodes.get(node)
+            if target is None:
+                raise KeyError(f"unknown node {node!r}: set its usage first")
+            self._advance(target, time.time())
+            target.dimensions[name] = fraction
+
+    def place_pod(
+        self,
+        uid: str,
+        node: str,
+        cpu_millis: int,
+        memory: int,
+        *,
+        namespace: str = "default",
+        name: str = "",
+    ) -> None:
+        """A pod now runs on `node` using this much (idempotent per uid: an update of the same
+        pod on the same node keeps its CPU counter, which never goes back)."""
         now = time.time()
         with self._lock:
-            self._unplace(uid, now)
+            previous = self._unplace(uid, now)
             target = self._nodes.get(node)
             if target is None:
                 return
             self._advance(target, now)
             target.pods_cpu += cpu_millis
             target.pods_memory += memory
-            self._pods[uid] = (node, cpu_millis, memory)
+            pod = _Pod(namespace, name or uid, node, cpu_millis, memory, now)
+            if previous is not None and (previous.namespace, previous.name, previous.node) == (
+                pod.namespace,
+                pod.name,
+                pod.node,
+            ):
+                pod.cpu_seconds = previous.cpu_seconds
+            self._pods[uid] = pod
 
     def keep_only(self, uids: set[str]) -> None:
         """Forget pods not in `uids` (after a relist)."""
@@ -100,15 +175,17 @@ class UsageExporter:
         with self._lock:
             self._unplace(uid, time.time())
 
-    def _unplace(self, uid: str, now: float) -> None:
+    def _unplace(self, uid: str, now: float) -> _Pod | None:
         placed = self._pods.pop(uid, None)
         if placed is None:
-            return
-        node = self._nodes.get(placed[0])
+            return None
+        placed.advance(now)
+        node = self._nodes.get(placed.node)
         if node is not None:
             self._advance(node, now)
-            node.pods_cpu -= placed[1]
-            node.pods_memory -= placed[2]
+            node.pods_cpu -= placed.cpu_millis
+            node.pods_memory -= placed.memory
+        return placed
 
     def utilisation(self) -> dict[str, tuple[float, float]]:
         """Ground truth now: node -> (cpu, memory) utilisation."""
@@ -126,6 +203,11 @@ class UsageExporter:
                 for n, v in self._nodes.items()
             }
 
+    def pod_usage(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Ground truth now: (namespace, pod) -> (cpu millicores, memory bytes) it uses."""
+        with self._lock:
+            return {(p.namespace, p.name): (p.cpu_millis, p.memory) for p in self._pods.values()}
+
     def pod_count(self) -> int:
         with self._lock:
             return len(self._pods)
@@ -136,24 +218,59 @@ class UsageExporter:
 
     @staticmethod
     def _advance(node: _Node, now: float) -> None:
-        node.idle_seconds += (1.0 - node.cpu_utilisation) * max(0.0, now - node.updated)
+        elapsed = max(0.0, now - node.updated)
+        node.idle_seconds += (1.0 - node.cpu_utilisation) * elapsed
+        node.disk_busy_seconds += node.dimensions.get("disk", 0.0) * elapsed
         node.updated = now
 
     def render(self) -> str:
+        """The exposition text, one block per metric family (as the format requires)."""
         now = time.time()
-        lines = [
-            "# TYPE node_cpu_seconds_total counter",
-            "# TYPE node_memory_MemTotal_bytes gauge",
-            "# TYPE node_memory_MemAvailable_bytes gauge",
-        ]
+        idle, total, available, disk, gpu, pod_cpu, pod_memory = ([] for _ in range(7))
         with self._lock:
             for name, node in self._nodes.items():
                 self._advance(node, now)
-                available = int(node.memory_total * (1.0 - node.memory_utilisation))
-                lines.append(
-                    f'node_cpu_seconds_total{{node="{name}",cpu="0",mode="idle"}} '
+                label = _quoted(name)
+                idle.append(
+                    f'node_cpu_seconds_total{{node={label},cpu="0",mode="idle"}} '
                     f"{node.idle_seconds:.6f}"
                 )
-                lines.append(f'node_memory_MemTotal_bytes{{node="{name}"}} {node.memory_total}')
-                lines.append(f'node_memory_MemAvailable_bytes{{node="{name}"}} {available}')
+                total.append(f"node_memory_MemTotal_bytes{{node={label}}} {node.memory_total}")
+                free = int(node.memory_total * (1.0 - node.memory_utilisation))
+                available.append(f"node_memory_MemAvailable_bytes{{node={label}}} {free}")
+                if "disk" in node.dimensions:
+                    disk.append(
+                        f'node_disk_io_time_seconds_total{{node={label},device="{DISK_DEVICE}"}} '
+                        f"{node.disk_busy_seconds:.6f}"
+                    )
+                if "gpu" in node.dimensions:
+                    gpu.append(
+                        f'DCGM_FI_DEV_GPU_UTIL{{node={label},gpu="0"}} '
+                        f"{node.dimensions['gpu'] * 100:.3f}"
+                    )
+            for pod in self._pods.values():
+                if pod.node not in self._nodes:
+                    continue  # its node is gone, and with it the kubelet that reported it
+                pod.advance(now)
+                labels = (
+                    f"namespace={_quoted(pod.namespace)},pod={_quoted(pod.name)},"
+                    f'container="{CONTAINER}",node={_quoted(pod.node)}'
+                )
+                pod_cpu.append(
+                    f"container_cpu_usage_seconds_total{{{labels}}} {pod.cpu_seconds:.6f}"
+                )
+                pod_memory.append(f"container_memory_working_set_bytes{{{labels}}} {pod.memory}")
+        families = (
+            ("node_cpu_seconds_total", "counter", idle),
+            ("node_memory_MemTotal_bytes", "gauge", total),
+            ("node_memory_MemAvailable_bytes", "gauge", available),
+            ("node_disk_io_time_seconds_total", "counter", disk),
+            ("DCGM_FI_DEV_GPU_UTIL", "gauge", gpu),
+            ("container_cpu_usage_seconds_total", "counter", pod_cpu),
+            ("container_memory_working_set_bytes", "gauge", pod_memory),
+        )
+        lines = []
+        for family, kind, samples in families:
+            lines.append(f"# TYPE {family} {kind}")
+            lines.extend(samples)
         return "\n".join(lines) + "\n"

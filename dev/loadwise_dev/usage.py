@@ -1,5 +1,6 @@
 """Simulated pod usage: pods declare what they really use in annotations, and a watch feeds the
-exporter, so the node usage Prometheus scrapes follows placement (with the real scrape lag)."""
+exporter, so the node and per-pod usage Prometheus scrapes follows placement (with the real
+scrape lag)."""
 
 from __future__ import annotations
 
@@ -43,13 +44,16 @@ class UsageFeeder:
         self._task: asyncio.Task[None] | None = None
 
     def apply(self, event_type: str, pod: Mapping[str, Any]) -> None:
-        uid = pod["metadata"]["uid"]
+        meta = pod["metadata"]
+        uid = meta["uid"]
         node = (pod.get("spec") or {}).get("nodeName")
         usage = declared_usage(pod)
         if event_type == "DELETED" or not node or usage is None:
             self.exporter.remove_pod(uid)
         else:
-            self.exporter.place_pod(uid, node, *usage)
+            self.exporter.place_pod(
+                uid, node, *usage, namespace=meta.get("namespace", ""), name=meta.get("name", "")
+            )
 
     async def start(self) -> None:
         version = await self._relist()
