@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -42,6 +43,7 @@ from .reporting import Reporter
 from .scheduler import Scheduler
 from .state import ClusterState
 from .transport import Http, Transport
+from .workload_selectors import WorkloadSelectors, namespaced_name
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,36 @@ def metrics_sources(
 
         sources["metrics-server"] = MetricsServerSource(transport, allocatable)
     return sources
+
+
+def workload_informers(transport: Http, workloads: WorkloadSelectors) -> list[Informer]:
+    """Services, ReplicationControllers, ReplicaSets and StatefulSets, for kube-scheduler's
+    system default spreading: only their selectors are kept."""
+    informers = [
+        Informer(
+            transport,
+            "/api/v1/services",
+            workloads.on_service_event,
+            namespaced_name,
+            workloads.relisted_services,
+        )
+    ]
+    for path in (
+        "/api/v1/replicationcontrollers",
+        "/apis/apps/v1/replicasets",
+        "/apis/apps/v1/statefulsets",
+    ):
+        resource = path.rsplit("/", 1)[1]
+        informers.append(
+            Informer(
+                transport,
+                path,
+                functools.partial(workloads.on_controller_event, resource),
+                namespaced_name,
+                functools.partial(workloads.relisted_controllers, resource),
+            )
+        )
+    return informers
 
 
 STALL_LIMIT = 180.0  # a watch silent this long (no event, bookmark or reconnect) is dead
@@ -157,6 +189,7 @@ class Runtime:
             Informer(
                 transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
             ),
+            *workload_informers(transport, scheduler.state.workloads),
         )
         self.pod_informer = self.informers[2]
         self.policies = PolicyWatch(transport, scheduler, self.degradations)
@@ -240,8 +273,10 @@ class Runtime:
         lists = asyncio.gather(*(informer.list() for informer in self.informers))
         keys, _ = await asyncio.gather(lists, self.policies.seed())
         log.info(
-            "seeded state with %d namespaces, %d nodes, %d pods and %d SchedulingPolicies",
-            *(len(k) for k in keys),
+            "seeded state with %d namespaces, %d nodes, %d pods, %d services and workload "
+            "controllers, and %d SchedulingPolicies",
+            *(len(k) for k in keys[:3]),
+            sum(len(k) for k in keys[3:]),
             len(self.policies.objects),
         )
 

@@ -19,6 +19,7 @@ from .framework.profile import DEFAULT_PROFILE
 from .framework.taints import PREFER_NO_SCHEDULE
 from .framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from .resources import PODS
+from .workload_selectors import WorkloadSelectors
 
 # Placements older than this are never estimated (policies allow samples up to an hour old).
 RECENT_HORIZON = 3700.0
@@ -49,6 +50,7 @@ class ClusterState:
         self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
         self.anti_affinity_pods: set[str] = set()  # placed pods with required anti-affinity
         self.prefer_no_schedule: set[str] = set()  # nodes with a PreferNoSchedule taint
+        self.workloads = WorkloadSelectors()  # Service and controller selectors (default spread)
         # Names of nodes whose own scheduling state changed (node object, pods on it), in
         # order: incremental readers (the score index) re-evaluate only those. A reader keeps
         # its position; after the log restarts (`change_epoch` differs) it starts afresh.

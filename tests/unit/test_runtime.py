@@ -109,7 +109,7 @@ async def test_the_probe_drops_connections_and_restarts_watches_when_the_api_goe
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     paths = sorted(w.path for w in fake.watches)
-    expected = ["/api/v1/namespaces", "/api/v1/nodes", "/api/v1/pods", POLICIES_PATH]
+    expected = [*(i.path for i in rt.informers), POLICIES_PATH]
     assert paths == sorted(expected * 3)  # every watch restarted at each transition
     assert [(n.type, n.reason) for n in rt.degradations.notices] == [
         ("Warning", "ApiServerUnreachable"),

@@ -56,6 +56,6 @@ class CycleContext:
         return spread.count(self.pod, self.state, hard) if hard else None
 
     @cached_property
-    def soft_spread(self) -> spread.SpreadCounts | None:
-        soft = [c for c in self.pod.spread if not c.hard]
-        return spread.count(self.pod, self.state, soft) if soft else None
+    def soft_spread(self) -> spread.SoftSpread | None:
+        """ScheduleAnyway constraints: the pod's own, or kube-scheduler's system defaults."""
+        return spread.soft_constraints(self.pod, self.state)

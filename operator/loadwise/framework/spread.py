@@ -6,10 +6,16 @@ nodeTaintsPolicy Ignore by default); pods count when in the incoming pod's names
 terminating, and matching the selector (plus matchLabelKeys). skew = count in the node's domain +
 (1 if the pod matches its own selector) - global minimum, where the minimum is 0 while there are
 fewer domains than minDomains.
+
+ScheduleAnyway constraints are scored with kube-scheduler's formulas (scoring.go): a pod with no
+constraints of its own gets the system defaults (hostname maxSkew 3, zone maxSkew 5) over the
+pods that its Services and controller select (helper.DefaultSelector), and nodes missing a
+topology label are then scored rather than ignored.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +30,9 @@ if TYPE_CHECKING:
 
 ERR_CONSTRAINTS = "node(s) didn't match pod topology spread constraints"
 ERR_MISSING_LABEL = ERR_CONSTRAINTS + " (missing required label)"
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+MAX_NODE_SCORE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +131,111 @@ def filter_node(pod: PodInfo, node: NodeInfo, counts: SpreadCounts) -> str | Non
     return None
 
 
-def soft_score(node: NodeInfo, counts: SpreadCounts) -> float:
-    """ScheduleAnyway: fewer matching pods in the node's domains is better (an approximation of
-    kube-scheduler's weighting; lower is better, the caller normalises)."""
-    total = 0.0
-    for c in counts.constraints:
-        value = node.labels.get(c.topology_key)
-        if value is not None:
-            total += counts.per_pair.get((c.topology_key, value), 0) + c.max_skew - 1
-    return total
+@dataclass(frozen=True, slots=True)
+class SoftSpread:
+    """The ScheduleAnyway constraints a pod is scored by."""
+
+    constraints: tuple[SpreadConstraint, ...]
+    system_default: bool  # kube-scheduler's defaults: nodes missing a key are not ignored
+
+
+def system_default_constraints(selector: Selector) -> tuple[SpreadConstraint, ...]:
+    """kube-scheduler's default PodTopologySpread constraints (systemDefaulted), on `selector`."""
+    return tuple(
+        SpreadConstraint(
+            max_skew=skew,
+            topology_key=key,
+            hard=False,
+            selector=selector,
+            min_domains=1,
+            honor_node_affinity=True,
+            honor_taints=False,
+        )
+        for key, skew in ((HOSTNAME, 3), (ZONE, 5))
+    )
+
+
+def soft_constraints(pod: PodInfo, state: ClusterView) -> SoftSpread | None:
+    """The pod's own ScheduleAnyway constraints; with none of any kind, the system defaults
+    over its Services' and controller's selector; None when there is nothing to spread by."""
+    if pod.spread:
+        soft = tuple(c for c in pod.spread if not c.hard)
+        return SoftSpread(soft, system_default=False) if soft else None
+    selector = state.workloads.default_selector(pod.namespace, pod.labels, pod.owner)
+    if selector is None:
+        return None
+    return SoftSpread(system_default_constraints(selector), system_default=True)
+
+
+def _matching(pods: Sequence[PodInfo], selector: Selector | None, namespace: str) -> int:
+    """countPodsMatchSelector: an empty (or nil) selector counts nothing."""
+    if selector is None or not (selector.match_labels or selector.expressions):
+        return 0
+    return sum(
+        1
+        for other in pods
+        if other.namespace == namespace and not other.deleting and selector.matches(other.labels)
+    )
+
+
+def soft_scores(
+    pod: PodInfo, state: ClusterView, soft: SoftSpread, nodes: Sequence[NodeInfo]
+) -> list[float]:
+    """kube-scheduler's PreScore, Score and NormalizeScore for the feasible `nodes`: per
+    constraint, matching pods in the node's domain x log(domains + 2) + maxSkew - 1, rounded;
+    then the fewest get 100 (max + min - score) / max. Nodes missing a topology key score 0,
+    unless the constraints are the system defaults (requireAllTopologies)."""
+    constraints = soft.constraints
+    require_all = not soft.system_default
+    keys = [c.topology_key for c in constraints]
+    ignored = [require_all and not all(k in n.labels for k in keys) for n in nodes]
+    # Domains among the feasible nodes (a node missing the key is in the "" domain then).
+    counts: list[dict[str, int]] = [{} for _ in constraints]
+    for node, skip in zip(nodes, ignored, strict=True):
+        if not skip:
+            for i, c in enumerate(constraints):
+                if c.topology_key != HOSTNAME:
+                    counts[i].setdefault(node.labels.get(c.topology_key, ""), 0)
+    considered = len(nodes) - sum(ignored)
+    weights = [
+        math.log((considered if c.topology_key == HOSTNAME else len(counts[i])) + 2)
+        for i, c in enumerate(constraints)
+    ]
+    # Matching pods per domain, over every node (hostname domains are counted per node below).
+    if any(counts):
+        for node in state.nodes.values():
+            if require_all and not all(k in node.labels for k in keys):
+                continue
+            pods_here: list[PodInfo] | None = None
+            for i, c in enumerate(constraints):
+                value = node.labels.get(c.topology_key, "")
+                if value not in counts[i] or not _included(c, pod, node):
+                    continue
+                if pods_here is None:
+                    pods_here = list(state.pods_on(node.name))
+                counts[i][value] += _matching(pods_here, c.selector, pod.namespace)
+    raw: list[int | None] = []
+    for node, skip in zip(nodes, ignored, strict=True):
+        if skip:
+            raw.append(None)
+            continue
+        score = 0.0
+        for i, c in enumerate(constraints):
+            if c.topology_key not in node.labels:
+                continue
+            if c.topology_key == HOSTNAME:
+                matches = _matching(list(state.pods_on(node.name)), c.selector, pod.namespace)
+            else:
+                matches = counts[i][node.labels[c.topology_key]]
+            score += matches * weights[i] + c.max_skew - 1
+        raw.append(math.floor(score + 0.5))  # Go's math.Round, for scores >= 0
+    return _normalize(raw)
+
+
+def _normalize(raw: Sequence[int | None]) -> list[float]:
+    """NormalizeScore: fewer matching pods, higher score; ignored nodes (None) get 0."""
+    scored = [r for r in raw if r is not None]
+    low, high = min(scored, default=0), max(scored, default=0)
+    if high == 0:
+        return [0.0 if r is None else float(MAX_NODE_SCORE) for r in raw]
+    return [0.0 if r is None else float(MAX_NODE_SCORE * (high + low - r) // high) for r in raw]

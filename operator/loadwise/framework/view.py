@@ -11,7 +11,16 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Protocol
 
-from .types import HostPort, NodeInfo, PodInfo
+from .selectors import Selector
+from .types import HostPort, NodeInfo, Owner, PodInfo
+
+
+class WorkloadSelectorsView(Protocol):
+    def default_selector(
+        self, namespace: str, labels: Mapping[str, str], owner: Owner | None
+    ) -> Selector | None:
+        """kube-scheduler's DefaultSelector for such a pod (Services and its controller)."""
+        ...
 
 
 class ClusterView(Protocol):
@@ -26,6 +35,11 @@ class ClusterView(Protocol):
     @property
     def namespaces(self) -> Mapping[str, Mapping[str, str]]:
         """Namespace name -> labels."""
+        ...
+
+    @property
+    def workloads(self) -> WorkloadSelectorsView:
+        """Service and controller selectors: system default spreading."""
         ...
 
     @property

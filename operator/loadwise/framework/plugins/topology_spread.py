@@ -1,6 +1,6 @@
-"""PodTopologySpread: DoNotSchedule constraints filter; ScheduleAnyway ones are a preference
-(kube-scheduler's weight 2). Both count matching pods per domain, so they depend on other
-pods and never sign a pod they apply to."""
+"""PodTopologySpread: DoNotSchedule constraints filter; ScheduleAnyway ones, the pod's own or
+kube-scheduler's system defaults, are a preference (kube-scheduler's weight 2). Both count
+matching pods per domain, so they depend on other pods and never sign a pod they apply to."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .. import spread
 from ..context import CycleContext
 from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, ScorePlugin, Signature
-from ..scoring import SPREAD_WEIGHT, reverse_normalize
+from ..scoring import SPREAD_WEIGHT
 from ..types import NodeInfo, PodInfo
 
 _INPUTS = Inputs(
@@ -40,16 +40,23 @@ class PodTopologySpread(FilterPlugin):
 
 
 class SpreadPreference(ScorePlugin):
+    """ScheduleAnyway spreading, scored as kube-scheduler scores it.
+
+    A pod without constraints of its own is spread over the pods its Services and controller
+    (`owner`) select, so the pod's owner, labels and namespace are inputs. Services and
+    controllers themselves are not watched for requeueing: a ScheduleAnyway constraint never
+    filters, so no change of theirs can make a rejected pod fit; the next cycle reads them."""
+
     name = "PodTopologySpreadScore"
-    inputs = _INPUTS
+    inputs = Inputs(pod=(*_INPUTS.pod, "owner"), node=_INPUTS.node, placed=_INPUTS.placed)
     node_local = False
     weight = SPREAD_WEIGHT
 
     def sign(self, ctx: CycleContext) -> Signature:
-        return UNSIGNABLE if any(not c.hard for c in ctx.pod.spread) else ()
+        return UNSIGNABLE if ctx.soft_spread is not None else ()
 
     def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
         soft = ctx.soft_spread
         if soft is None:
             return None
-        return reverse_normalize([spread.soft_score(n, soft) for n in nodes])
+        return spread.soft_scores(ctx.pod, ctx.state, soft, nodes)
