@@ -28,6 +28,7 @@ _KEEP = {
     "maximum",
     "minLength",
     "maxLength",
+    "pattern",
     "maxItems",
     "enum",
     "default",

@@ -48,7 +48,8 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
         pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
     )
     samples = scheduler.samples_for(policy)
-    ctx = CycleContext(pod, state, policy, samples, now, random.Random(0))
+    learned = scheduler.learned_for(policy)
+    ctx = CycleContext(pod, state, policy, samples, now, random.Random(0), learned)
     diagnoses = diagnose(ctx)
     result = conclude(ctx, diagnoses)
     totals = {s.node: total for total, s in result.ranked} if isinstance(result, Decision) else {}

@@ -127,6 +127,55 @@ class HotThresholds(_Model):
     memory: float = Field(90, ge=1, le=100, description="Percent memory utilisation.")
 
 
+class TargetUtilization(_Model):
+    """Pack: the utilisation a node is filled up to (measured load plus the estimate) before
+    the next node is used. The hot thresholds still apply above it."""
+
+    cpu: float = Field(70, ge=1, le=100, description="Percent CPU utilisation.")
+    memory: float = Field(80, ge=1, le=100, description="Percent memory utilisation.")
+
+
+class SpreadByLabel(_Model):
+    """Pods whose value of this label is equal (one tenant, one team) are spread across nodes."""
+
+    label_key: str = Field(
+        min_length=1, max_length=317, description="The pod label key, e.g. tenant."
+    )
+    weight: float = Field(
+        2,
+        ge=0.1,
+        le=100,
+        description="Weight of this spreading against the load score (weight 4) and "
+        "kube-scheduler's preferences (weights 2-3).",
+    )
+
+
+_DIMENSION_NAME = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class Dimension(_Model):
+    """A utilisation dimension beyond CPU and memory, declared by the operator's settings
+    (LOADWISE_PROMETHEUS_DIMENSIONS: name -> a PromQL query giving each node's utilisation)."""
+
+    name: str = Field(
+        pattern=_DIMENSION_NAME,
+        max_length=63,
+        description="The dimension's name in the operator's settings, e.g. gpu.",
+    )
+    weight: float = Field(1, ge=0, le=100, description="Weight in the load score (0..100).")
+    hot_threshold: float = Field(
+        100, ge=1, le=100, description="Percent utilisation above which a node is hot."
+    )
+
+
+def _unique(values: list[str], what: str) -> None:
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{what} {value!r} is listed twice")
+        seen.add(value)
+
+
 class SchedulingPolicySpec(_Model):
     """Which pods a policy governs and how nodes are scored for them."""
 
@@ -176,6 +225,56 @@ class SchedulingPolicySpec(_Model):
     metrics: MetricsSettings = Field(
         default_factory=MetricsSettings, description="Freshness rules for node metrics."
     )
+    strategy: Literal["Spread", "Pack"] = Field(
+        "Spread",
+        description="Spread: prefer the least loaded node. Pack: prefer the fullest node whose "
+        "load stays under targetUtilization, so other nodes stay empty for the autoscaler; "
+        "when none does, the least loaded. Pack turns off kube-scheduler's system default "
+        "spreading for the pods it governs.",
+    )
+    target_utilization: TargetUtilization = Field(
+        default_factory=TargetUtilization, description="Pack: fill nodes up to this."
+    )
+    spread_by: list[SpreadByLabel] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Label keys (e.g. tenant) whose pods with equal values are spread across "
+        "nodes, combined with the load score and the hot thresholds.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(x, self.exists_one(y, y.labelKey == x.labelKey))",
+                    "message": "each labelKey may be listed once",
+                }
+            ]
+        },
+    )
+    dimensions: list[Dimension] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Extra utilisation dimensions (declared in the operator's settings) that "
+        "count in the load score and the hot test. A node without a value counts as 0.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(x, self.exists_one(y, y.name == x.name))",
+                    "message": "each dimension name may be listed once",
+                }
+            ]
+        },
+    )
+    learned_estimate: bool = Field(
+        True,
+        description="Estimate a new pod's usage from what running pods of its workload (same "
+        "controller) use, as the metrics source reports it; requests x placementEstimate "
+        "when nothing is known yet.",
+    )
+
+    @model_validator(mode="after")
+    def _unique_lists(self) -> SchedulingPolicySpec:
+        _unique([s.label_key for s in self.spread_by], "spreadBy labelKey")
+        _unique([d.name for d in self.dimensions], "dimension")
+        return self
 
 
 class Condition(_Model):

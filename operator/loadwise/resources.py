@@ -79,17 +79,26 @@ def parse_resource_list(raw: Mapping[str, Any] | None) -> dict[str, int]:
     return {name: to_amount(name, value) for name, value in raw.items()}
 
 
+# kube-scheduler scores a container that requests no CPU or memory as if it requested these
+# (DefaultMilliCPURequest, DefaultMemoryRequest): a pod without requests is never free, so
+# balance and the placement estimate still see the pods piling onto one node.
+NONZERO_CPU = 100
+NONZERO_MEMORY = 200 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class PodRequests:
-    """Effective requests of a pod, as kube-scheduler computes them for fitting."""
+    """Effective requests of a pod, as kube-scheduler computes them for fitting, and its CPU and
+    memory for scoring (`nonzero`: a missing container request counts as the defaults)."""
 
     amounts: Mapping[str, int]
+    nonzero: tuple[int, int] = (NONZERO_CPU, NONZERO_MEMORY)  # (cpu millicores, memory bytes)
 
     def get(self, name: str) -> int:
         return self.amounts.get(name, 0)
 
     def __hash__(self) -> int:  # pods of one shape share a score-index heap
-        return hash(frozenset(self.amounts.items()))
+        return hash((frozenset(self.amounts.items()), self.nonzero))
 
 
 def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
@@ -97,13 +106,32 @@ def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
     plus pod overhead. Sidecars are init containers with restartPolicy Always: they keep running,
     so they add to every later init container and to the app containers.
     """
+    total = _effective(spec, nonzero=False)
+    scored = _effective(spec, nonzero=True) if _misses_requests(spec) else total
+    return PodRequests(total, (scored.get(CPU, 0), scored.get(MEMORY, 0)))
+
+
+def _misses_requests(spec: Mapping[str, Any]) -> bool:
+    """Does a container lack a CPU or memory request (or limit)? Rare in production, so the
+    second pass for the scoring requests is usually skipped."""
+    for container in (*(spec.get("containers") or ()), *(spec.get("initContainers") or ())):
+        resources = container.get("resources") or {}
+        for name in (CPU, MEMORY):
+            if name not in (resources.get("requests") or {}) and name not in (
+                resources.get("limits") or {}
+            ):
+                return True
+    return False
+
+
+def _effective(spec: Mapping[str, Any], nonzero: bool) -> dict[str, int]:
     total: dict[str, int] = {}
     for container in spec.get("containers") or ():
-        _add(total, _container_requests(container))
+        _add(total, _container_requests(container, nonzero))
     init_peak: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     for container in spec.get("initContainers") or ():
-        requests = _container_requests(container)
+        requests = _container_requests(container, nonzero)
         if container.get("restartPolicy") == "Always":
             _add(sidecars, requests)
             _max(init_peak, sidecars)
@@ -114,15 +142,18 @@ def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
     _add(total, sidecars)
     _max(total, init_peak)
     _add(total, parse_resource_list(spec.get("overhead")))
-    return PodRequests(total)
+    return total
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+def _container_requests(container: Mapping[str, Any], nonzero: bool = False) -> dict[str, int]:
     resources = container.get("resources") or {}
     requests = parse_resource_list(resources.get("requests"))
     # As in the API server's defaulting: a limit without a request makes the request equal it.
     for name, amount in parse_resource_list(resources.get("limits")).items():
         requests.setdefault(name, amount)
+    if nonzero:  # kube-scheduler's NonMissingContainerRequests: only a missing request
+        requests.setdefault(CPU, NONZERO_CPU)
+        requests.setdefault(MEMORY, NONZERO_MEMORY)
     return requests
 
 

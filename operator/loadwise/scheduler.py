@@ -22,6 +22,7 @@ from .events import EventWriter
 from .framework.cycle import Decision, schedule_one
 from .framework.index import ScoreIndex
 from .framework.profile import DEFAULT_PROFILE, Profile
+from .framework.scoring import UsageProfiles
 from .framework.types import FROM_METADATA, PodInfo, is_terminal, parse_pod
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
@@ -237,7 +238,8 @@ class Scheduler:
         )
         started = time.perf_counter()
         samples, now = self.samples_for(policy), time.time()
-        result = self.index.schedule(pod, self.state, policy, samples, now, self.rng)
+        learned = self.learned_for(policy)
+        result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)
         if result is None:  # an invalid pod: the full cycle says why
             result = schedule_one(pod, self.state, policy, samples, now, self.rng)
         obs.CYCLE_SECONDS.observe(time.perf_counter() - started)
@@ -258,6 +260,11 @@ class Scheduler:
     def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
         cache = self.caches.get(policy.spec.metrics.source)
         return cache.samples if cache is not None else {}
+
+    def learned_for(self, policy: Policy) -> UsageProfiles | None:
+        """The usage learned per workload by the policy's source, if it learns."""
+        cache = self.caches.get(policy.spec.metrics.source)
+        return getattr(cache, "learned", None) if cache is not None else None
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

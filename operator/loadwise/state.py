@@ -32,6 +32,7 @@ class NodeLoad:
     """Requests of the pods on one node, kept incrementally."""
 
     requested: dict[str, int] = field(default_factory=dict)
+    scored: list[int] = field(default_factory=lambda: [0, 0])  # non-zero cpu, memory (scoring)
     pods: set[str] = field(default_factory=set)
     recent: deque[tuple[float, str]] = field(default_factory=deque)  # (placed_at, uid)
     host_ports: Counter[HostPort] = field(default_factory=Counter)
@@ -136,6 +137,8 @@ class ClusterState:
             for name, amount in pod.requests.amounts.items():
                 load.requested[name] = load.requested.get(name, 0) - amount
             load.requested[PODS] = load.requested.get(PODS, 0) - 1
+            load.scored[0] -= pod.requests.nonzero[0]
+            load.scored[1] -= pod.requests.nonzero[1]
             load.host_ports.subtract(pod.host_ports)
             self._touch(pod.node_name)
         self.anti_affinity_pods.discard(uid)
@@ -150,6 +153,8 @@ class ClusterState:
         for name, amount in pod.requests.amounts.items():
             load.requested[name] = load.requested.get(name, 0) + amount
         load.requested[PODS] = load.requested.get(PODS, 0) + 1
+        load.scored[0] += pod.requests.nonzero[0]
+        load.scored[1] += pod.requests.nonzero[1]
         if recent:
             # Bounded: placements older than the horizon (relative to the newest one here)
             # are dropped, since no sample is trusted that long.
@@ -197,6 +202,11 @@ class ClusterState:
     def requested(self, node_name: str) -> Mapping[str, int]:
         load = self.loads.get(node_name)
         return load.requested if load is not None else {}
+
+    def scored_requests(self, node_name: str) -> tuple[int, int]:
+        """CPU and memory requested on the node as kube-scheduler scores them (non-zero)."""
+        load = self.loads.get(node_name)
+        return (load.scored[0], load.scored[1]) if load is not None else (0, 0)
 
     def pods_on(self, node_name: str) -> Iterator[PodInfo]:
         load = self.loads.get(node_name)

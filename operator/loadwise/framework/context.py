@@ -13,6 +13,7 @@ from . import podaffinity, spread
 if TYPE_CHECKING:
     from ..metrics.cache import NodeSample
     from ..policy import Policy
+    from .scoring import UsageProfiles
     from .types import PodInfo
     from .view import ClusterView
 
@@ -28,6 +29,7 @@ class CycleContext:
         samples: Mapping[str, NodeSample] = _NO_SAMPLES,
         now: float = 0.0,
         rng: random.Random | None = None,
+        learned: UsageProfiles | None = None,
     ) -> None:
         self.pod = pod
         self.state = state
@@ -35,11 +37,17 @@ class CycleContext:
         self.samples = samples  # the policy's metrics source's, read without I/O
         self.now = now  # wall clock: sample ages and placement times are wall-clock times
         self.rng = rng or random.Random(0)  # tie-breaks
+        self.learned = learned  # the policy's source's usage per workload (estimates)
 
     @property
     def policy(self) -> Policy:
         if self._policy is None:
             raise RuntimeError("this context was made for filtering only: no policy")
+        return self._policy
+
+    @property
+    def policy_if_any(self) -> Policy | None:
+        """None for a context made for filtering only."""
         return self._policy
 
     @cached_property

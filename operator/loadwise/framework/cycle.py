@@ -12,7 +12,15 @@ from ..policy import Policy
 from .context import CycleContext
 from .plugin import FilterPlugin
 from .profile import DEFAULT_PROFILE, Profile
-from .scoring import LOAD_WEIGHT, NodeScore, combine, normalize, score_node, weighted_load
+from .scoring import (
+    LOAD_WEIGHT,
+    NodeScore,
+    UsageProfiles,
+    combine,
+    normalize,
+    score_node,
+    weighted_load,
+)
 from .types import NodeInfo, PodInfo
 from .view import ClusterView
 
@@ -66,11 +74,12 @@ def schedule_one(
     now: float,
     rng: random.Random,
     profile: Profile = DEFAULT_PROFILE,
+    learned: UsageProfiles | None = None,
 ) -> Decision | Unschedulable:
     """The full cycle: every filter and the load score on every node."""
     if pod.invalid_reason:
         return Unschedulable(f"pod cannot be scheduled: {pod.invalid_reason}", {})
-    ctx = CycleContext(pod, state, policy, samples, now, rng)
+    ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
     return conclude(ctx, diagnose(ctx, profile), profile)
 
 
@@ -86,7 +95,7 @@ def diagnose(ctx: CycleContext, profile: Profile = DEFAULT_PROFILE) -> list[Node
 
 
 def load(ctx: CycleContext, node: NodeInfo) -> NodeScore:
-    return score_node(ctx.pod, node, ctx.state, ctx.policy, ctx.samples, ctx.now)
+    return score_node(ctx.pod, node, ctx.state, ctx.policy, ctx.samples, ctx.now, ctx.learned)
 
 
 def conclude(
@@ -153,11 +162,11 @@ def first_failure(
 
 def preferences(
     ctx: CycleContext, nodes: list[NodeInfo], profile: Profile = DEFAULT_PROFILE
-) -> list[tuple[int, list[float]]]:
+) -> list[tuple[float, list[float]]]:
     """The preference plugins that apply to this pod, each normalised 0..100 over `nodes`."""
-    out: list[tuple[int, list[float]]] = []
+    out: list[tuple[float, list[float]]] = []
     for plugin in profile.scorers:
         scores = plugin.score(ctx, nodes)
         if scores is not None:
-            out.append((plugin.weight, scores))
+            out.append((plugin.weight_for(ctx), scores))
     return out

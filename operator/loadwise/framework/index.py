@@ -37,7 +37,7 @@ from .cycle import (
     load,
 )
 from .profile import DEFAULT_PROFILE, Profile, Shape
-from .scoring import MAX_SCORE, NodeScore, weighted_load
+from .scoring import MAX_SCORE, NodeScore, UsageProfiles, weighted_load
 from .types import PodInfo
 from .view import ClusterView
 
@@ -91,12 +91,15 @@ class ScoreIndex:
         samples: Mapping[str, NodeSample],
         now: float,
         rng: random.Random,
+        learned: UsageProfiles | None = None,
     ) -> Decision | Unschedulable | None:
-        """schedule_one's result; None for a pod it cannot judge (invalid)."""
+        """schedule_one's result; None for a pod it cannot judge (invalid). `learned` changes
+        only with a refresh, which replaces `samples` too: a heap built on both stays valid
+        while `samples` is the same object."""
         if pod.invalid_reason:
             return None
         # One context: its PreFilter data serves signing and the inter-pod checks.
-        ctx = CycleContext(pod, state, policy, samples, now, rng)
+        ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
         profile = self.profile
         shape = self._current(profile.shape(ctx, policy), ctx)
         if not profile.batchable(ctx):

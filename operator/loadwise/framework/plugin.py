@@ -68,6 +68,10 @@ class ScorePlugin(Plugin):
 
     weight: ClassVar[int]
 
+    def weight_for(self, ctx: CycleContext) -> float:
+        """This plugin's weight for the pod (fixed, unless the policy sets it)."""
+        return self.weight
+
     def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
         """Normalised scores for `nodes`, or None when the preference does not apply."""
         raise NotImplementedError

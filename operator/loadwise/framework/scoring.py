@@ -1,17 +1,20 @@
-"""Load scoring: lower weighted utilisation, higher score; then kube-scheduler's normalisation.
+"""Load scoring: how full each node is, by measured load and by requests, under the policy.
 
 Utilisation of a node = its last fresh metrics sample, plus an estimate for the pods placed since
-that sample (their requests over allocatable: metrics lag bindings, and without this a burst herds
-onto whichever node looked idlest), plus the incoming pod's own requests. A node with no fresh
-sample is scored by requested/allocatable instead, so a dead metrics source degrades to
-request-based balancing rather than stopping scheduling. The policy's load_share blends the two.
+that sample and for the incoming pod (metrics lag bindings: without it a burst herds onto
+whichever node looked idlest). A pod's estimate is what running pods of its workload use (learned
+from the metrics source), else placementEstimate x its requests, counted with kube-scheduler's
+non-zero defaults so a pod without requests is never free. A node with no fresh sample is scored
+by requested/allocatable instead, so a dead metrics source degrades to request-based balancing
+rather than stopping scheduling. The policy's load_share blends the two; its strategy decides
+whether emptier (Spread) or fuller-up-to-a-target (Pack) nodes score higher.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
@@ -23,6 +26,12 @@ MAX_SCORE = 100
 APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the load score fades
 
 
+class UsageProfiles(Protocol):
+    """Learned usage per workload (metrics/learned.py): (cpu millicores, memory bytes)."""
+
+    def estimate(self, workload: str) -> tuple[int, int] | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class NodeScore:
     node: str
@@ -32,11 +41,29 @@ class NodeScore:
     source: Literal["metrics", "requests"]
     sample_age: float | None  # seconds, when source == "metrics"
     hot: bool = False  # measured usage (with the estimate) above the policy's thresholds
+    extra: tuple[float, ...] = ()  # the policy's extra dimensions, in its order (metrics only)
 
 
-def _weighted(policy: Policy, cpu: float, mem: float) -> float:
-    weights = policy.spec.weights
-    return (weights.cpu * cpu + weights.memory * mem) / (weights.cpu + weights.memory)
+def _weighted(policy: Policy, cpu: float, mem: float, extra: Sequence[float] = ()) -> float:
+    spec = policy.spec
+    weights = spec.weights
+    total = weights.cpu * cpu + weights.memory * mem
+    norm = weights.cpu + weights.memory
+    for dimension, value in zip(spec.dimensions, extra, strict=False):
+        total += dimension.weight * value
+        norm += dimension.weight
+    return total / norm
+
+
+def pod_estimate(pod: PodInfo, factor: float, learned: UsageProfiles | None) -> tuple[float, float]:
+    """The usage expected of a pod not yet in a sample: its workload's learned usage, else
+    factor x its (non-zero) requests."""
+    if learned is not None and (workload := pod.workload) is not None:
+        known = learned.estimate(workload)
+        if known is not None:
+            return known
+    cpu, memory = pod.requests.nonzero
+    return factor * cpu, factor * memory
 
 
 def score_node(
@@ -46,19 +73,21 @@ def score_node(
     policy: Policy,
     samples: Mapping[str, NodeSample],
     now: float,
+    learned: UsageProfiles | None = None,
 ) -> NodeScore:
-    """score = load_share x (100 - weighted measured load) + rest x (100 - weighted requests).
+    """score = load_share x load score + rest x requests score, each 0..100 (see module doc).
 
-    Measured load = the node's fresh sample + placement_estimate x (requests of the pods placed
-    since that sample + the incoming pod's). Without a fresh sample (or with load_share 0) the
-    node is scored by requests alone."""
+    Measured load = the node's fresh sample + the estimates of the pods placed since that sample
+    and of the incoming pod. Without a fresh sample (or with load_share 0) the node is scored by
+    requests alone."""
     spec = policy.spec
+    pack = spec.strategy == "Pack"
     alloc_cpu = node.allocatable.get(CPU, 0)
     alloc_mem = node.allocatable.get(MEMORY, 0)
-    requested = state.requested(node.name)
-    req_cpu = _ratio(requested.get(CPU, 0) + pod.requests.get(CPU), alloc_cpu)
-    req_mem = _ratio(requested.get(MEMORY, 0) + pod.requests.get(MEMORY), alloc_mem)
-    by_requests = MAX_SCORE * _clamp(1.0 - _weighted(policy, req_cpu, req_mem))
+    scored_cpu, scored_mem = state.scored_requests(node.name)
+    req_cpu = _ratio(scored_cpu + pod.requests.nonzero[0], alloc_cpu)
+    req_mem = _ratio(scored_mem + pod.requests.nonzero[1], alloc_mem)
+    by_requests = _requests_score(policy, req_cpu, req_mem, pack)
     sample = samples.get(node.name)
     if (
         sample is None
@@ -67,28 +96,62 @@ def score_node(
     ):
         return NodeScore(node.name, by_requests, req_cpu, req_mem, "requests", None)
     factor = spec.placement_estimate
-    extra_cpu = extra_mem = 0
+    extra_cpu = extra_mem = 0.0
     if factor:
-        extra_cpu, extra_mem = pod.requests.get(CPU), pod.requests.get(MEMORY)
+        use = learned if spec.learned_estimate else None
+        extra_cpu, extra_mem = pod_estimate(pod, factor, use)
         for placed in state.placed_since(node.name, sample.coverage):
-            extra_cpu += placed.requests.get(CPU)
-            extra_mem += placed.requests.get(MEMORY)
-    cpu = sample.cpu + factor * _ratio(extra_cpu, alloc_cpu)
-    mem = sample.memory + factor * _ratio(extra_mem, alloc_mem)
-    cpu_limit, mem_limit = spec.hot_thresholds.cpu / 100, spec.hot_thresholds.memory / 100
-    # Within APPROACH_BAND of a hot threshold the load score fades to 0: a node is filled up to
-    # its threshold only when nothing cooler fits, since estimates near the edge tip it over.
-    headroom = min(cpu_limit - cpu, mem_limit - mem) / APPROACH_BAND
-    by_load = MAX_SCORE * _clamp(1.0 - _weighted(policy, cpu, mem)) * _clamp(headroom)
+            cpu_est, mem_est = pod_estimate(placed, factor, use)
+            extra_cpu += cpu_est
+            extra_mem += mem_est
+    cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
+    mem = sample.memory + _ratio(extra_mem, alloc_mem)
+    dims = tuple(sample.extra.get(d.name, 0.0) for d in spec.dimensions)
+    # How far below its hot threshold the nodes's nearest dimension is (negative: hot).
+    headroom = min(
+        spec.hot_thresholds.cpu / 100 - cpu,
+        spec.hot_thresholds.memory / 100 - mem,
+        *(d.hot_threshold / 100 - v for d, v in zip(spec.dimensions, dims, strict=True)),
+    )
+    hot = headroom < 0
+    if pack:
+        by_load = _pack_score(policy, cpu, mem, dims)
+    else:
+        # Within APPROACH_BAND of a hot threshold the load score fades to 0: a node is filled
+        # up to its threshold only when nothing cooler fits, since estimates near the edge tip
+        # it over.
+        by_load = (
+            MAX_SCORE
+            * _clamp(1.0 - _weighted(policy, cpu, mem, dims))
+            * _clamp(headroom / APPROACH_BAND)
+        )
     share = spec.load_share / 100
-    hot = cpu > cpu_limit or mem > mem_limit
     score = share * by_load + (1 - share) * by_requests
-    return NodeScore(node.name, score, cpu, mem, "metrics", max(0.0, now - sample.timestamp), hot)
+    age = max(0.0, now - sample.timestamp)
+    return NodeScore(node.name, score, cpu, mem, "metrics", age, hot, dims)
+
+
+def _requests_score(policy: Policy, cpu: float, mem: float, pack: bool) -> float:
+    """kube-scheduler's LeastAllocated (Spread) or MostAllocated (Pack) on requests."""
+    used = _weighted(policy, cpu, mem)
+    return MAX_SCORE * _clamp(used if pack else 1.0 - used)
+
+
+def _pack_score(policy: Policy, cpu: float, mem: float, dims: Sequence[float]) -> float:
+    """Pack: a node under its target scores 50..100, fuller higher (TargetLoadPacking's
+    shape, for CPU and memory); over the target 0..50, emptier higher, so a pod spills over
+    to the least loaded node only when no node stays under the target."""
+    target = policy.spec.target_utilization
+    t_cpu, t_mem = target.cpu / 100, target.memory / 100
+    if cpu <= t_cpu and mem <= t_mem:
+        fullness = _weighted(policy, cpu / t_cpu, mem / t_mem)
+        return MAX_SCORE / 2 * (1 + _clamp(fullness))
+    return MAX_SCORE / 2 * _clamp(1.0 - _weighted(policy, cpu, mem, dims))
 
 
 def weighted_load(policy: Policy, score: NodeScore) -> float:
     """The node's load (measured + estimate, or requests) under the policy's weights."""
-    return _weighted(policy, score.cpu, score.memory)
+    return _weighted(policy, score.cpu, score.memory, score.extra)
 
 
 def _clamp(value: float) -> float:
@@ -103,7 +166,7 @@ def normalize(scores: list[float]) -> list[float]:
     return [s * MAX_SCORE / top for s in scores]
 
 
-def _ratio(used: int, total: int) -> float:
+def _ratio(used: float, total: int) -> float:
     return used / total if total > 0 else 1.0
 
 
@@ -123,7 +186,7 @@ def reverse_normalize(raw: list[float]) -> list[float]:
     return [MAX_SCORE * (high - r) / (high - low) for r in raw]
 
 
-def combine(components: list[tuple[int, list[float]]]) -> list[float]:
+def combine(components: list[tuple[float, list[float]]]) -> list[float]:
     """Weighted mean of normalised plugin scores, per node."""
     total = sum(weight for weight, _ in components)
     size = len(components[0][1])

@@ -35,6 +35,8 @@ class Owner:
     kind: str
     name: str
     uid: str
+
+
 _NO_AFFINITY = RequiredNodeAffinity((), None)
 
 # Volume kinds whose placement depends on storage topology or attach limits, which loadwise does

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..plugin import Plugin
 from .inter_pod_affinity import InterPodAffinity
+from .label_spread import SpreadByLabels
 from .load_aware import LoadAware
 from .node_affinity import NodeAffinity, PreferredNodeAffinity
 from .node_ports import NodePorts
@@ -32,4 +33,5 @@ DEFAULT_PLUGINS: tuple[Plugin, ...] = (
     PreferNoSchedule(),
     PreferredNodeAffinity(),
     SpreadPreference(),
+    SpreadByLabels(),
 )
