@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from loadwise.config import Config
 from loadwise_dev import manifests
@@ -30,6 +31,16 @@ EXPECTED_RULES = [
         "resources": ["nodes", "pods", "namespaces"],
         "verbs": ["get", "list", "watch"],
     },
+    {
+        "apiGroups": [""],
+        "resources": ["services", "replicationcontrollers"],
+        "verbs": ["list", "watch"],
+    },
+    {
+        "apiGroups": ["apps"],
+        "resources": ["replicasets", "statefulsets"],
+        "verbs": ["list", "watch"],
+    },
     {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
@@ -40,6 +51,12 @@ EXPECTED_RULES = [
     },
     {"apiGroups": ["loadwise.io"], "resources": ["schedulingpolicies/status"], "verbs": ["patch"]},
 ]
+# Only with the metrics-server source (metrics.sources).
+METRICS_API_RULE = {
+    "apiGroups": ["metrics.k8s.io"],
+    "resources": ["nodes", "pods"],
+    "verbs": ["get", "list"],
+}
 LEASE_RULES = [
     {
         "apiGroups": ["coordination.k8s.io"],
@@ -69,6 +86,18 @@ async def test_chart_lints_and_renders(local_cluster: LocalCluster) -> None:
     rendered = await helm(local_cluster, "template", "x", str(CHART), "--kube-version", version)
     assert "cluster-admin" not in rendered
     assert "runAsNonRoot: true" in rendered
+    assert cluster_role_rules(rendered) == EXPECTED_RULES
+    with_metrics_api = await helm(
+        local_cluster, "template", "x", str(CHART), "--kube-version", version,
+        "--set", "metrics.sources=prometheus\\,metrics-server",
+    )  # fmt: skip
+    assert cluster_role_rules(with_metrics_api) == [*EXPECTED_RULES, METRICS_API_RULE]
+
+
+def cluster_role_rules(rendered: str) -> list[dict[str, Any]]:
+    (role,) = (d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ClusterRole")
+    rules: list[dict[str, Any]] = role["rules"]
+    return rules
 
 
 async def test_helm_install_then_schedule_with_the_charts_service_account(
