@@ -1,7 +1,12 @@
 """Placement quality under a burst: loadwise vs kube-scheduler vs the naive scorer.
 
-bench/placement [--nodes N] [--pods M] [--seed S] [--json PATH] [--png PATH]
+bench/placement [--nodes N] [--pods M] [--seed S] [--policy default|cpu|pack]
+                [--scenario burst|workload-mix] [--json PATH] [--png PATH]
 Sets up its own control plane, Prometheus and nodes, and tears them down.
+--policy: loadwise's SchedulingPolicy (default {}; cpu: weights cpu 1, memory 0; pack: Pack to
+70% cpu / 80% memory). --scenario workload-mix: pods of idle and hungry workloads, some placed
+first as history; loadwise with and without its learned estimate, and kube-scheduler.
+vs optimum: CPU stddev over the clairvoyant water-fill optimum's (1.00 is as even as possible).
 """
 
 from __future__ import annotations
@@ -26,17 +31,30 @@ COLUMNS = (
     ("fair_share", "fair share", "{}"),
     ("unschedulable", "unschedulable", "{}"),
     ("seconds", "burst s", "{}"),
+    ("nodes_used", "nodes used", "{}"),
+    ("nodes_empty", "nodes empty", "{}"),
+    ("vs_optimum", "vs optimum", "{:.2f}"),
 )
+
+
+def cell(value: object, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
 
 
 def table(data: dict[str, object]) -> str:
     schedulers = data["schedulers"]
     assert isinstance(schedulers, dict)
-    header = f"{'scheduler':<15}" + "".join(f"{title:>15}" for _, title, _ in COLUMNS)
+    width = max(15, *(len(name) + 2 for name in schedulers))
+    header = f"{'scheduler':<{width}}" + "".join(f"{title:>15}" for _, title, _ in COLUMNS)
     lines = [header]
     for name, outcome in schedulers.items():
-        cells = "".join(f"{fmt.format(outcome[key]):>15}" for key, _, fmt in COLUMNS)
-        lines.append(f"{name:<15}{cells}")
+        cells = "".join(f"{cell(outcome[key], fmt):>15}" for key, _, fmt in COLUMNS)
+        lines.append(f"{name:<{width}}{cells}")
+    if "optimum_cpu_stddev" in data:
+        lines.append(
+            f"optimum (water-fill): cpu sd {data['optimum_cpu_stddev']:.3f},"
+            f" level {data['optimum_cpu_level']:.0%}"
+        )
     return "\n".join(lines)
 
 
@@ -75,14 +93,27 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", dest="json_path")
     parser.add_argument("--png", dest="png_path")
+    parser.add_argument("--policy", choices=sorted(placement.POLICY_SPECS), default="default")
+    parser.add_argument("--scenario", choices=placement.SCENARIOS, default="burst")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cluster = LocalCluster().start()
     try:
-        results = asyncio.run(placement.run(cluster, args.nodes, args.pods, args.seed))
+        scenario, results, optimum = asyncio.run(
+            placement.run_scenario(
+                cluster,
+                args.nodes,
+                args.pods,
+                args.seed,
+                policy=args.policy,
+                scenario_name=args.scenario,
+            )
+        )
     finally:
         cluster.stop()
-    data = placement.as_json(results, args.nodes, args.pods, args.seed)
+    data = placement.as_json(
+        results, args.nodes, args.pods, args.seed, args.policy, scenario, optimum
+    )
     print(table(data))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(data, indent=1))

@@ -1,0 +1,159 @@
+"""bench/placement's pure parts: the water-fill optimum (one case checked by hand), scenarios as a
+function of the seed alone, the policy specs per run, the packing figures, and the table."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from loadwise_dev import placement
+from loadwise_dev.placement import PodPlan, water_fill
+
+
+def test_water_fill_by_hand() -> None:
+    # Three 10-core nodes at 10%, 30%, 90%; 4 cores to add. The coolest alone would reach
+    # (4 + 1) / 10 = 50% > 30%, so the two coolest share: (4 + 1 + 3) / 20 = 40% <= 90%.
+    after, level = water_fill({"a": 0.1, "b": 0.3, "c": 0.9}, dict.fromkeys("abc", 10.0), 4.0)
+    assert level == pytest.approx(0.4)
+    assert after == pytest.approx({"a": 0.4, "b": 0.4, "c": 0.9})
+    # mean 17/30; deviations -1/6, -1/6, 1/3: variance (1/36 + 1/36 + 1/9) / 3 = 1/18.
+    assert statistics.pstdev(after.values()) == pytest.approx((1 / 18) ** 0.5)  # 0.2357
+
+
+def test_water_fill_edges() -> None:
+    levels = {"a": 0.2, "b": 0.5}
+    capacity = {"a": 8.0, "b": 8.0}
+    assert water_fill(levels, capacity, 0.0) == ({"a": 0.2, "b": 0.5}, 0.2)
+    # Enough to lift both: (8 * 0.2 + 8 * 0.5 + 3.2) / 16 = 55%.
+    after, level = water_fill(levels, capacity, 3.2)
+    assert level == pytest.approx(0.55) and after == pytest.approx({"a": 0.55, "b": 0.55})
+    # More than the free capacity: every node full, the rest does not fit.
+    assert water_fill(levels, capacity, 100.0) == ({"a": 1.0, "b": 1.0}, 1.0)
+    # Unequal capacities: the big node takes more cores for the same level.
+    after, level = water_fill({"a": 0.0, "b": 0.0}, {"a": 2.0, "b": 6.0}, 4.0)
+    assert level == pytest.approx(0.5)
+    assert water_fill({}, {}, 1.0) == ({}, 0.0)
+
+
+def test_water_fill_is_never_beaten_by_a_random_placement() -> None:
+    rng = random.Random(3)
+    levels = {f"n{i}": rng.uniform(0.05, 0.95) for i in range(30)}
+    pods = [rng.randint(20, 250) for _ in range(300)]
+    best, _ = water_fill(levels, dict.fromkeys(levels, 8000.0), float(sum(pods)))
+    assert sum(best.values()) * 8000 == pytest.approx(sum(levels.values()) * 8000 + sum(pods))
+    for _ in range(20):
+        after = dict(levels)
+        for cpu in pods:
+            node = rng.choice(list(after))
+            after[node] += cpu / 8000
+        assert statistics.pstdev(best.values()) <= statistics.pstdev(after.values())
+
+
+def test_optimum_stddev_counts_the_burst_only() -> None:
+    before = {"a": 0.1, "b": 0.3, "c": 0.9}
+    burst = [PodPlan("p0", "2500m", "1Mi"), PodPlan("p1", "1500m", "1Mi")]
+    assert placement.optimum_stddev(before, burst, 10000) == (0.2357, 0.4)
+
+
+def test_burst_scenario_is_todays_sequence() -> None:
+    """Same seed, same nodes and pods as before scenarios existed (backgrounds, then usages)."""
+    before, scenario = placement.make_scenario("burst", 1, 10, 50)
+    rng = random.Random(1)
+    assert before == placement.backgrounds(rng, 10)
+    assert [(p.cpu, p.memory) for p in scenario.burst] == placement.pod_usages(rng, 50)
+    assert scenario.requests == placement.REQUESTS and not scenario.warmup
+    assert [p.name for p in scenario.burst][:2] == ["b0000", "b0001"]
+
+
+def test_workload_mix_is_a_function_of_the_seed() -> None:
+    one = placement.make_scenario("workload-mix", 5, 20, 1000)
+    assert one == placement.make_scenario("workload-mix", 5, 20, 1000)
+    assert one != placement.make_scenario("workload-mix", 6, 20, 1000)
+    _, mix = one
+    kinds = Counter(mix.workloads.values())
+    assert kinds == {"idle": 12, "hungry": 4}
+    assert len(mix.warmup) == 3 * 16 and len(mix.warmup) + len(mix.burst) == 1000
+    assert Counter(p.workload for p in mix.warmup) == dict.fromkeys(mix.workloads, 3)
+    for pod in mix.warmup + mix.burst:
+        assert pod.workload is not None
+        cpu = placement.millis(pod.cpu)
+        if mix.workloads[pod.workload] == "hungry":
+            assert 540 <= cpu <= 660  # about three times the 200m request
+        else:
+            assert 30 <= cpu <= 50  # about a fifth
+    # The burst interleaves the workloads rather than sending them one after the other.
+    first = [p.workload for p in mix.burst[:40]]
+    assert len(set(first)) > 8
+    assert len({p.name for p in mix.warmup + mix.burst}) == 1000
+
+
+def test_workload_mix_small() -> None:
+    _, mix = placement.make_scenario("workload-mix", 1, 5, 20)  # 5 pods a workload: 2 history
+    assert Counter(mix.workloads.values()) == {"idle": 3, "hungry": 1}
+    assert len(mix.warmup) == 2 * 4 and len(mix.burst) == 12
+    with pytest.raises(ValueError, match="unknown scenario"):
+        placement.make_scenario("storm", 1, 5, 40)
+
+
+def test_policy_specs_per_run() -> None:
+    _, burst = placement.make_scenario("burst", 1, 2, 2)
+    _, mix = placement.make_scenario("workload-mix", 1, 2, 40)
+    assert placement.loadwise_spec("loadwise", "default", burst) == {}
+    assert placement.loadwise_spec("loadwise", "cpu", burst) == {"weights": {"cpu": 1, "memory": 0}}
+    assert placement.loadwise_spec("loadwise", "pack", burst) == {
+        "strategy": "Pack",
+        "targetUtilization": {"cpu": 70, "memory": 80},
+    }
+    assert placement.loadwise_spec("naive", "pack", burst) == placement.NAIVE_POLICY
+    assert placement.loadwise_spec("kube-scheduler", "cpu", burst) is None
+    assert placement.loadwise_spec("loadwise", "cpu", mix) == {
+        "weights": {"cpu": 1, "memory": 0},
+        "learnedEstimate": True,
+    }
+    assert placement.loadwise_spec("loadwise-requests", "default", mix) == {
+        "learnedEstimate": False
+    }
+    assert placement.POLICY_SPECS["default"] == {}  # the specs are not mutated by the above
+
+
+def test_summary_packing_figures_and_ratio_to_the_optimum() -> None:
+    before = {"a": (0.1, 0.2), "b": (0.3, 0.2), "c": (0.9, 0.2)}
+    after = {"a": (0.5, 0.3), "b": (0.3, 0.2), "c": (0.9, 0.2)}
+    outcome = placement.summarise(before, after, Counter(a=4), 4, 0, 1.0, optimum=0.2357)
+    assert (outcome.nodes_used, outcome.nodes_empty, outcome.max_pods_per_node) == (1, 2, 4)
+    assert outcome.cpu_util_stddev == round(statistics.pstdev([0.5, 0.3, 0.9]), 4)
+    assert outcome.vs_optimum == round(outcome.cpu_util_stddev / 0.2357, 3)
+    assert placement.summarise(before, after, Counter(), 0, 0, 1.0, optimum=0.0).vs_optimum is None
+
+
+def _bench() -> object:
+    path = Path(__file__).parents[2] / "bench" / "placement.py"
+    spec = importlib.util.spec_from_file_location("bench_placement", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_table_has_the_new_columns_and_the_optimum() -> None:
+    before = {"a": (0.1, 0.2), "b": (0.3, 0.2)}
+    after = {"a": (0.4, 0.3), "b": (0.3, 0.2)}
+    results = {
+        "loadwise": placement.summarise(before, after, Counter(a=3), 3, 0, 1.0, 0.05),
+        "loadwise-requests": placement.summarise(before, after, Counter(a=3), 3, 0, 1.0, 0.0),
+    }
+    optimum = {"cpu_stddev": 0.05, "cpu_level": 0.35, "cpu_before": 0.1}
+    data = placement.as_json(results, 2, 3, 1, "cpu", None, optimum)
+    assert data["policy"] == "cpu" and data["optimum_cpu_stddev"] == 0.05
+    text = _bench().table(data)  # type: ignore[attr-defined]
+    header, ours, requests_only, footer = text.splitlines()
+    for title in ("nodes used", "nodes empty", "vs optimum", "cpu sd", "new hot"):
+        assert title in header
+    assert ours.split()[-3:] == ["1", "1", "1.00"]
+    assert requests_only.startswith("loadwise-requests ") and requests_only.endswith(" -")
+    assert footer == "optimum (water-fill): cpu sd 0.050, level 35%"
