@@ -5,6 +5,8 @@ no kubelet runs here. Everything between it and loadwise is real: an APIService 
 `v1beta1.metrics.k8s.io`, kube-apiserver's aggregator proxies `/apis/metrics.k8s.io/...` to this
 server over TLS, and loadwise reads NodeMetrics through kube-apiserver as it would in a cluster.
 The usage served is the simulation's ground truth (the UsageExporter's), like metrics-server's.
+PodMetrics are served for the pods a test declares with `set_pod` (the exporter knows pods only by
+uid), each as one container, so the per-pod learning can be driven through the same path.
 The Service is an ExternalName pointing at localhost: Endpoints may not hold loopback addresses.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,14 @@ RESOURCES = {
             "namespaced": False,
             "kind": "NodeMetrics",
             "verbs": ["get", "list"],
-        }
+        },
+        {
+            "name": "pods",
+            "singularName": "",
+            "namespaced": True,
+            "kind": "PodMetrics",
+            "verbs": ["get", "list"],
+        },
     ],
 }
 
@@ -42,6 +52,8 @@ RESOURCES = {
 class MetricsApiStandIn:
     def __init__(self, exporter: UsageExporter, cert: Path, key: Path) -> None:
         self.exporter = exporter
+        self._pods: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, name) -> (millis, bytes)
+        self._lock = threading.Lock()
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(str(cert), str(key))
         self._http = ThreadedServer(self._respond, tls=tls)
@@ -52,6 +64,10 @@ class MetricsApiStandIn:
             body: Any = RESOURCES
         elif path == f"/apis/{GROUP_VERSION}/nodes":
             body = self.node_metrics()
+        elif path == f"/apis/{GROUP_VERSION}/pods":
+            body = self.pod_metrics()
+        elif path.startswith(f"/apis/{GROUP_VERSION}/namespaces/") and path.endswith("/pods"):
+            body = self.pod_metrics(path.split("/")[5])
         else:
             not_found = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}
             return 404, "application/json", json.dumps(not_found).encode()
@@ -82,6 +98,38 @@ class MetricsApiStandIn:
             )
         return {
             "kind": "NodeMetricsList",
+            "apiVersion": GROUP_VERSION,
+            "metadata": {},
+            "items": items,
+        }
+
+    def set_pod(self, namespace: str, name: str, cpu_millis: int, memory_bytes: int) -> None:
+        """Serve PodMetrics for this pod from now on (replacing what was set before)."""
+        with self._lock:
+            self._pods[(namespace, name)] = (cpu_millis, memory_bytes)
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._pods.pop((namespace, name), None)
+
+    def pod_metrics(self, namespace: str | None = None) -> dict[str, Any]:
+        now = stamp()
+        with self._lock:
+            pods = sorted(self._pods.items())
+        items = [
+            {
+                "metadata": {"name": name, "namespace": ns, "creationTimestamp": now},
+                "timestamp": now,
+                "window": f"{WINDOW_SECONDS}s",
+                "containers": [
+                    {"name": "main", "usage": {"cpu": f"{cpu}m", "memory": f"{memory // 1024}Ki"}}
+                ],
+            }
+            for (ns, name), (cpu, memory) in pods
+            if namespace is None or ns == namespace
+        ]
+        return {
+            "kind": "PodMetricsList",
             "apiVersion": GROUP_VERSION,
             "metadata": {},
             "items": items,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -15,9 +17,15 @@ from pydantic import (
     model_validator,
 )
 
-from .metrics.prometheus import DEFAULT_CPU_QUERY, DEFAULT_MEMORY_QUERY
+from .metrics.prometheus import (
+    DEFAULT_CPU_QUERY,
+    DEFAULT_MEMORY_QUERY,
+    DEFAULT_POD_CPU_QUERY,
+    DEFAULT_POD_MEMORY_QUERY,
+)
 
 PREFIX = "LOADWISE_"
+_DIMENSION_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
 
 class Config(BaseModel):
@@ -30,6 +38,15 @@ class Config(BaseModel):
     prometheus_cpu_query: str = DEFAULT_CPU_QUERY
     prometheus_memory_query: str = DEFAULT_MEMORY_QUERY
     prometheus_node_label: str = "node"
+    # Further node dimensions: name -> PromQL giving per-node utilisation 0..1 with the node
+    # label (JSON object in the environment), e.g. {"disk-io": "..."}.
+    prometheus_dimensions: dict[str, str] = Field(default_factory=dict)
+    # Per-pod usage, for learned per-workload estimates: series labelled namespace and pod;
+    # CPU in cores, memory in bytes.
+    prometheus_pod_cpu_query: str = Field(DEFAULT_POD_CPU_QUERY, min_length=1)
+    prometheus_pod_memory_query: str = Field(DEFAULT_POD_MEMORY_QUERY, min_length=1)
+    # Learn what each workload's pods really use (one more metrics request per refresh).
+    learn_usage: bool = True
     prometheus_timeout: float = Field(5.0, gt=0)
     # How long before a query a placement must be to show fully in its figures: the rate
     # window plus the scrape interval (default query: 1m window, node-exporter at 15 s).
@@ -74,6 +91,33 @@ class Config(BaseModel):
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip() and v.strip() != "none")
+        return value
+
+    @field_validator("prometheus_dimensions", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError as exc:
+                raise ValueError(f"not a JSON object: {exc}") from None
+        if not isinstance(value, dict):
+            raise ValueError("must be an object of name -> PromQL query")
+        return value
+
+    @field_validator("prometheus_dimensions")
+    @classmethod
+    def _dimension_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, query in value.items():
+            if not _DIMENSION_NAME.fullmatch(name):
+                raise ValueError(
+                    f"dimension name {name!r} must be lowercase letters, digits and '-', "
+                    "starting with a letter (at most 63)"
+                )
+            if name in ("cpu", "memory"):
+                raise ValueError(f"dimension name {name!r} is built in")
+            if not query.strip():
+                raise ValueError(f"dimension {name!r} has an empty query")
         return value
 
     @classmethod

@@ -63,6 +63,9 @@ REPORT_ERRORS = Counter(
     "Status patches (policies, the operator's condition) that failed; retried next interval.",
 )
 FRESH_NODES = Gauge("loadwise_metrics_nodes", "Nodes with a metrics sample, by source.", ["source"])
+LEARNED_WORKLOADS = Gauge(
+    "loadwise_learned_workloads", "Workloads with a learned usage estimate, by source.", ["source"]
+)
 
 
 async def _metrics(_: web.Request) -> web.Response:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 import time
@@ -35,6 +36,7 @@ from .degradations import Degradations
 from .informer import Informer, ignore, uid_of
 from .leader import LeaderElector
 from .metrics.cache import MetricsCache, MetricsSource
+from .metrics.learned import WorkloadOf
 from .metrics.metrics_server import MetricsServerSource
 from .metrics.prometheus import PrometheusSource
 from .policywatch import PolicyWatch
@@ -74,6 +76,9 @@ def metrics_sources(
             node_label=config.prometheus_node_label,
             lag=config.metrics_lag,
             timeout=config.prometheus_timeout,
+            dimensions=config.prometheus_dimensions,
+            pod_cpu_query=config.prometheus_pod_cpu_query,
+            pod_memory_query=config.prometheus_pod_memory_query,
         )
     if "metrics-server" in config.metrics_sources:
 
@@ -83,6 +88,28 @@ def metrics_sources(
 
         sources["metrics-server"] = MetricsServerSource(transport, allocatable)
     return sources
+
+
+def workload_lookup(state: ClusterState, max_age: float = 1.0) -> WorkloadOf:
+    """(namespace, name) -> (workload, placed_at) of a pod on a node, for the caches' learning.
+    The state keys pods by uid: an index by name is built from it when older than `max_age`
+    seconds, so once per refresh (which asks about every pod at once), not once per pod."""
+    index: dict[tuple[str, str], tuple[str, float]] = {}
+    built = -math.inf
+
+    def workload_of(namespace: str, name: str) -> tuple[str, float] | None:
+        nonlocal index, built
+        now = time.monotonic()
+        if now - built > max_age:
+            index = {
+                (pod.namespace, pod.name): (workload, pod.placed_at)
+                for pod in state.pods.values()
+                if (workload := pod.workload) is not None
+            }
+            built = now
+        return index.get((namespace, name))
+
+    return workload_of
 
 
 def workload_informers(transport: Http, workloads: WorkloadSelectors) -> list[Informer]:
@@ -230,8 +257,9 @@ class Runtime:
         try:
             transport = Transport(api, pool_size=config.bind_concurrency + 8)
             state = ClusterState()
+            workload_of = workload_lookup(state) if config.learn_usage else None
             caches = {
-                name: MetricsCache(source, config.metrics_interval)
+                name: MetricsCache(source, config.metrics_interval, workload_of, config.metrics_lag)
                 for name, source in metrics_sources(config, transport, state).items()
             }
             scheduler = Scheduler(
@@ -421,6 +449,7 @@ class Runtime:
                 obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
                 obs.SOURCE_UP.labels(name).set(1 if ok else 0)
                 obs.FRESH_NODES.labels(name).set(len(cache.samples))
+                obs.LEARNED_WORKLOADS.labels(name).set(cache.learned.workloads)
                 if ok:
                     self.degradations.clear(f"metrics_source/{name}")
                 else:

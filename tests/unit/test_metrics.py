@@ -113,3 +113,111 @@ def test_node_metrics_become_utilisation_of_allocatable() -> None:
     assert samples["a"].timestamp - samples["a"].coverage == 10
     with pytest.raises(MetricsServerError):
         parse_node_metrics({"kind": "Status"}, allocatable.get)
+
+
+def test_combined_query_tags_every_dimension() -> None:
+    from loadwise.metrics.prometheus import combined_query
+
+    query = combined_query("C", "M", {"disk-io": "D"})
+    assert query == (
+        'label_replace(C, "loadwise_resource", "cpu", "", "")'
+        ' or label_replace(M, "loadwise_resource", "memory", "", "")'
+        ' or label_replace(D, "loadwise_resource", "disk-io", "", "")'
+    )
+    assert combined_query("C", "M") == combined_query("C", "M", {})
+
+
+def test_parse_extra_dimensions_clamped_and_optional_per_node() -> None:
+    payload = vector(
+        ("a", "cpu", "0.5"),
+        ("a", "memory", "0.25"),
+        ("a", "disk-io", "1.5"),
+        ("a", "net", "0.3"),
+        ("b", "cpu", "0.1"),
+        ("b", "memory", "0.2"),  # no disk-io: the key is simply absent
+        ("b", "net", "NaN"),  # malformed: skipped, the node stays
+        ("c", "disk-io", "0.4"),  # no cpu or memory: no sample
+        ("a", "unasked", "0.9"),  # not a configured dimension
+    )
+    payload["data"]["result"].append(  # type: ignore[index]
+        {"metric": {"node": "b", "loadwise_resource": "net"}, "value": [1000.0]}
+    )
+    samples = parse_response(payload, "node", 0, ("disk-io", "net"))
+    assert set(samples) == {"a", "b"}
+    assert samples["a"].extra == {"disk-io": 1.0, "net": 0.3}
+    assert samples["b"].extra == {} and (samples["b"].cpu, samples["b"].memory) == (0.1, 0.2)
+    assert parse_response(payload, "node", 0)["a"].extra == {}  # none configured: none kept
+
+
+def pod_vector(*items: tuple[str, str, str, object]) -> dict[str, object]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {
+                    "metric": {"namespace": ns, "pod": pod, "loadwise_resource": r},
+                    "value": [1000.0, v],
+                }
+                for ns, pod, r, v in items
+            ],
+        },
+    }
+
+
+def test_parse_pod_usage_pairs_cpu_cores_and_memory_bytes() -> None:
+    from loadwise.metrics.prometheus import parse_pod_response
+
+    payload = pod_vector(
+        ("ns", "a", "cpu", "0.2505"),
+        ("ns", "a", "memory", "1048576"),
+        ("ns", "b", "cpu", "0.1"),  # no memory: skipped
+        ("ns", "c", "cpu", "-1"),  # negative: skipped
+        ("ns", "c", "memory", "1"),
+        ("ns", "d", "cpu", "Inf"),
+        ("ns", "d", "memory", "1"),
+        ("", "e", "cpu", "0.1"),  # no namespace
+        ("", "e", "memory", "1"),
+        ("ns", "f", "disk", "0.1"),
+    )
+    payload["data"]["result"].extend(  # type: ignore[index]
+        [{"metric": {"pod": "x"}, "value": [1, "1"]}, {"nonsense": 1}, "garbage"]
+    )
+    assert parse_pod_response(payload) == {("ns", "a"): (251, 1048576)}
+    with pytest.raises(PrometheusError):
+        parse_pod_response({"status": "error", "error": "bad"})
+
+
+def test_config_validates_dimensions_and_pod_settings() -> None:
+    from loadwise.metrics.prometheus import DEFAULT_POD_CPU_QUERY
+
+    config = Config.from_env({})
+    assert config.prometheus_dimensions == {} and config.learn_usage
+    assert config.prometheus_pod_cpu_query == DEFAULT_POD_CPU_QUERY
+    config = Config.from_env(
+        {
+            "LOADWISE_PROMETHEUS_DIMENSIONS": '{"disk-io": "q1", "gpu0": "q2"}',
+            "LOADWISE_LEARN_USAGE": "false",
+            "LOADWISE_PROMETHEUS_POD_MEMORY_QUERY": "m",
+        }
+    )
+    assert config.prometheus_dimensions == {"disk-io": "q1", "gpu0": "q2"}
+    assert not config.learn_usage and config.prometheus_pod_memory_query == "m"
+    assert Config.from_env({"LOADWISE_PROMETHEUS_DIMENSIONS": ""}).prometheus_dimensions == {}
+    for bad in (
+        "{not json",
+        '["q"]',
+        '{"cpu": "q"}',
+        '{"memory": "q"}',
+        '{"Disk": "q"}',
+        '{"1disk": "q"}',
+        '{"disk_io": "q"}',
+        '{"d": ""}',
+        '{"d": 1}',
+    ):
+        with pytest.raises(ValueError, match="LOADWISE_PROMETHEUS_DIMENSIONS"):
+            Config.from_env({"LOADWISE_PROMETHEUS_DIMENSIONS": bad})
+    with pytest.raises(ValueError, match="LOADWISE_PROMETHEUS_POD_CPU_QUERY"):
+        Config.from_env({"LOADWISE_PROMETHEUS_POD_CPU_QUERY": ""})
+    with pytest.raises(ValueError, match="LOADWISE_LEARN_USAGE"):
+        Config.from_env({"LOADWISE_LEARN_USAGE": "maybe"})

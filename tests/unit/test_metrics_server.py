@@ -56,3 +56,72 @@ async def test_an_error_answer_fails_the_refresh_and_keeps_the_samples(reply: Re
     await cache.refresh()
     assert cache.last_error is not None and f"HTTP {reply[0]}" in cache.last_error
     assert set(cache.samples) == {"a"}  # kept: they age out against the policy's maximum age
+
+
+def pod_item(ns: str, name: str, *usages: object) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": ns, "name": name},
+        "timestamp": "2026-01-01T00:00:10Z",
+        "window": "20s",
+        "containers": [{"name": f"c{i}", "usage": u} for i, u in enumerate(usages)],
+    }
+
+
+POD_METRICS = {
+    "kind": "PodMetricsList",
+    "items": [
+        pod_item(
+            "ns", "a", {"cpu": "250m", "memory": "64Mi"}, {"cpu": "5000000n", "memory": "1Ki"}
+        ),
+        pod_item("ns", "b", {"cpu": "1", "memory": "1Gi"}, {"cpu": "x", "memory": "1Ki"}),
+        pod_item("ns", "c"),  # no containers reported yet
+        pod_item("ns", "d", {"cpu": "1"}),  # no memory
+        pod_item("ns", "e", {"cpu": "-1", "memory": "1"}),
+        pod_item("ns", "f", {"cpu": {"x": 1}, "memory": "1"}),
+        {"metadata": {"name": "no-namespace"}, "containers": []},
+        "garbage",
+    ],
+}
+
+
+def test_pod_metrics_sum_the_containers_and_skip_malformed_pods() -> None:
+    from loadwise.metrics.metrics_server import MetricsServerError, parse_pod_metrics
+
+    assert parse_pod_metrics(POD_METRICS) == {("ns", "a"): (255, (64 << 20) + 1024)}
+    with pytest.raises(MetricsServerError):
+        parse_pod_metrics({"kind": "Status"})
+
+
+async def test_pods_fetched_and_learned_alongside_nodes_and_a_pod_failure_keeps_the_nodes() -> None:
+    from loadwise.metrics.metrics_server import PODS_PATH
+
+    answers: dict[str, Reply] = {PATH: (200, NODE_METRICS), PODS_PATH: (200, POD_METRICS)}
+
+    def api(
+        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
+    ) -> Reply:
+        return answers[path]
+
+    fake = FakeTransport(api)
+    placed = {("ns", "a"): ("ns/ReplicaSet/web", 0.0)}
+    source = MetricsServerSource(fake, ALLOCATABLE.get)
+    cache = MetricsCache(source, 10.0, lambda ns, name: placed.get((ns, name)), 30.0)
+    await cache.refresh()
+    assert sorted(call.path for call in fake.calls) == [PATH, PODS_PATH]
+    assert all(call.timeout is TIMEOUT for call in fake.calls)
+    assert set(cache.pod_usage) == {("ns", "a")} and cache.pods_error is None
+    assert cache.learned.estimate("ns/ReplicaSet/web") == cache.pod_usage[("ns", "a")]
+    answers[PODS_PATH] = (403, b"forbidden")  # e.g. RBAC without pods
+    answers[PATH] = (200, {**NODE_METRICS, "items": []})
+    refreshes = cache.refreshes
+    await cache.refresh()
+    assert cache.last_error is None and cache.refreshes == refreshes + 1  # nodes fine
+    assert cache.pods_error is not None and "HTTP 403" in cache.pods_error
+    assert set(cache.pod_usage) == {("ns", "a")}  # the last good answer stays
+
+
+async def test_no_pod_request_without_learning() -> None:
+    fake = answering((200, NODE_METRICS))
+    cache = MetricsCache(MetricsServerSource(fake, ALLOCATABLE.get), 10.0)
+    await cache.refresh()
+    assert [call.path for call in fake.calls] == [PATH] and cache.pod_usage == {}

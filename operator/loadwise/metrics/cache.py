@@ -2,6 +2,11 @@
 
 A refresh that fails keeps the previous samples; they age out against each policy's maximum age,
 and the scorers then fall back to requests. Scheduling never waits on the metrics source.
+
+When the cache is told how to find a pod's workload, each refresh also fetches per-pod usage
+(from sources that offer it) and feeds it to a LearnedUsage: what a workload's pods really use,
+an estimate for its next pod. Per-pod usage is a separate request whose failure costs only the
+learning, never the node samples.
 """
 
 from __future__ import annotations
@@ -9,10 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from .learned import LearnedUsage, WorkloadOf
 
 log = logging.getLogger(__name__)
+
+# (namespace, pod name) -> (cpu millicores, memory bytes) in use.
+PodUsage = dict[tuple[str, str], tuple[int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +34,9 @@ class NodeSample:
     # Pods placed before this time are fully in the figures; later ones are not (rate windows,
     # scrape intervals), so the scorer adds their estimate. Defaults to `timestamp`.
     covers_until: float | None = None
+    # Further dimensions (Prometheus only, `prometheus_dimensions`): name -> utilisation 0..1.
+    # A node the dimension's query did not return lacks the key.
+    extra: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def coverage(self) -> float:
@@ -37,8 +51,26 @@ class MetricsSource(Protocol):
         ...
 
 
+@runtime_checkable
+class PodMetricsSource(Protocol):
+    """A source that can also report per-pod usage (both built-in sources can)."""
+
+    async def fetch_pods(self) -> PodUsage:
+        """All pods' latest usage in one bulk request."""
+        ...
+
+
 class MetricsCache:
-    def __init__(self, source: MetricsSource | None, interval: float) -> None:
+    def __init__(
+        self,
+        source: MetricsSource | None,
+        interval: float,
+        workload_of: WorkloadOf | None = None,
+        min_age: float = 0.0,
+    ) -> None:
+        """`workload_of(namespace, name)` gives a pod's (workload, placed_at), or None: given,
+        per-pod usage is fetched and learned (pods younger than `min_age` seconds are not: a
+        rate window shows them only partly); None, no pod request is made at all."""
         self.source = source
         self.interval = interval
         self.samples: dict[str, NodeSample] = {}
@@ -46,6 +78,11 @@ class MetricsCache:
         self.last_attempt: float | None = None
         self.last_error: str | None = None
         self.refreshes = 0
+        self.workload_of = workload_of
+        self.min_age = min_age
+        self.pod_usage: PodUsage = {}  # the latest successful answer, replaced whole
+        self.pods_error: str | None = None
+        self.learned = LearnedUsage()
         self._lock = asyncio.Lock()
 
     async def refresh_if_due(self, now: float | None = None) -> bool:
@@ -62,16 +99,48 @@ class MetricsCache:
             return True
 
     async def refresh(self) -> None:
-        if self.source is None:
+        source = self.source
+        if source is None:
             return
+        pods: asyncio.Task[PodUsage] | None = None
+        if self.workload_of is not None and isinstance(source, PodMetricsSource):
+            # Concurrently: a refresh takes as long as the slower request, not both.
+            pods = asyncio.create_task(source.fetch_pods())
         try:
-            fresh = await self.source.fetch()
+            fresh = await source.fetch()
         except Exception as exc:  # any failure degrades scoring; it must not stop scheduling
-            self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.warning("metrics refresh from %s failed: %s", self.source.name, self.last_error)
+            self.last_error = _describe(exc)
+            log.warning("metrics refresh from %s failed: %s", source.name, self.last_error)
+            fresh = None
+        except BaseException:  # cancelled: the pod request goes too
+            if pods is not None:
+                pods.cancel()
+            raise
+        if pods is not None:
+            await self._learn(source.name, pods)
+        if fresh is None:
             return
         # A new mapping, never mutated afterwards: readers detect a refresh by identity.
         self.samples = {**self.samples, **fresh}
         self.last_success = time.time()
         self.last_error = None
         self.refreshes += 1
+
+    async def _learn(self, source: str, pods: asyncio.Task[PodUsage]) -> None:
+        try:
+            usage = await pods
+        except Exception as exc:  # the node samples stand; only learning waits a refresh
+            error = _describe(exc)
+            # Once per change of error, not every refresh (e.g. RBAC without pods metrics).
+            level = logging.DEBUG if error == self.pods_error else logging.WARNING
+            log.log(level, "pod metrics from %s failed: %s", source, error)
+            self.pods_error = error
+            return
+        self.pod_usage = usage
+        self.pods_error = None
+        if self.workload_of is not None:
+            self.learned.observe(usage, self.workload_of, time.time(), self.min_age)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,5 +1,5 @@
 """metrics-server source: NodeMetrics from `metrics.k8s.io/v1beta1` through the API server's
-aggregation layer; one list call per refresh for all nodes.
+aggregation layer; one list call per refresh for all nodes (and one for all pods' PodMetrics).
 
 NodeMetrics report absolute usage; utilisation divides by the node's allocatable, which the
 scheduler's ClusterState already holds. A sample covers placements made before its window
@@ -17,9 +17,10 @@ import aiohttp
 
 from ..resources import CPU, MEMORY, to_amount
 from ..transport import Http
-from .cache import NodeSample
+from .cache import NodeSample, PodUsage
 
 PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
+PODS_PATH = "/apis/metrics.k8s.io/v1beta1/pods"
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 
@@ -55,6 +56,33 @@ def parse_node_metrics(
     return out
 
 
+def parse_pod_metrics(payload: Any) -> PodUsage:
+    """A PodMetricsList as per-pod usage: the sum of the containers' usage. A pod with any
+    malformed container is skipped (a partial sum would under-state it), as is one with none."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
+        raise MetricsServerError("not a PodMetricsList")
+    out: PodUsage = {}
+    for item in payload["items"]:
+        try:
+            meta = item["metadata"]
+            pod = (meta["namespace"], meta["name"])
+            containers = item["containers"]
+            cpu = memory = 0
+            for container in containers:
+                usage = container["usage"]
+                container_cpu = to_amount(CPU, usage["cpu"])
+                container_memory = to_amount(MEMORY, usage["memory"])
+                if container_cpu < 0 or container_memory < 0:
+                    raise ValueError("negative usage")
+                cpu += container_cpu
+                memory += container_memory
+        except (KeyError, TypeError, ValueError):
+            continue
+        if containers and all(isinstance(part, str) and part for part in pod):
+            out[pod] = (cpu, memory)
+    return out
+
+
 def _seconds(text: str) -> float:
     """Go durations as metrics-server writes them ("10.5s", "1m0s")."""
     total, number = 0.0, ""
@@ -83,3 +111,9 @@ class MetricsServerSource:
         if status != 200:
             raise MetricsServerError(f"HTTP {status}: {body[:200]!r}")
         return parse_node_metrics(json.loads(body), self.allocatable)
+
+    async def fetch_pods(self) -> PodUsage:
+        status, body = await self.transport.request("GET", PODS_PATH, timeout=TIMEOUT)
+        if status != 200:
+            raise MetricsServerError(f"HTTP {status}: {body[:200]!r}")
+        return parse_pod_metrics(json.loads(body))

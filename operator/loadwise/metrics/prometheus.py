@@ -1,51 +1,76 @@
-"""Prometheus source: one PromQL instant query per refresh returns CPU and memory for all nodes.
+"""Prometheus source: one PromQL instant query per refresh returns every node dimension (CPU,
+memory and any configured extra ones) for all nodes; a second one, per-pod CPU and memory.
 
-The two per-resource queries are joined into one request with `label_replace(...) or ...`.
-Defaults fit node-exporter series carrying a `node` label (the usual kubernetes_sd relabelling).
+The per-resource queries are joined into one request with `label_replace(...) or ...`, each
+series tagged with its resource in the `loadwise_resource` label.
+Node defaults fit node-exporter series carrying a `node` label (the usual kubernetes_sd
+relabelling); pod defaults fit cAdvisor's container series (`namespace` and `pod` labels).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import aiohttp
 
-from .cache import NodeSample
+from .cache import NodeSample, PodUsage
 
 DEFAULT_CPU_QUERY = '1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
 DEFAULT_MEMORY_QUERY = (
     "1 - sum by (node) (node_memory_MemAvailable_bytes)"
     " / sum by (node) (node_memory_MemTotal_bytes)"
 )
+DEFAULT_POD_CPU_QUERY = (
+    'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[1m]))'
+)
+DEFAULT_POD_MEMORY_QUERY = (
+    'sum by (namespace, pod) (container_memory_working_set_bytes{container!=""})'
+)
 _RESOURCE_LABEL = "loadwise_resource"
+_NAMESPACE_LABEL = "namespace"
+_POD_LABEL = "pod"
 
 
 class PrometheusError(RuntimeError):
     pass
 
 
-def combined_query(cpu_query: str, memory_query: str) -> str:
-    return (
-        f'label_replace({cpu_query}, "{_RESOURCE_LABEL}", "cpu", "", "")'
-        f' or label_replace({memory_query}, "{_RESOURCE_LABEL}", "memory", "", "")'
+def combined_query(
+    cpu_query: str, memory_query: str, dimensions: Mapping[str, str] | None = None
+) -> str:
+    """One query for all resources; each series carries its resource name."""
+    queries = {"cpu": cpu_query, "memory": memory_query, **(dimensions or {})}
+    return " or ".join(
+        f'label_replace({query}, "{_RESOURCE_LABEL}", "{name}", "", "")'
+        for name, query in queries.items()
     )
 
 
-def parse_response(payload: Any, node_label: str, lag: float) -> dict[str, NodeSample]:
-    """Turn a /api/v1/query answer into samples. Malformed entries are skipped, never fatal;
-    a malformed envelope raises PrometheusError. `lag` is how far before the evaluation time a
-    placement must be to show fully in the figures (rate window plus scrape interval): pods
-    placed later are still estimated by the scorer."""
+def _vector(payload: Any) -> list[Any]:
+    """The result list of an instant-vector answer; a malformed envelope raises."""
     if not isinstance(payload, dict) or payload.get("status") != "success":
         error = payload.get("error") if isinstance(payload, dict) else None
         raise PrometheusError(f"query failed: {error or 'unexpected response'}")
     data = payload.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         raise PrometheusError("query did not return an instant vector")
+    result = data.get("result")
+    return result if isinstance(result, list) else []
+
+
+def parse_response(
+    payload: Any, node_label: str, lag: float, dimensions: Collection[str] = ()
+) -> dict[str, NodeSample]:
+    """Turn a /api/v1/query answer into samples. Malformed entries are skipped, never fatal;
+    a malformed envelope raises PrometheusError. `lag` is how far before the evaluation time a
+    placement must be to show fully in the figures (rate window plus scrape interval): pods
+    placed later are still estimated by the scorer. Of the other resources than cpu and memory,
+    those named in `dimensions` become the sample's `extra`; a node needs cpu and memory."""
     partial: dict[str, dict[str, float]] = {}
     stamps: dict[str, float] = {}
-    for item in data.get("result") or ():
+    for item in _vector(payload):
         try:
             labels = item["metric"]
             node = labels[node_label]
@@ -54,13 +79,43 @@ def parse_response(payload: Any, node_label: str, lag: float) -> dict[str, NodeS
             value = float(item["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             continue
+        if not isinstance(node, str) or not isinstance(resource, str):
+            continue
+        if resource not in ("cpu", "memory") and resource not in dimensions:
+            continue
         if not math.isfinite(value) or not math.isfinite(stamp):
             continue
         partial.setdefault(node, {})[resource] = min(1.0, max(0.0, value))
         stamps[node] = min(stamp, stamps.get(node, stamp))
+    samples = {}
+    for node, values in partial.items():
+        cpu, memory = values.pop("cpu", None), values.pop("memory", None)
+        if cpu is None or memory is None:
+            continue
+        samples[node] = NodeSample(cpu, memory, stamps[node], stamps[node] - lag, values)
+    return samples
+
+
+def parse_pod_response(payload: Any) -> PodUsage:
+    """Per-pod usage from the combined pod query (cpu in cores, memory in bytes). Malformed
+    entries, and pods lacking either resource, are skipped; a malformed envelope raises."""
+    partial: dict[tuple[str, str], dict[str, float]] = {}
+    for item in _vector(payload):
+        try:
+            labels = item["metric"]
+            pod = (labels[_NAMESPACE_LABEL], labels[_POD_LABEL])
+            resource = labels[_RESOURCE_LABEL]
+            value = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if not all(isinstance(part, str) and part for part in pod):
+            continue
+        if resource not in ("cpu", "memory") or not math.isfinite(value) or value < 0:
+            continue
+        partial.setdefault(pod, {})[resource] = value
     return {
-        node: NodeSample(values["cpu"], values["memory"], stamps[node], stamps[node] - lag)
-        for node, values in partial.items()
+        pod: (math.ceil(values["cpu"] * 1000), math.ceil(values["memory"]))
+        for pod, values in partial.items()
         if "cpu" in values and "memory" in values
     }
 
@@ -76,23 +131,35 @@ class PrometheusSource:
         node_label: str = "node",
         lag: float = 15.0,
         timeout: float = 5.0,
+        dimensions: Mapping[str, str] | None = None,
+        pod_cpu_query: str = DEFAULT_POD_CPU_QUERY,
+        pod_memory_query: str = DEFAULT_POD_MEMORY_QUERY,
     ) -> None:
         self.url = url.rstrip("/") + "/api/v1/query"
-        self.query = combined_query(cpu_query, memory_query)
+        self.dimensions = dict(dimensions or {})
+        self.query = combined_query(cpu_query, memory_query, self.dimensions)
+        self.pod_query = combined_query(pod_cpu_query, pod_memory_query)
         self.node_label = node_label
         self.lag = lag
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def fetch(self) -> dict[str, NodeSample]:
+        return parse_response(
+            await self._query(self.query), self.node_label, self.lag, self.dimensions
+        )
+
+    async def fetch_pods(self) -> PodUsage:
+        return parse_pod_response(await self._query(self.pod_query))
+
+    async def _query(self, query: str) -> Any:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
-        async with self._session.post(self.url, data={"query": self.query}) as resp:
+        async with self._session.post(self.url, data={"query": query}) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:200]
                 raise PrometheusError(f"HTTP {resp.status}: {text}")
-            payload = await resp.json(content_type=None)
-        return parse_response(payload, self.node_label, self.lag)
+            return await resp.json(content_type=None)
 
     async def close(self) -> None:
         if self._session is not None:
