@@ -5,8 +5,8 @@ no kubelet runs here. Everything between it and loadwise is real: an APIService 
 `v1beta1.metrics.k8s.io`, kube-apiserver's aggregator proxies `/apis/metrics.k8s.io/...` to this
 server over TLS, and loadwise reads NodeMetrics through kube-apiserver as it would in a cluster.
 The usage served is the simulation's ground truth (the UsageExporter's), like metrics-server's.
-PodMetrics are served for the pods a test declares with `set_pod` (the exporter knows pods only by
-uid), each as one container, so the per-pod learning can be driven through the same path.
+PodMetrics too, for the pods the exporter runs (each as one container), so per-pod usage and the
+learning from it go through the same path.
 The Service is an ExternalName pointing at localhost: Endpoints may not hold loopback addresses.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +51,6 @@ RESOURCES = {
 class MetricsApiStandIn:
     def __init__(self, exporter: UsageExporter, cert: Path, key: Path) -> None:
         self.exporter = exporter
-        self._pods: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, name) -> (millis, bytes)
-        self._lock = threading.Lock()
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(str(cert), str(key))
         self._http = ThreadedServer(self._respond, tls=tls)
@@ -103,19 +100,9 @@ class MetricsApiStandIn:
             "items": items,
         }
 
-    def set_pod(self, namespace: str, name: str, cpu_millis: int, memory_bytes: int) -> None:
-        """Serve PodMetrics for this pod from now on (replacing what was set before)."""
-        with self._lock:
-            self._pods[(namespace, name)] = (cpu_millis, memory_bytes)
-
-    def remove_pod(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._pods.pop((namespace, name), None)
-
     def pod_metrics(self, namespace: str | None = None) -> dict[str, Any]:
         now = stamp()
-        with self._lock:
-            pods = sorted(self._pods.items())
+        pods = sorted(self.exporter.pod_usage().items())
         items = [
             {
                 "metadata": {"name": name, "namespace": ns, "creationTimestamp": now},
