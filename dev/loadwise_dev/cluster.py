@@ -25,7 +25,7 @@ from loadwise.runtime import Runtime
 
 from . import manifests
 from .controlplane import ControlPlane
-from .exporter import UsageExporter
+from .exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY, SIM_POD_MEMORY_QUERY, UsageExporter
 from .kube import Kube, KubeError
 from .prometheus_server import SIM_CPU_QUERY, Prometheus
 
@@ -83,6 +83,11 @@ class LocalCluster:
             "metrics_sources": ("prometheus",) if self.prometheus else (),
             "prometheus_url": self.prometheus.url if self.prometheus else "http://127.0.0.1:1",
             "prometheus_cpu_query": SIM_CPU_QUERY,
+            # The simulated exporter's per-pod series (learned estimates) and its gpu and disk
+            # dimensions, with the same short windows.
+            "prometheus_pod_cpu_query": SIM_POD_CPU_QUERY,
+            "prometheus_pod_memory_query": SIM_POD_MEMORY_QUERY,
+            "prometheus_dimensions": dict(SIM_DIMENSIONS),
             "metrics_interval": 1.0,
             "metrics_lag": 6.0,  # a 5 s rate window plus 1 s scrapes
             "http_port": 0,

@@ -65,5 +65,9 @@ class CycleContext:
 
     @cached_property
     def soft_spread(self) -> spread.SoftSpread | None:
-        """ScheduleAnyway constraints: the pod's own, or kube-scheduler's system defaults."""
-        return spread.soft_constraints(self.pod, self.state)
+        """ScheduleAnyway constraints: the pod's own, or kube-scheduler's system defaults
+        (not under a Pack policy: spreading replicas would undo the packing, and kube-scheduler
+        profiles that pack, with MostAllocated, turn the system defaults off too)."""
+        soft = spread.soft_constraints(self.pod, self.state)
+        packing = self._policy is not None and self._policy.spec.strategy == "Pack"
+        return None if soft is not None and soft.system_default and packing else soft
