@@ -386,7 +386,8 @@ async def _warm_up(
     owners: Mapping[str, str],
 ) -> None:
     """Place the history pods (loadwise, default policy), wait until Prometheus serves their
-    usage per pod, then a few seconds more: a learned estimate has something to learn from."""
+    usage per pod, then the operator's metrics lag more (it learns only from pods placed at
+    least that long ago): a learned estimate has something to learn from."""
     if not scenario.warmup:
         return
     bodies = [
@@ -405,7 +406,7 @@ async def _warm_up(
         await wait_for(bound, 120, interval=0.5, what="warm-up pods bound")
     await _fed(cluster, feeder, len(bodies))
     await _pod_usage_served(cluster, scenario.warmup)
-    await asyncio.sleep(5)
+    await asyncio.sleep(cluster.operator_config().metrics_lag)
 
 
 def loadwise_spec(scheduler: str, policy: str, scenario: Scenario) -> dict[str, Any] | None:
