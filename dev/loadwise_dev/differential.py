@@ -12,6 +12,13 @@ The pin is node affinity, which PodTopologySpread's default `nodeAffinityPolicy:
 fold into its domain counting; generated pods with spread constraints therefore carry no node
 affinity of their own, and their pinned oracle copy uses `nodeAffinityPolicy: Ignore`, which for
 such pods counts exactly the domains Honor would have.
+
+Some placed and incoming pods are selected by Services and owned by ReplicaSets, so both
+schedulers apply their system default spread constraints to them (ScheduleAnyway: they change
+scores, never feasibility, which is what is compared). Each ReplicaSet is held in deletion by a
+finalizer, so its controller neither deletes nor adopts pods: they keep the owner they are given.
+These choices come from their own random stream, so a seed's clusters and pods are otherwise the
+same as before they were added.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ TAINTS = [
     {"key": "maintenance", "value": "", "effect": "NoExecute"},
     {"key": "team", "value": "x", "effect": "NoSchedule"},
 ]
+HOLD = "loadwise.io/differential-hold"  # a finalizer: keeps a ReplicaSet in deletion, inert
+WORKLOAD_STREAM = 0x5EED  # the Services' and owners' random stream, apart from the scenarios'
 TOLERATIONS = [
     {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
     {"key": "dedicated", "operator": "Exists"},
@@ -186,6 +195,92 @@ def gen_pod(rng: random.Random, name: str) -> dict[str, Any]:
     return pod
 
 
+def gen_workloads(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Services and ReplicaSets selecting some of the generated pods (by `app`, or `tenant`)."""
+    services, replicasets = [], []
+    for ns in (NS, NS_B):
+        for app in ("web", "db", "cache"):
+            if rng.random() < 0.5:
+                services.append(_service(f"svc-{app}", ns, {"app": app}))
+            if rng.random() < 0.7:
+                selector: dict[str, Any] = {"matchLabels": {"app": app}}
+                if rng.random() < 0.5:
+                    selector = {
+                        "matchExpressions": [{"key": "app", "operator": "In", "values": [app]}]
+                    }
+                replicasets.append(_replicaset(f"rs-{app}", ns, app, selector))
+        if rng.random() < 0.3:
+            tenant = rng.choice(["t1", "t2"])
+            services.append(_service(f"svc-{tenant}", ns, {"tenant": tenant}))
+    return services, replicasets
+
+
+def _service(name: str, ns: str, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"selector": selector, "ports": [{"port": 80}]},
+    }
+
+
+def _replicaset(name: str, ns: str, app: str, selector: dict[str, Any]) -> dict[str, Any]:
+    container = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": ns, "finalizers": [HOLD]},
+        "spec": {
+            "replicas": 0,
+            "selector": selector,
+            "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def own(rng: random.Random, pod: dict[str, Any], replicasets: list[dict[str, Any]]) -> None:
+    """Make about half the pods that a generated ReplicaSet selects its pods (the uid is filled
+    in when the ReplicaSet exists)."""
+    meta = pod["metadata"]
+    name = f"rs-{meta['labels']['app']}"
+    held = any(
+        rs["metadata"]["name"] == name and rs["metadata"]["namespace"] == meta["namespace"]
+        for rs in replicasets
+    )
+    if held and rng.random() < 0.5:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": name,
+                "uid": "",
+                "controller": True,
+            }
+        ]
+
+
+async def create_workloads(
+    kube: Kube, services: list[dict[str, Any]], replicasets: list[dict[str, Any]]
+) -> dict[tuple[str, str], str]:
+    """Create them; each ReplicaSet is then deleted, and stays, held by its finalizer. Returns
+    the ReplicaSets' uids by (namespace, name)."""
+    for svc in services:
+        await kube.create(f"/api/v1/namespaces/{svc['metadata']['namespace']}/services", svc)
+    uids = {}
+    for rs in replicasets:
+        ns, name = rs["metadata"]["namespace"], rs["metadata"]["name"]
+        created = await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", rs)
+        await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/{name}")
+        uids[(ns, name)] = created["metadata"]["uid"]
+    return uids
+
+
+def owned_by(pod: dict[str, Any], uids: dict[tuple[str, str], str]) -> dict[str, Any]:
+    for ref in pod["metadata"].get("ownerReferences") or ():
+        ref["uid"] = uids[(pod["metadata"]["namespace"], ref["name"])]
+    return pod
+
+
 def pin(pod: dict[str, Any], node: str) -> dict[str, Any]:
     """The oracle copy, restricted to `node` (see the module docstring)."""
     pinned = copy.deepcopy(pod)
@@ -209,6 +304,7 @@ class Report:
     agree: int = 0
     placed: int = 0
     refused: int = 0
+    owned: int = 0  # pods with system default spread constraints (owned by a ReplicaSet)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -223,6 +319,7 @@ class Report:
             "agreement": round(self.agreement, 4),
             "loadwise_placed": self.placed,
             "loadwise_refused": self.refused,
+            "owned_by_replicasets": self.owned,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -252,9 +349,18 @@ async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str 
 
 
 async def reset(kube: Kube) -> None:
-    """No nodes, no pods in the differential namespaces; namespaces exist with their labels."""
+    """No nodes, no pods, Services or ReplicaSets in the differential namespaces; namespaces
+    exist with their labels."""
     for ns, labels in ((NS, {"team": "a"}), (NS_B, {"team": "b"})):
         await kube.delete_all_pods(ns)
+        for rs in await kube.list(f"/apis/apps/v1/namespaces/{ns}/replicasets"):
+            path = f"/apis/apps/v1/namespaces/{ns}/replicasets/{rs['metadata']['name']}"
+            with contextlib.suppress(KubeError):
+                await kube.merge_patch(path, {"metadata": {"finalizers": None}})
+                await kube.delete(path)
+        for svc in await kube.list(f"/api/v1/namespaces/{ns}/services"):
+            with contextlib.suppress(KubeError):
+                await kube.delete(f"/api/v1/namespaces/{ns}/services/{svc['metadata']['name']}")
         with contextlib.suppress(KubeError):
             await kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
     for node in await kube.list("/api/v1/nodes"):
@@ -270,6 +376,7 @@ async def run(
     wait_namespace: Any = None,
 ) -> Report:
     rng = random.Random(seed)
+    workload_rng = random.Random(seed ^ WORKLOAD_STREAM)
     report = Report()
     started = time.monotonic()
     for s in range(scenarios):
@@ -280,11 +387,18 @@ async def run(
         nodes = gen_nodes(rng, f"s{s}")
         for node in nodes:
             await kube.create("/api/v1/nodes", node)
+        services, replicasets = gen_workloads(workload_rng)
+        uids = await create_workloads(kube, services, replicasets)
         for pod in gen_existing(rng, nodes):
-            await kube.create(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod)
+            own(workload_rng, pod, replicasets)
+            await kube.create(
+                f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", owned_by(pod, uids)
+            )
         await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
         for i in range(pods_per_scenario):
             template = gen_pod(rng, "x")
+            own(workload_rng, template, replicasets)
+            owned_by(template, uids)
             ours = copy.deepcopy(template)
             ours["metadata"]["name"] = f"lw-{s}-{i}"
             ours["spec"]["schedulerName"] = scheduler_name
@@ -300,6 +414,7 @@ async def run(
                 accepted = await outcome(kube, NS, oracle["metadata"]["name"])
                 await kube.delete_pod_now(NS, oracle["metadata"]["name"])
             report.pods += 1
+            report.owned += "ownerReferences" in template["metadata"]
             report.placed += chosen is not None
             report.refused += chosen is None
             if (
@@ -372,7 +487,8 @@ def main() -> int:
     print(
         f"differential vs kube-scheduler: {result['agree']}/{result['pods']} pods agree "
         f"({result['agreement']:.1%}); loadwise placed {result['loadwise_placed']}, refused "
-        f"{result['loadwise_refused']}; {result['seconds']}s; seed {args.seed}"
+        f"{result['loadwise_refused']}; {result['owned_by_replicasets']} owned by ReplicaSets; "
+        f"{result['seconds']}s; seed {args.seed}"
     )
     for d in report.disagreements:
         print(
