@@ -258,8 +258,11 @@ class Runtime:
             transport = Transport(api, pool_size=config.bind_concurrency + 8)
             state = ClusterState()
             workload_of = workload_lookup(state) if config.learn_usage else None
+            # A pod's usage is learned once a whole rate window lies after its start, which
+            # comes after its binding (image pull, container start): two lags after placement.
+            learn_after = 2 * config.metrics_lag
             caches = {
-                name: MetricsCache(source, config.metrics_interval, workload_of, config.metrics_lag)
+                name: MetricsCache(source, config.metrics_interval, workload_of, learn_after)
                 for name, source in metrics_sources(config, transport, state).items()
             }
             scheduler = Scheduler(

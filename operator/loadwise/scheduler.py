@@ -262,9 +262,10 @@ class Scheduler:
         return cache.samples if cache is not None else {}
 
     def learned_for(self, policy: Policy) -> UsageProfiles | None:
-        """The usage learned per workload by the policy's source, if it learns."""
+        """The usage learned per workload by the policy's source. It changes only with a
+        refresh, which also replaces the source's samples mapping (the score index's key)."""
         cache = self.caches.get(policy.spec.metrics.source)
-        return getattr(cache, "learned", None) if cache is not None else None
+        return cache.learned if cache is not None else None
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

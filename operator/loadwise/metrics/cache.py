@@ -119,6 +119,8 @@ class MetricsCache:
         if pods is not None:
             await self._learn(source.name, pods)
         if fresh is None:
+            if pods is not None:  # learned estimates may have changed: readers must see a
+                self.samples = dict(self.samples)  # new mapping (the score index keys on it)
             return
         # A new mapping, never mutated afterwards: readers detect a refresh by identity.
         self.samples = {**self.samples, **fresh}
