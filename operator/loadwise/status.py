@@ -57,6 +57,15 @@ def metrics_report(
     fresh = sum(
         1 for n in nodes if (s := samples.get(n)) is not None and now - s.timestamp <= max_age
     )
+    declared = getattr(cache.source, "dimensions", {})  # Prometheus only
+    missing = [d.name for d in policy.spec.dimensions if d.name not in declared]
+    if missing:
+        return MetricsReport(
+            False,
+            f"dimension(s) {', '.join(missing)} not declared by the operator's {source} source "
+            "(LOADWISE_PROMETHEUS_DIMENSIONS): they count as 0 on every node",
+            fresh,
+        )
     if cache.last_error is not None:
         return MetricsReport(
             False,

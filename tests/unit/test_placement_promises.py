@@ -200,3 +200,18 @@ def test_tenants_spread_across_cool_nodes_and_never_onto_hot_ones() -> None:
         without, [pod_info(f"x{i}", labels={"tenant": "a"}) for i in range(8)], spec_policy(), usage
     )
     assert max(herd.values()) > 3  # load alone puts a tenant's burst on the coolest nodes
+
+
+def test_policy_status_names_a_dimension_the_operator_does_not_declare() -> None:
+    from loadwise.metrics.cache import MetricsCache
+    from loadwise.metrics.prometheus import PrometheusSource
+    from loadwise.status import metrics_report
+
+    cache = MetricsCache(PrometheusSource("http://x", dimensions={"gpu": "q"}), 10)
+    cache.samples = {"n0": NodeSample(0.1, 0.1, NOW - 1)}
+    gpu = spec_policy(dimensions=[{"name": "gpu"}])
+    assert metrics_report(gpu, cache, ["n0"], NOW).available
+    disk = spec_policy(dimensions=[{"name": "gpu"}, {"name": "disk"}])
+    report = metrics_report(disk, cache, ["n0"], NOW)
+    assert not report.available and report.fresh_nodes == 1
+    assert report.message.startswith("dimension(s) disk not declared")
