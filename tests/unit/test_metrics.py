@@ -169,7 +169,7 @@ def test_parse_pod_usage_pairs_cpu_cores_and_memory_bytes() -> None:
     from loadwise.metrics.prometheus import parse_pod_response
 
     payload = pod_vector(
-        ("ns", "a", "cpu", "0.2505"),
+        ("ns", "a", "cpu", "0.2500004"),  # a rate: 250m, not 251m
         ("ns", "a", "memory", "1048576"),
         ("ns", "b", "cpu", "0.1"),  # no memory: skipped
         ("ns", "c", "cpu", "-1"),  # negative: skipped
@@ -183,7 +183,7 @@ def test_parse_pod_usage_pairs_cpu_cores_and_memory_bytes() -> None:
     payload["data"]["result"].extend(  # type: ignore[index]
         [{"metric": {"pod": "x"}, "value": [1, "1"]}, {"nonsense": 1}, "garbage"]
     )
-    assert parse_pod_response(payload) == {("ns", "a"): (251, 1048576)}
+    assert parse_pod_response(payload) == {("ns", "a"): (250, 1048576)}
     with pytest.raises(PrometheusError):
         parse_pod_response({"status": "error", "error": "bad"})
 

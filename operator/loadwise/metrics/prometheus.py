@@ -114,7 +114,7 @@ def parse_pod_response(payload: Any) -> PodUsage:
             continue
         partial.setdefault(pod, {})[resource] = value
     return {
-        pod: (math.ceil(values["cpu"] * 1000), math.ceil(values["memory"]))
+        pod: (round(values["cpu"] * 1000), round(values["memory"]))  # a rate is never exact
         for pod, values in partial.items()
         if "cpu" in values and "memory" in values
     }
