@@ -21,12 +21,12 @@ from .binder import Binder
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose
+from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
 from .informer import Informer
-from .metrics.cache import MetricsCache
-from .policy import GROUP, PLURAL, VERSION
+from .policy import GROUP, PLURAL, VERSION, Policy
 from .queue import SchedulingQueue
-from .runtime import api_client, metrics_sources
+from .runtime import api_client, metrics_caches, workload_informers
 from .scheduler import Scheduler
 from .transport import Transport
 
@@ -72,7 +72,25 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
         summary = f"{pod.key} -> {result.node} (policy {policy.name}, score {result.score:.0f})"
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
-    return rows, summary
+    return rows, f"{summary}\n{estimate_line(pod, policy, learned)}"
+
+
+def estimate_line(pod: PodInfo, policy: Policy, learned: UsageProfiles | None) -> str:
+    """What the pod is expected to add to a node before a sample shows it, and why."""
+    spec = policy.spec
+    if not spec.placement_estimate:
+        return f"strategy {spec.strategy}; no placement estimate (placementEstimate 0)"
+    use = learned if spec.learned_estimate else None
+    cpu, memory = pod_estimate(pod, spec.placement_estimate, use)
+    known = use is not None and pod.workload is not None and use.estimate(pod.workload)
+    basis = (
+        f"learned from running pods of {pod.workload}"
+        if known
+        else f"{spec.placement_estimate:g} x requests (missing requests count as 100m/200Mi)"
+    )
+    return (
+        f"strategy {spec.strategy}; estimate {cpu / 1000:.2f} cpu, {memory / 2**20:.0f}Mi: {basis}"
+    )
 
 
 def render(rows: list[Row], summary: str) -> str:
@@ -98,12 +116,11 @@ async def _explain(target: str, config: Config) -> str:
             {},
             SchedulingQueue(),
         )
-        scheduler.caches = {
-            source_name: MetricsCache(source, config.metrics_interval)
-            for source_name, source in metrics_sources(config, transport, scheduler.state).items()
-        }
+        scheduler.caches = metrics_caches(config, transport, scheduler.state)
         await Informer(transport, "/api/v1/namespaces", scheduler.on_namespace_event).list()
         await Informer(transport, "/api/v1/nodes", scheduler.on_node_event).list()
+        for informer in workload_informers(transport, scheduler.state.workloads):
+            await informer.list()  # Services and controllers: system default spreading
         found: list[Mapping[str, Any]] = []
 
         def pod_event(kind: str | None, raw: Mapping[str, Any]) -> None:

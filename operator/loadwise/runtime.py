@@ -112,6 +112,18 @@ def workload_lookup(state: ClusterState, max_age: float = 1.0) -> WorkloadOf:
     return workload_of
 
 
+def metrics_caches(config: Config, transport: Http, state: ClusterState) -> dict[str, MetricsCache]:
+    """One cache per enabled source, learning per-workload usage unless turned off."""
+    workload_of = workload_lookup(state) if config.learn_usage else None
+    # A pod's usage is learned once a whole rate window lies after its start, which comes
+    # after its binding (image pull, container start): two lags after placement.
+    learn_after = 2 * config.metrics_lag
+    return {
+        name: MetricsCache(source, config.metrics_interval, workload_of, learn_after)
+        for name, source in metrics_sources(config, transport, state).items()
+    }
+
+
 def workload_informers(transport: Http, workloads: WorkloadSelectors) -> list[Informer]:
     """Services, ReplicationControllers, ReplicaSets and StatefulSets, for kube-scheduler's
     system default spreading: only their selectors are kept."""
@@ -257,14 +269,7 @@ class Runtime:
         try:
             transport = Transport(api, pool_size=config.bind_concurrency + 8)
             state = ClusterState()
-            workload_of = workload_lookup(state) if config.learn_usage else None
-            # A pod's usage is learned once a whole rate window lies after its start, which
-            # comes after its binding (image pull, container start): two lags after placement.
-            learn_after = 2 * config.metrics_lag
-            caches = {
-                name: MetricsCache(source, config.metrics_interval, workload_of, learn_after)
-                for name, source in metrics_sources(config, transport, state).items()
-            }
+            caches = metrics_caches(config, transport, state)
             scheduler = Scheduler(
                 config.scheduler_name,
                 Binder(transport, config.scheduler_name, identity_of(config)),
