@@ -75,11 +75,21 @@ def chart(data: dict[str, object], path: str) -> None:
         axes[0].plot([per_node[n]["cpu"] * 100 for n in order], marker=".", ls="", label=name)
         axes[1].plot([per_node[n]["pods"] for n in order], marker=".", ls="", label=name)
     axes[0].axhline(placement.HOT * 100, color="red", lw=0.8, label="hot threshold")
+    if "optimum_cpu_level" in data:
+        level = data["optimum_cpu_level"]
+        assert isinstance(level, float)
+        axes[0].axhline(level * 100, color="grey", lw=0.8, ls=":", label="water-fill level")
     axes[0].set_ylabel("node CPU utilisation after the burst (%)")
     axes[1].set_ylabel("pods placed on the node")
     axes[1].set_xlabel("nodes, ordered by CPU utilisation before the burst")
     axes[0].legend(loc="upper left")
-    axes[0].set_title(f"{data['pods']} pods onto {data['nodes']} nodes (seed {data['seed']})")
+    title = f"{data['pods']} pods onto {data['nodes']} nodes (seed {data['seed']})"
+    extras = [
+        f"{key} {data[key]}"
+        for key, usual in (("scenario", "burst"), ("policy", "default"))
+        if data.get(key, usual) != usual
+    ]
+    axes[0].set_title(", ".join([title, *extras]))
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
