@@ -386,8 +386,8 @@ async def _warm_up(
     owners: Mapping[str, str],
 ) -> None:
     """Place the history pods (loadwise, default policy), wait until Prometheus serves their
-    usage per pod, then the operator's metrics lag more (it learns only from pods placed at
-    least that long ago): a learned estimate has something to learn from."""
+    usage per pod, and until they were placed two metrics lags ago plus a refresh or two (the
+    operator learns only from pods that old): a learned estimate has something to learn from."""
     if not scenario.warmup:
         return
     bodies = [
@@ -404,9 +404,12 @@ async def _warm_up(
             return sum(1 for p in pods if p["spec"].get("nodeName")) == len(bodies)
 
         await wait_for(bound, 120, interval=0.5, what="warm-up pods bound")
+        bound_at = time.monotonic()
     await _fed(cluster, feeder, len(bodies))
     await _pod_usage_served(cluster, scenario.warmup)
-    await asyncio.sleep(cluster.operator_config().metrics_lag)
+    config = cluster.operator_config()
+    learnable = bound_at + 2 * config.metrics_lag + 2 * config.metrics_interval
+    await asyncio.sleep(max(2.0, learnable - time.monotonic()))
 
 
 def loadwise_spec(scheduler: str, policy: str, scenario: Scenario) -> dict[str, Any] | None:
