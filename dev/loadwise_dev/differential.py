@@ -17,8 +17,8 @@ Some placed and incoming pods are selected by Services and owned by ReplicaSets,
 schedulers apply their system default spread constraints to them (ScheduleAnyway: they change
 scores, never feasibility, which is what is compared). Each ReplicaSet is held in deletion by a
 finalizer, so its controller neither deletes nor adopts pods: they keep the owner they are given.
-These choices come from their own random stream, so a seed's clusters and pods are otherwise the
-same as before they were added.
+These choices, and the empty label selectors some spread constraints get, come from their own
+random stream, so a seed's clusters and pods are otherwise the same as before they were added.
 """
 
 from __future__ import annotations
@@ -399,6 +399,9 @@ async def run(
             template = gen_pod(rng, "x")
             own(workload_rng, template, replicasets)
             owned_by(template, uids)
+            for constraint in template["spec"].get("topologySpreadConstraints") or ():
+                if workload_rng.random() < 0.15:  # selects everything, counts nothing
+                    constraint["labelSelector"] = {}
             ours = copy.deepcopy(template)
             ours["metadata"]["name"] = f"lw-{s}-{i}"
             ours["spec"]["schedulerName"] = scheduler_name

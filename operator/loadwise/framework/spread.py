@@ -3,9 +3,10 @@
 Counting follows kube-scheduler: a node counts only if it has every constraint's topology key
 and passes the constraint's node inclusion policies (nodeAffinityPolicy Honor by default,
 nodeTaintsPolicy Ignore by default); pods count when in the incoming pod's namespace, not
-terminating, and matching the selector (plus matchLabelKeys). skew = count in the node's domain +
-(1 if the pod matches its own selector) - global minimum, where the minimum is 0 while there are
-fewer domains than minDomains.
+terminating, and matching the selector (plus matchLabelKeys; an empty selector counts none,
+though the incoming pod matches it). skew = count in the node's domain + (1 if the pod matches
+its own selector) - global minimum, where the minimum is 0 while there are fewer domains than
+minDomains.
 
 ScheduleAnyway constraints are scored with kube-scheduler's formulas (scoring.go): a pod with no
 constraints of its own gets the system defaults (hostname maxSkew 3, zone maxSkew 5) over the
@@ -100,13 +101,7 @@ def count(
             pair = (c.topology_key, node.labels[c.topology_key])
             if pods_here is None:
                 pods_here = list(state.pods_on(node.name))
-            per_pair[pair] += sum(
-                1
-                for other in pods_here
-                if other.namespace == pod.namespace
-                and not other.deleting
-                and selects(c.selector, other.labels)
-            )
+            per_pair[pair] += _matching(pods_here, c.selector, pod.namespace)
     domains: Counter[str] = Counter(key for key, _ in per_pair)
     minimum: dict[str, int] = {}
     for (key, _), matches in per_pair.items():
