@@ -2,9 +2,9 @@
 topology spreading (helper.DefaultSelector).
 
 A pod without topologySpreadConstraints of its own is spread, as kube-scheduler does, among the
-pods that the Services of its namespace selecting it, and its controller (a ReplicaSet,
-ReplicationController or StatefulSet), select. Only selectors are kept: the informers feed raw
-objects in through `on_*_event` and their relists through `relisted_*`.
+pods selected by the Services of its namespace that select it and by its controller (a
+ReplicaSet, ReplicationController or StatefulSet). Only selectors are kept, not the objects: the
+informers feed raw objects in through `on_*_event`, and their relists through `relisted_*`.
 """
 
 from __future__ import annotations

@@ -43,9 +43,11 @@ class SpreadPreference(ScorePlugin):
     """ScheduleAnyway spreading, scored as kube-scheduler scores it.
 
     A pod without constraints of its own is spread over the pods its Services and controller
-    (`owner`) select, so the pod's owner, labels and namespace are inputs. Services and
-    controllers themselves are not watched for requeueing: a ScheduleAnyway constraint never
-    filters, so no change of theirs can make a rejected pod fit; the next cycle reads them."""
+    (`owner`) select, so the pod's owner, labels and namespace are inputs; a pod spread either
+    way is UNSIGNABLE (its score depends on other pods). Placed pods are counted by selector,
+    never by owner. Services and controllers themselves requeue nothing: a ScheduleAnyway
+    constraint never filters, so no change of theirs can make a rejected pod fit; the next cycle
+    reads them."""
 
     name = "PodTopologySpreadScore"
     inputs = Inputs(pod=(*_INPUTS.pod, "owner"), node=_INPUTS.node, placed=_INPUTS.placed)
