@@ -105,6 +105,10 @@ def main() -> int:
     parser.add_argument("--png", dest="png_path")
     parser.add_argument("--policy", choices=sorted(placement.POLICY_SPECS), default="default")
     parser.add_argument("--scenario", choices=placement.SCENARIOS, default="burst")
+    parser.add_argument(
+        "--schedulers",
+        help="comma-separated subset to run (default: all of the scenario's), e.g. loadwise",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cluster = LocalCluster().start()
@@ -115,6 +119,7 @@ def main() -> int:
                 args.nodes,
                 args.pods,
                 args.seed,
+                schedulers=args.schedulers.split(",") if args.schedulers else None,
                 policy=args.policy,
                 scenario_name=args.scenario,
             )

@@ -47,6 +47,7 @@ NAIVE_POLICY = {  # the source articles' scorer: score = 100 - cpu%, nothing els
     "weights": {"cpu": 1, "memory": 0},
     "loadShare": 100,
     "placementEstimate": 0,
+    "memoryEstimate": 0,
     "hotThresholds": {"cpu": 100, "memory": 100},
 }
 # `--policy`: the SchedulingPolicy spec loadwise runs under.

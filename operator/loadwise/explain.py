@@ -78,15 +78,17 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
 def estimate_line(pod: PodInfo, policy: Policy, learned: UsageProfiles | None) -> str:
     """What the pod is expected to add to a node before a sample shows it, and why."""
     spec = policy.spec
-    if not spec.placement_estimate:
-        return f"strategy {spec.strategy}; no placement estimate (placementEstimate 0)"
+    factors = (spec.placement_estimate, spec.memory_estimate)
+    if factors == (0, 0):
+        return f"strategy {spec.strategy}; no placement estimate (both factors are 0)"
     use = learned if spec.learned_estimate else None
-    cpu, memory = pod_estimate(pod, spec.placement_estimate, use)
+    cpu, memory = pod_estimate(pod, factors, use)
     known = use is not None and pod.workload is not None and use.estimate(pod.workload)
     basis = (
         f"learned from running pods of {pod.workload}"
         if known
-        else f"{spec.placement_estimate:g} x requests (missing requests count as 100m/200Mi)"
+        else f"{factors[0]:g} x cpu, {factors[1]:g} x memory requests "
+        "(missing requests count as 100m/200Mi)"
     )
     return (
         f"strategy {spec.strategy}; estimate {cpu / 1000:.2f} cpu, {memory / 2**20:.0f}Mi: {basis}"

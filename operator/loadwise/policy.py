@@ -197,10 +197,20 @@ class SchedulingPolicySpec(_Model):
         ge=0,
         le=10,
         description="Pods placed since a node's last sample, and the pod being placed, add "
-        "this factor times their requests to the node's measured usage (metrics lag bindings; "
-        "without it bursts herd onto the node that looked idlest). Above 1 by default: "
-        "bursty pods often use more than they request, and underestimating makes hot nodes "
-        "while overestimating only spreads a burst wider until the next sample. 0 disables.",
+        "this factor times their CPU requests to the node's measured CPU (metrics lag "
+        "bindings; without it bursts herd onto the node that looked idlest). Above 1 by "
+        "default: bursty pods often use more CPU than they request, and underestimating makes "
+        "hot nodes while overestimating only spreads a burst wider until the next sample. "
+        "0 disables. A workload's learned usage replaces it (learnedEstimate).",
+    )
+    memory_estimate: float = Field(
+        1.0,
+        ge=0,
+        le=10,
+        description="The memory counterpart of placementEstimate (x memory requests). 1 by "
+        "default: memory use above requests is rare and short-lived (under memory pressure the "
+        "kubelet evicts such pods first), and overestimating memory would fence cool nodes "
+        "off behind the memory hot threshold. 0 disables.",
     )
     scheduler_name: str | None = Field(
         None,

@@ -32,9 +32,9 @@ async def test_explain_shows_every_nodes_verdict_without_binding(
     output = await _explain(f"{ns}/mystery", local_cluster.operator_config())
     lines = {line.split()[0]: line for line in output.splitlines()[3:]}
     assert output.splitlines()[0].startswith(f"{ns}/mystery -> idle (policy default")
-    # 100m/128Mi requests x 1.5; the pod has no controller, so nothing learned.
+    # 100m/128Mi requests x 1.5 and x 1; the pod has no controller, so nothing learned.
     assert output.splitlines()[1] == (
-        "strategy Spread; estimate 0.15 cpu, 192Mi: 1.5 x requests "
+        "strategy Spread; estimate 0.15 cpu, 128Mi: 1.5 x cpu, 1 x memory requests "
         "(missing requests count as 100m/200Mi)"
     )
     assert lines["idle"].endswith("chosen") and "metrics" in lines["idle"]

@@ -2,12 +2,14 @@
 
 Utilisation of a node = its last fresh metrics sample, plus an estimate for the pods placed since
 that sample and for the incoming pod (metrics lag bindings: without it a burst herds onto
-whichever node looked idlest). A pod's estimate is what running pods of its workload use (learned
-from the metrics source), else placementEstimate x its requests, counted with kube-scheduler's
-non-zero defaults so a pod without requests is never free. A node with no fresh sample is scored
-by requested/allocatable instead, so a dead metrics source degrades to request-based balancing
-rather than stopping scheduling. The policy's load_share blends the two; its strategy decides
-whether emptier (Spread) or fuller-up-to-a-target (Pack) nodes score higher.
+whichever node looked idlest); a pod placed within the sample's rate window counts for the part
+the window does not show yet. A pod's estimate is what running pods of its workload use (learned
+from the metrics source), else placementEstimate x its CPU and memoryEstimate x its memory
+requests, counted with kube-scheduler's non-zero defaults so a pod without requests is never
+free. A node with no fresh sample is scored by requested/allocatable instead, so a dead metrics
+source degrades to request-based balancing rather than stopping scheduling. The policy's
+load_share blends the two; its strategy decides whether emptier (Spread) or fuller up to a
+target (Pack) nodes score higher.
 """
 
 from __future__ import annotations
@@ -55,15 +57,17 @@ def _weighted(policy: Policy, cpu: float, mem: float, extra: Sequence[float] = (
     return total / norm
 
 
-def pod_estimate(pod: PodInfo, factor: float, learned: UsageProfiles | None) -> tuple[float, float]:
+def pod_estimate(
+    pod: PodInfo, factors: tuple[float, float], learned: UsageProfiles | None
+) -> tuple[float, float]:
     """The usage expected of a pod not yet in a sample: its workload's learned usage, else
-    factor x its (non-zero) requests."""
+    the policy's factors x its (non-zero) CPU and memory requests."""
     if learned is not None and (workload := pod.workload) is not None:
         known = learned.estimate(workload)
         if known is not None:
             return known
     cpu, memory = pod.requests.nonzero
-    return factor * cpu, factor * memory
+    return factors[0] * cpu, factors[1] * memory
 
 
 def score_node(
@@ -95,35 +99,45 @@ def score_node(
         or not spec.load_share
     ):
         return NodeScore(node.name, by_requests, req_cpu, req_mem, "requests", None)
-    factor = spec.placement_estimate
+    factors = (spec.placement_estimate, spec.memory_estimate)
     extra_cpu = extra_mem = 0.0
-    if factor:
+    if factors != (0, 0):
         use = learned if spec.learned_estimate else None
-        extra_cpu, extra_mem = pod_estimate(pod, factor, use)
-        for placed in state.placed_since(node.name, sample.coverage):
-            cpu_est, mem_est = pod_estimate(placed, factor, use)
-            extra_cpu += cpu_est
-            extra_mem += mem_est
+        extra_cpu, extra_mem = pod_estimate(pod, factors, use)
+        coverage, window = sample.coverage, sample.timestamp - sample.coverage
+        for placed in state.placed_since(node.name, coverage):
+            cpu_est, mem_est = pod_estimate(placed, factors, use)
+            # A rate window shows a pod's use gradually: placed halfway through the window, it
+            # is about half in the sample already. Counting it fully as well would count that
+            # half twice and push a burst off the nodes it just started filling.
+            unseen = min(1.0, (placed.placed_at - coverage) / window) if window > 0 else 1.0
+            extra_cpu += unseen * cpu_est
+            extra_mem += unseen * mem_est
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
     mem = sample.memory + _ratio(extra_mem, alloc_mem)
     dims = tuple(sample.extra.get(d.name, 0.0) for d in spec.dimensions)
-    # How far below its hot threshold the nodes's nearest dimension is (negative: hot).
-    headroom = min(
-        spec.hot_thresholds.cpu / 100 - cpu,
-        spec.hot_thresholds.memory / 100 - mem,
-        *(d.hot_threshold / 100 - v for d, v in zip(spec.dimensions, dims, strict=True)),
-    )
-    hot = headroom < 0
+    # How far below its hot threshold each dimension is (negative: hot), with its weight.
+    headrooms = [
+        (spec.hot_thresholds.cpu / 100 - cpu, spec.weights.cpu),
+        (spec.hot_thresholds.memory / 100 - mem, spec.weights.memory),
+        *(
+            (d.hot_threshold / 100 - v, d.weight)
+            for d, v in zip(spec.dimensions, dims, strict=True)
+        ),
+    ]
+    hot = any(room < 0 for room, _ in headrooms)
     if pack:
         by_load = _pack_score(policy, cpu, mem, dims)
     else:
         # Within APPROACH_BAND of a hot threshold the load score fades to 0: a node is filled
         # up to its threshold only when nothing cooler fits, since estimates near the edge tip
-        # it over.
+        # it over. Only for the dimensions the score weights: one weighted 0 is no part of the
+        # load score, and its threshold is kept by the hot pass-over alone.
+        fade = min((room for room, weight in headrooms if weight > 0), default=1.0)
         by_load = (
             MAX_SCORE
             * _clamp(1.0 - _weighted(policy, cpu, mem, dims))
-            * _clamp(headroom / APPROACH_BAND)
+            * _clamp(fade / APPROACH_BAND)
         )
     share = spec.load_share / 100
     score = share * by_load + (1 - share) * by_requests
