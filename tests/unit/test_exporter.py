@@ -50,11 +50,13 @@ MEMORY = "container_memory_working_set_bytes"
 
 def test_pod_series_count_cpu_seconds_and_never_go_back(exporter: UsageExporter) -> None:
     exporter.set_usage("n1", 0.1, 0.2, memory_total=8 << 30, cpu_millis=4000)
+    started = time.monotonic()
     exporter.place_pod("u1", "n1", 500, 256 << 20, namespace="ns", name="web-1")
     time.sleep(0.4)
     first = scrape(exporter)
+    elapsed = time.monotonic() - started
     counter = first[pod_series(CPU, "web-1", "n1")]
-    assert 0.15 <= counter <= 0.5  # 0.5 cores for 0.4 s and a little
+    assert 0.5 * 0.4 <= counter <= 0.5 * elapsed + 1e-6  # 0.5 cores since placed
     assert first[pod_series(MEMORY, "web-1", "n1")] == 256 << 20
     # The same pod seen again (a watch MODIFIED event) with a new usage: the counter goes on.
     exporter.place_pod("u1", "n1", 100, 128 << 20, namespace="ns", name="web-1")
