@@ -425,19 +425,6 @@ def loadwise_spec(scheduler: str, policy: str, scenario: Scenario) -> dict[str, 
     return spec
 
 
-async def run(
-    cluster: LocalCluster,
-    nodes: int,
-    pods: int,
-    seed: int,
-    schedulers: Sequence[str] | None = None,
-    policy: str = "default",
-    scenario: str = "burst",
-) -> dict[str, Outcome]:
-    _, results, _ = await run_scenario(cluster, nodes, pods, seed, schedulers, policy, scenario)
-    return results
-
-
 def make_scenario(
     name: str, seed: int, nodes: int, pods: int
 ) -> tuple[dict[str, tuple[float, float]], Scenario]:

@@ -168,6 +168,12 @@ class Dimension(_Model):
     )
 
 
+def _listed_once(key: str, message: str) -> dict[str, Any]:
+    """The CEL rule that refuses a list naming one `key` twice (the model checks it too)."""
+    rule = f"self.all(x, self.exists_one(y, y.{key} == x.{key}))"
+    return {"x-kubernetes-validations": [{"rule": rule, "message": message}]}
+
+
 def _unique(values: list[str], what: str) -> None:
     seen = set()
     for value in values:
@@ -250,28 +256,14 @@ class SchedulingPolicySpec(_Model):
         max_length=8,
         description="Label keys (e.g. tenant) whose pods with equal values are spread across "
         "nodes, combined with the load score and the hot thresholds.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.all(x, self.exists_one(y, y.labelKey == x.labelKey))",
-                    "message": "each labelKey may be listed once",
-                }
-            ]
-        },
+        json_schema_extra=_listed_once("labelKey", "each labelKey may be listed once"),
     )
     dimensions: list[Dimension] = Field(
         default_factory=list,
         max_length=8,
         description="Extra utilisation dimensions (declared in the operator's settings) that "
         "count in the load score and the hot test. A node without a value counts as 0.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.all(x, self.exists_one(y, y.name == x.name))",
-                    "message": "each dimension name may be listed once",
-                }
-            ]
-        },
+        json_schema_extra=_listed_once("name", "each dimension name may be listed once"),
     )
     learned_estimate: bool = Field(
         True,

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cluster
 async def test_burst_keeps_nodes_out_of_the_hot_zone_without_herding(
     local_cluster: LocalCluster, clean: None
 ) -> None:
-    results = await placement.run(
+    _, results, _ = await placement.run_scenario(
         local_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
     )
     ours, naive = results["loadwise"], results["naive"]
