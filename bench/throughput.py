@@ -1,7 +1,8 @@
 """Scheduling throughput on one apiserver: raw binding ceiling, kube-scheduler, loadwise.
 
 bench/throughput [--nodes N] [--pods M] [--mode backlog|burst|steady] [--rate R]
-                 [--existing-pods K] [--json PATH] [--png PATH]
+                 [--workload W] [--pin] [--existing-pods K] [--runners R,...]
+                 [--json PATH] [--png PATH] [--profile SVG]
 
 Starts its own control plane (and Prometheus, which loadwise reads as in production), creates N
 simulated nodes and K pods already bound to them, then for each runner in turn:
@@ -15,6 +16,21 @@ running scheduler keeping up with arrivals, as in production; start-up is backlo
 Bind times come from a watch; CPU and peak RSS of the runner's process from /proc, sampled every
 0.1 s so that `sched_cpu_ms_per_pod` counts only the CPU spent between its first and last bind.
 `--profile PATH` attaches py-spy to loadwise and writes a flame graph (SVG).
+
+Workloads (`--workload`, loadwise_dev.workloads), after kube-scheduler's scheduler_perf: basic
+(today's plain pods on unlabelled nodes), spread and preferred-spread (zone spread, maxSkew 1,
+DoNotSchedule or ScheduleAnyway), anti-affinity (required, by hostname: pods <= nodes), affinity
+and preferred-affinity (to anchor pods bound in 3 of the 10 zones), node-affinity (required, a
+label 40% of the nodes carry), mixed (all of them by pod index, 4 in 10 plain). Other than basic,
+nodes carry zone-0..9 round-robin. After each runner the placements are checked: `violations`
+counts pods that break a required constraint (the ceiling ignores them all, on purpose).
+
+`--pin` gives the schedulers a core of their own: the runner's process (kube-scheduler or
+`loadwise run`, all its threads) on CPU 1; etcd, kube-apiserver, kube-controller-manager,
+Prometheus and this process on CPU 0. This process creates and watches the pods, serves the
+simulated usage and is the ceiling runner: it stays with the control plane so that it never takes
+CPU from the scheduler being measured, which makes the ceiling in a pinned run that of a client
+sharing one core with the API server (lower than unpinned).
 """
 
 from __future__ import annotations
@@ -30,18 +46,65 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from loadwise_dev import manifests
+from loadwise_dev import manifests, workloads
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 
 NS = "throughput"
 CLK = os.sysconf("SC_CLK_TCK")
+CONTROL_CPU, SCHEDULER_CPU = 0, 1
+
+
+def pin_refusal() -> str | None:
+    """Why --pin cannot run here, or None: it needs CPUs 0 and 1."""
+    cpus = os.sched_getaffinity(0)
+    if {CONTROL_CPU, SCHEDULER_CPU} <= cpus:
+        return None
+    return (
+        "--pin needs CPUs 0 and 1 (one for the control plane, one for the scheduler); "
+        f"this process may use {sorted(cpus)}"
+    )
+
+
+def pin_all_threads(pid: int, cpu: int) -> None:
+    """A running process and every one of its threads onto `cpu` (taskset -a -p)."""
+    subprocess.run(
+        ["taskset", "-a", "-p", "-c", str(cpu), str(pid)], check=True, stdout=subprocess.DEVNULL
+    )
+
+
+def cpus_of(pid: int) -> str:
+    """The CPUs the threads of a process may use, e.g. "1", or "0,1;1" when they differ."""
+    seen = set()
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    seen.add(line.split()[1])
+    return ";".join(sorted(seen))
+
+
+@contextlib.contextmanager
+def spawning_on(cpu: int | None) -> Iterator[None]:
+    """Processes started inside run on `cpu` from their first instruction: a child inherits the
+    affinity of the thread that forks it, as with `taskset -c`, and the runner's processes are
+    started by other code (ControlPlane.start_scheduler)."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 class CpuSampler:
@@ -117,7 +180,12 @@ class BindWatch:
 
 
 async def create_pods(
-    kube: Kube, names: list[str], scheduler: str, rate: float | None, created: dict[str, float]
+    kube: Kube,
+    names: list[str],
+    scheduler: str,
+    rate: float | None,
+    created: dict[str, float],
+    workload: str = "basic",
 ) -> None:
     sem = asyncio.Semaphore(64)
     started = time.monotonic()
@@ -127,9 +195,7 @@ async def create_pods(
             delay = started + i / rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-        body = manifests.pod(
-            name, namespace=NS, scheduler_name=scheduler, cpu="100m", memory="128Mi"
-        )
+        body = workloads.pod(workload, i, name, NS, scheduler)
         async with sem:
             await kube.create(f"/api/v1/namespaces/{NS}/pods", body)
         created[name] = time.monotonic()
@@ -199,12 +265,18 @@ def summary(
 
 
 async def run_one(
-    cluster: LocalCluster, kube: Kube, runner: str, args: argparse.Namespace, nodes: list[str]
+    cluster: LocalCluster,
+    kube: Kube,
+    runner: str,
+    args: argparse.Namespace,
+    nodes: list[str],
+    labels: dict[str, dict[str, str]],
 ) -> dict[str, Any]:
     scheduler = {"ceiling": "nobody", "kube-scheduler": "default-scheduler"}.get(
         runner, "loadwise-scheduler"
     )
     names = [f"{runner[:2]}-{i:05d}" for i in range(args.pods)]
+    path = f"/api/v1/namespaces/{NS}/pods"
     created: dict[str, float] = {}
     watch = BindWatch(kube)
     await watch.start()
@@ -212,12 +284,13 @@ async def run_one(
     creating: asyncio.Task[None] | None = None
     rate = args.rate if args.mode == "steady" else None
     if args.mode == "backlog":
-        await create_pods(kube, names, scheduler, None, created)
+        await create_pods(kube, names, scheduler, None, created, args.workload)
     started = time.monotonic()
-    if runner == "kube-scheduler":
-        proc = cluster.cp.start_scheduler(qps=5000, burst=5000)
-    elif runner == "loadwise":
-        proc = start_loadwise(cluster)
+    with spawning_on(SCHEDULER_CPU if args.pin else None):
+        if runner == "kube-scheduler":
+            proc = cluster.cp.start_scheduler(qps=5000, burst=5000)
+        elif runner == "loadwise":
+            proc = start_loadwise(cluster)
     sampler = CpuSampler(proc.pid) if proc is not None else None
     profiler = None
     if runner == "loadwise" and args.profile and proc is not None:
@@ -228,11 +301,13 @@ async def run_one(
     if args.mode != "backlog":
         if runner != "ceiling":  # a running scheduler meets the arrivals
             warm = f"{runner[:2]}-warmup"
-            warm_created: dict[str, float] = {}
+            warm_created: dict[str, float] = {}  # a plain pod in every workload
             await create_pods(kube, [warm], scheduler, None, warm_created)
             await wait_for(lambda: _bound(watch, warm), 120, interval=0.05, what="warm-up pod")
         started = time.monotonic()
-        creating = asyncio.create_task(create_pods(kube, names, scheduler, rate, created))
+        creating = asyncio.create_task(
+            create_pods(kube, names, scheduler, rate, created, args.workload)
+        )
     if runner == "ceiling":
         if creating is not None:
             await asyncio.sleep(0.2)
@@ -243,14 +318,20 @@ async def run_one(
     async def all_bound() -> bool:
         return all(n in watch.bound_at for n in names)
 
-    await wait_for(all_bound, 600, interval=0.2, what=f"{runner}: all pods bound")
+    try:
+        await wait_for(all_bound, args.bind_timeout, interval=0.2, what=f"{runner}: all bound")
+    except TimeoutError as exc:  # record what it did bind, and go on with the next runner
+        print(exc, file=sys.stderr, flush=True)
     cpu_s = peak_mb = per_pod = None
+    cpus = None
     if proc is not None and sampler is not None:
         await asyncio.sleep(0.15)  # one more CPU sample after the last bind
         await sampler.stop()
         cpu_s, peak_mb = proc_stats(proc.pid)
-        binds = sorted(watch.bound_at[n] for n in names)
-        per_pod = (sampler.at(binds[-1]) - sampler.at(binds[0])) * 1000 / len(names)
+        cpus = cpus_of(proc.pid)
+        binds = sorted(watch.bound_at[n] for n in names if n in watch.bound_at)
+        if binds:
+            per_pod = (sampler.at(binds[-1]) - sampler.at(binds[0])) * 1000 / len(binds)
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
@@ -261,9 +342,17 @@ async def run_one(
             proc.wait(30)
     result = summary(names, created, watch.bound_at, started)
     result.update(
+        unbound=len(names) - result["bound"],
         cpu_s=cpu_s and round(cpu_s, 1),
         sched_cpu_ms_per_pod=per_pod and round(per_pod, 2),
         peak_rss_mb=peak_mb and round(peak_mb, 1),
+    )
+    if args.pin:
+        result["cpus"] = cpus
+    placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await kube.list(path)}
+    index = {name: i for i, name in enumerate(names)}
+    result["checks"] = workloads.check(
+        args.workload, {index[n]: node for n, node in placed.items() if n in index and node}, labels
     )
     await watch.stop()
     await delete_all(kube)
@@ -293,6 +382,7 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
             await kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
         await cluster.wait_namespace(kube, NS)
         nodes = [f"node-{i:05d}" for i in range(args.nodes)]
+        labels = {n: workloads.node_labels(args.workload, i) for i, n in enumerate(nodes)}
         sem = asyncio.Semaphore(64)
 
         async def add(i: int, name: str) -> None:
@@ -305,6 +395,7 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
                     cpu="32",
                     memory="128Gi",
                     pods=250,
+                    labels=labels[name],
                 )
 
         await asyncio.gather(*(add(i, n) for i, n in enumerate(nodes)))
@@ -317,9 +408,11 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
 
         await cluster.wait_namespace(kube, "default")
         await asyncio.gather(*(existing(i) for i in range(args.existing_pods)))
+        for anchor in workloads.anchors(args.workload, nodes):
+            await kube.create(f"/api/v1/namespaces/{workloads.ANCHOR_NAMESPACE}/pods", anchor)
         results = {}
         for runner in args.runners.split(","):
-            results[runner] = await run_one(cluster, kube, runner, args, nodes)
+            results[runner] = await run_one(cluster, kube, runner, args, nodes, labels)
             print(
                 runner,
                 json.dumps({k: v for k, v in results[runner].items() if k != "timeline"}),
@@ -335,6 +428,8 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
         "nodes": args.nodes,
         "pods": args.pods,
         "mode": args.mode,
+        "workload": args.workload,
+        "pinned": args.pin,
         "rate": args.rate if args.mode == "steady" else None,
         "existing_pods": args.existing_pods,
         "runners": results,
@@ -361,10 +456,50 @@ def chart(data: dict[str, Any], path: str) -> None:
         ax.plot(range(seconds), per_second, label=name)
     ax.set_xlabel("seconds since the runner started")
     ax.set_ylabel("binds per second")
-    ax.set_title(f"{data['pods']} pods, {data['nodes']} nodes, {data['mode']}")
+    ax.set_title(
+        f"{data['pods']} pods, {data['nodes']} nodes, {data['mode']}, {data['workload']}"
+        + (", pinned" if data["pinned"] else "")
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+
+
+def control_plane(cluster: LocalCluster) -> dict[str, int]:
+    """The control plane's processes and this one (the load generator and ceiling runner)."""
+    pids = {name: proc.pid for name, proc in cluster.cp.processes.items()}
+    if cluster.prometheus is not None and cluster.prometheus.process is not None:
+        pids["prometheus"] = cluster.prometheus.process.pid
+    pids["bench"] = os.getpid()
+    return pids
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The runners' figures as a Markdown table, headed by what was run."""
+    head = (
+        f"{data['mode']}, workload {data['workload']}, {data['nodes']} nodes, {data['pods']} pods"
+        f", {data['existing_pods']} existing" + (", pinned" if data["pinned"] else "")
+    )
+    lines = [
+        head,
+        "",
+        "| workload | runner | pods/s | bound | violations | first bind s | drain s "
+        "| p50 / p99 ms | CPU ms per pod | peak RSS MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in data["runners"].items():
+        lines.append(
+            f"| {data['workload']} | {name} | {r.get('pods_per_s')} | {r.get('bound')}"
+            f"/{data['pods']} | {(r.get('checks') or {}).get('violations')} "
+            f"| {r.get('first_bind_s')} | {r.get('drain_s')} | {r.get('p50_ms')} / "
+            f"{r.get('p99_ms')} | {r.get('sched_cpu_ms_per_pod')} | {r.get('peak_rss_mb')} |"
+        )
+    lines.append("")
+    lines.append(
+        f"loadwise / kube-scheduler: {data['ratio_vs_kube_scheduler']}, "
+        f"loadwise / ceiling: {data['ratio_vs_ceiling']}"
+    )
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -380,11 +515,30 @@ def main() -> int:
     parser.add_argument("--png", dest="png_path")
     parser.add_argument("--runners", default="ceiling,kube-scheduler,loadwise")
     parser.add_argument("--profile", help="py-spy flame graph of loadwise (SVG) to this path")
+    parser.add_argument("--workload", choices=workloads.WORKLOADS, default="basic")
+    parser.add_argument(
+        "--pin", action="store_true", help="runner on CPU 1, control plane and bench on CPU 0"
+    )
+    parser.add_argument(
+        "--bind-timeout", type=float, default=600.0, help="seconds to wait for all pods bound"
+    )
     args = parser.parse_args()
+    if refusal := workloads.refusal(args.workload, args.nodes, args.pods):
+        parser.error(refusal)
+    if args.pin and (refusal := pin_refusal()):
+        parser.error(refusal)
     logging.basicConfig(level=logging.WARNING)
+    if args.pin:  # before any thread or child exists: they all inherit it
+        os.sched_setaffinity(0, {CONTROL_CPU})
     cluster = LocalCluster().start()
     try:
+        pids = control_plane(cluster)
+        if args.pin:  # and to be sure, every thread of every process of the control plane
+            for pid in pids.values():
+                pin_all_threads(pid, CONTROL_CPU)
         data = asyncio.run(bench(cluster, args))
+        if args.pin:
+            data["control_plane_cpus"] = {name: cpus_of(pid) for name, pid in pids.items()}
     finally:
         cluster.stop()
     table = {k: {x: y for x, y in v.items() if x != "timeline"} for k, v in data["runners"].items()}
@@ -393,6 +547,7 @@ def main() -> int:
             {**{k: v for k, v in data.items() if k != "runners"}, "runners": table}, indent=1
         )
     )
+    print(markdown(data))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(data, indent=1))
     if args.png_path:
