@@ -11,13 +11,15 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 from .framework.profile import DEFAULT_PROFILE
 from .framework.taints import PREFER_NO_SCHEDULE
 from .framework.types import HostPort, NodeInfo, PodInfo, parse_node
+from .framework.view import PodMatcher
+from .match_counts import MatchCounts
 from .resources import PODS
 from .workload_selectors import WorkloadSelectors
 
@@ -57,6 +59,10 @@ class ClusterState:
         # its position; after the log restarts (`change_epoch` differs) it starts afresh.
         self.changes: list[str] = []
         self.change_epoch = 0
+        # Matching pods per node for the selectors spread and affinity use (match_counts.py),
+        # and topology values per set of keys, dropped when a node's labels change.
+        self._matches = MatchCounts()
+        self._topology: dict[frozenset[str], dict[str, set[str]]] = {}
 
     def _touch(self, node_name: str) -> None:
         changes = self.changes
@@ -68,6 +74,9 @@ class ClusterState:
     # --- nodes -------------------------------------------------------------------------------
     def upsert_node(self, raw: Mapping[str, Any]) -> NodeInfo:
         node = parse_node(raw)
+        old = self.nodes.get(node.name)
+        if old is None or old.labels != node.labels:
+            self._topology.clear()
         self.nodes[node.name] = node
         if any(t.effect == PREFER_NO_SCHEDULE for t in node.taints):
             self.prefer_no_schedule.add(node.name)
@@ -77,7 +86,8 @@ class ClusterState:
         return node
 
     def delete_node(self, name: str) -> None:
-        self.nodes.pop(name, None)
+        if self.nodes.pop(name, None) is not None:
+            self._topology.clear()
         self.prefer_no_schedule.discard(name)
         self._touch(name)
 
@@ -85,10 +95,13 @@ class ClusterState:
         """Returns True if the labels changed (namespace selectors may now match)."""
         changed = self.namespaces.get(name) != labels
         self.namespaces[name] = labels
+        if changed:
+            self._matches.namespaces_changed()
         return changed
 
     def delete_namespace(self, name: str) -> None:
-        self.namespaces.pop(name, None)
+        if self.namespaces.pop(name, None) is not None:
+            self._matches.namespaces_changed()
 
     # --- pods that hold resources ------------------------------------------------------------
     def observe_bound(self, pod: PodInfo, terminal: bool) -> bool:
@@ -131,6 +144,7 @@ class ClusterState:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return False
+        self._matches.removed(pod, self.namespaces)
         load = self.loads.get(pod.node_name)
         if load is not None and uid in load.pods:
             load.pods.discard(uid)
@@ -146,6 +160,7 @@ class ClusterState:
 
     def _account(self, pod: PodInfo, recent: bool = True) -> None:
         self.pods[pod.uid] = pod
+        self._matches.added(pod, self.namespaces)
         load = self.loads.get(pod.node_name)
         if load is None:
             load = self.loads[pod.node_name] = NodeLoad()
@@ -214,6 +229,26 @@ class ClusterState:
             pod = self.pods.get(uid)
             if pod is not None:
                 yield pod
+
+    def matching(self, matcher: PodMatcher) -> Mapping[str, int]:
+        """Placed pods `matcher` matches, per node name (see match_counts.py)."""
+        return self._matches.per_node(matcher, self.pods.values(), self.namespaces)
+
+    def topology_values(self, keys: frozenset[str]) -> Mapping[str, Set[str]]:
+        """For each of `keys`, its values on the nodes that have all of them (cached until a
+        node's labels change)."""
+        values = self._topology.get(keys)
+        if values is None:
+            values = {key: set() for key in keys}
+            for node in self.nodes.values():
+                labels = node.labels
+                if keys.issubset(labels):
+                    for key in keys:
+                        values[key].add(labels[key])
+            if len(self._topology) >= 64:
+                self._topology.clear()
+            self._topology[keys] = values
+        return values
 
     def used_ports(self, node_name: str) -> Counter[HostPort]:
         load = self.loads.get(node_name)

@@ -58,6 +58,21 @@ def parse_terms(
     return tuple(terms)
 
 
+@dataclass(frozen=True, slots=True)
+class TermsMatch:
+    """The placed pods that every one of `terms` matches; the cluster state counts them per
+    node."""
+
+    terms: tuple[AffinityTerm, ...]
+
+    @property
+    def reads_namespace_labels(self) -> bool:
+        return any(t.namespace_selector is not None for t in self.terms)
+
+    def matches(self, pod: PodInfo, namespaces: Mapping[str, Mapping[str, str]]) -> bool:
+        return all(t.matches(pod.namespace, pod.labels, namespaces) for t in self.terms)
+
+
 def required_terms(spec: Mapping[str, Any], kind: str, namespace: str) -> tuple[AffinityTerm, ...]:
     """kind: podAffinity or podAntiAffinity."""
     section = (spec.get("affinity") or {}).get(kind) or {}
@@ -93,23 +108,19 @@ def prefilter(pod: PodInfo, state: ClusterView) -> AffinityCounts:
                 pair = _pair(node, term.topology_key)
                 if pair is not None:
                     existing[pair] += 1
-    if pod.affinity_terms or pod.anti_affinity_terms:
-        for other in state.pods.values():
-            node = state.nodes.get(other.node_name)
-            if node is None:
-                continue
-            if pod.affinity_terms and all(
-                t.matches(other.namespace, other.labels, ns_labels) for t in pod.affinity_terms
-            ):
-                for term in pod.affinity_terms:
-                    pair = _pair(node, term.topology_key)
-                    if pair is not None:
-                        affinity[pair] += 1
-            for term in pod.anti_affinity_terms:
-                if term.matches(other.namespace, other.labels, ns_labels):
-                    pair = _pair(node, term.topology_key)
-                    if pair is not None:
-                        anti[pair] += 1
+    nodes = state.nodes
+    if pod.affinity_terms:  # pods matching all terms count in each term's topology
+        for name, matches in state.matching(TermsMatch(pod.affinity_terms)).items():
+            node = nodes.get(name)
+            for term in pod.affinity_terms:
+                pair = _pair(node, term.topology_key)
+                if pair is not None:
+                    affinity[pair] += matches
+    for term in pod.anti_affinity_terms:
+        for name, matches in state.matching(TermsMatch((term,))).items():
+            pair = _pair(nodes.get(name), term.topology_key)
+            if pair is not None:
+                anti[pair] += matches
     return AffinityCounts(affinity, anti, existing)
 
 

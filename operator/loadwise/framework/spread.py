@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +72,43 @@ def parse_constraints(
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class SpreadMatch:
+    """The pods a constraint counts: in `namespace`, not terminating, matching `selector`
+    (never an empty one: it counts nothing). The cluster state counts them per node."""
+
+    namespace: str
+    selector: Selector
+
+    @property
+    def reads_namespace_labels(self) -> bool:
+        return False
+
+    def matches(self, pod: PodInfo, namespaces: Mapping[str, Mapping[str, str]]) -> bool:
+        return (
+            pod.namespace == self.namespace
+            and not pod.deleting
+            and self.selector.matches(pod.labels)
+        )
+
+
+_NONE: Mapping[str, int] = {}
+
+
+def matching_per_node(
+    state: ClusterView, selector: Selector | None, namespace: str
+) -> Mapping[str, int]:
+    """countPodsMatchSelector per node: an empty (or nil) selector counts nothing."""
+    if selector is None or not (selector.match_labels or selector.expressions):
+        return _NONE
+    return state.matching(SpreadMatch(namespace, selector))
+
+
+def _trivially_included(c: SpreadConstraint, pod: PodInfo) -> bool:
+    """Every node with the topology keys is included, whatever its affinity and taints."""
+    return not c.honor_taints and (not c.honor_node_affinity or pod.node_affinity.empty)
+
+
 @dataclass(slots=True)
 class SpreadCounts:
     constraints: tuple[SpreadConstraint, ...]
@@ -89,19 +126,30 @@ def _included(c: SpreadConstraint, pod: PodInfo, node: NodeInfo) -> bool:
 def count(
     pod: PodInfo, state: ClusterView, constraints: Sequence[SpreadConstraint]
 ) -> SpreadCounts:
-    keys = {c.topology_key for c in constraints}
+    """PreFilter: matching pods per eligible domain, from the state's per-node counts."""
+    keys = frozenset(c.topology_key for c in constraints)
+    nodes = state.nodes
     per_pair: Counter[tuple[str, str]] = Counter()
-    for node in state.nodes.values():
-        if not keys.issubset(node.labels):
-            continue
-        pods_here = None
+    matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
+    if all(_trivially_included(c, pod) for c in constraints):
+        # Domains: every value on the nodes with all the keys; counts: only nodes with matches.
+        values = state.topology_values(keys)
         for c in constraints:
-            if not _included(c, pod, node):
+            for value in values[c.topology_key]:
+                per_pair[(c.topology_key, value)] += 0
+        for c, per_node in zip(constraints, matching, strict=True):
+            for name, matches in per_node.items():
+                node = nodes.get(name)
+                if node is not None and keys.issubset(node.labels):
+                    per_pair[(c.topology_key, node.labels[c.topology_key])] += matches
+    else:
+        for node in nodes.values():
+            if not keys.issubset(node.labels):
                 continue
-            pair = (c.topology_key, node.labels[c.topology_key])
-            if pods_here is None:
-                pods_here = list(state.pods_on(node.name))
-            per_pair[pair] += _matching(pods_here, c.selector, pod.namespace)
+            for c, per_node in zip(constraints, matching, strict=True):
+                if _included(c, pod, node):
+                    pair = (c.topology_key, node.labels[c.topology_key])
+                    per_pair[pair] += per_node.get(node.name, 0)
     domains: Counter[str] = Counter(key for key, _ in per_pair)
     minimum: dict[str, int] = {}
     for (key, _), matches in per_pair.items():
@@ -162,17 +210,6 @@ def soft_constraints(pod: PodInfo, state: ClusterView) -> SoftSpread | None:
     return SoftSpread(system_default_constraints(selector), system_default=True)
 
 
-def _matching(pods: Sequence[PodInfo], selector: Selector | None, namespace: str) -> int:
-    """countPodsMatchSelector: an empty (or nil) selector counts nothing."""
-    if selector is None or not (selector.match_labels or selector.expressions):
-        return 0
-    return sum(
-        1
-        for other in pods
-        if other.namespace == namespace and not other.deleting and selector.matches(other.labels)
-    )
-
-
 def soft_scores(
     pod: PodInfo, state: ClusterView, soft: SoftSpread, nodes: Sequence[NodeInfo]
 ) -> list[float]:
@@ -197,18 +234,28 @@ def soft_scores(
         for i, c in enumerate(constraints)
     ]
     # Matching pods per domain, over every node (hostname domains are counted per node below).
+    matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
     if any(counts):
-        for node in state.nodes.values():
-            if require_all and not all(k in node.labels for k in keys):
+        nodes_by_name = state.nodes
+        for i, c in enumerate(constraints):
+            domains = counts[i]
+            if not domains:
                 continue
-            pods_here: list[PodInfo] | None = None
-            for i, c in enumerate(constraints):
-                value = node.labels.get(c.topology_key, "")
-                if value not in counts[i] or not _included(c, pod, node):
+            key = c.topology_key
+            candidates: Iterable[NodeInfo | None]
+            if _trivially_included(c, pod):  # only the nodes with matching pods
+                candidates = (nodes_by_name.get(name) for name in matching[i])
+            else:
+                candidates = (n for n in nodes_by_name.values() if _included(c, pod, n))
+            for candidate in candidates:
+                if candidate is None:
                     continue
-                if pods_here is None:
-                    pods_here = list(state.pods_on(node.name))
-                counts[i][value] += _matching(pods_here, c.selector, pod.namespace)
+                labels = candidate.labels
+                if require_all and not all(k in labels for k in keys):
+                    continue
+                value = labels.get(key, "")
+                if value in domains:
+                    domains[value] += matching[i].get(candidate.name, 0)
     raw: list[int | None] = []
     for node, skip in zip(nodes, ignored, strict=True):
         if skip:
@@ -219,7 +266,7 @@ def soft_scores(
             if c.topology_key not in node.labels:
                 continue
             if c.topology_key == HOSTNAME:
-                matches = _matching(list(state.pods_on(node.name)), c.selector, pod.namespace)
+                matches = matching[i].get(node.name, 0)
             else:
                 matches = counts[i][node.labels[c.topology_key]]
             score += matches * weights[i] + c.max_skew - 1

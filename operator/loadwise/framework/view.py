@@ -8,11 +8,21 @@ A scheduling cycle is pure: it reads, decides, and leaves every write (Reserve) 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Hashable, Iterator, Mapping, Sequence, Set
 from typing import Protocol
 
 from .selectors import Selector
 from .types import HostPort, NodeInfo, Owner, PodInfo
+
+
+class PodMatcher(Hashable, Protocol):
+    """Which placed pods a constraint counts (spread.SpreadMatch, podaffinity.TermsMatch): the
+    cluster state keeps per-node counts for each matcher in use (`ClusterView.matching`)."""
+
+    @property
+    def reads_namespace_labels(self) -> bool: ...
+
+    def matches(self, pod: PodInfo, namespaces: Mapping[str, Mapping[str, str]]) -> bool: ...
 
 
 class WorkloadSelectorsView(Protocol):
@@ -68,6 +78,15 @@ class ClusterView(Protocol):
         ...
 
     def pods_on(self, node_name: str) -> Iterator[PodInfo]: ...
+
+    def matching(self, matcher: PodMatcher) -> Mapping[str, int]:
+        """Placed pods the matcher matches, per node name (absent: none); pods on nodes that no
+        longer exist included. Kept incrementally: the first call for a matcher counts."""
+        ...
+
+    def topology_values(self, keys: frozenset[str]) -> Mapping[str, Set[str]]:
+        """For each of `keys`, its values on the nodes that have every one of `keys`."""
+        ...
 
     def used_ports(self, node_name: str) -> Counter[HostPort]: ...
 

@@ -1,0 +1,135 @@
+"""The cluster state's incremental per-node match counts and topology values equal a recount
+from scratch after any sequence of placements, removals, relabels, moves, deletions, namespace
+and node label changes (a property test over random sequences)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from loadwise.framework.podaffinity import TermsMatch, parse_terms
+from loadwise.framework.selectors import parse_label_selector
+from loadwise.framework.spread import SpreadMatch
+from loadwise.framework.types import parse_pod
+from loadwise.framework.view import PodMatcher
+from loadwise.state import ClusterState
+from loadwise_dev import manifests
+
+NAMESPACES = ("default", "team-a", "team-b")
+
+
+def _matchers() -> list[PodMatcher]:
+    web = parse_label_selector({"matchLabels": {"app": "web"}})
+    not_db = parse_label_selector(
+        {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["db"]}]}
+    )
+    assert web is not None and not_db is not None
+    by_team = parse_terms(
+        [
+            {
+                "labelSelector": {"matchLabels": {"app": "web"}},
+                "namespaceSelector": {"matchLabels": {"team": "x"}},
+                "topologyKey": "zone",
+            }
+        ],
+        "default",
+    )
+    two = parse_terms(
+        [
+            {"labelSelector": {"matchLabels": {"tier": "1"}}, "topologyKey": "zone"},
+            {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+        ],
+        "team-a",
+    )
+    listed = parse_terms(
+        [{"labelSelector": {}, "namespaces": ["team-a", "team-b"], "topologyKey": "zone"}],
+        "default",
+    )
+    return [
+        SpreadMatch("default", web),
+        SpreadMatch("team-a", not_db),
+        TermsMatch(by_team),
+        TermsMatch(two),
+        TermsMatch(listed),
+    ]
+
+
+def _pod(rng: random.Random, uid: str, node: str) -> Any:
+    labels = {"app": rng.choice(["web", "db", "api"])}
+    if rng.random() < 0.5:
+        labels["tier"] = rng.choice("12")
+    raw = manifests.pod(uid, namespace=rng.choice(NAMESPACES), labels=labels)
+    raw["metadata"]["uid"] = uid
+    raw["spec"]["nodeName"] = node
+    if rng.random() < 0.2:
+        raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return parse_pod(raw)
+
+
+def _node(rng: random.Random, name: str) -> dict[str, Any]:
+    labels = {"zone": rng.choice("ab")} if rng.random() < 0.8 else {}
+    if rng.random() < 0.5:
+        labels["rack"] = rng.choice("xyz")
+    return manifests.node(name, labels=labels)
+
+
+def _recount(state: ClusterState, matcher: PodMatcher) -> dict[str, int]:
+    counts = Counter(
+        pod.node_name for pod in state.pods.values() if matcher.matches(pod, state.namespaces)
+    )
+    return dict(counts)
+
+
+def _values(state: ClusterState, keys: frozenset[str]) -> dict[str, set[str]]:
+    nodes = [n for n in state.nodes.values() if keys.issubset(n.labels)]
+    return {key: {n.labels[key] for n in nodes} for key in keys}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_incremental_counts_equal_a_recount(seed: int) -> None:
+    rng = random.Random(seed)
+    state = ClusterState()
+    state._matches.limit = 3  # fewer than the matchers: some are dropped and counted again
+    matchers = _matchers()
+    for n in range(6):
+        state.upsert_node(_node(rng, f"n{n}"))
+    for namespace in NAMESPACES:
+        state.upsert_namespace(namespace, {"team": rng.choice("xy")})
+    key_sets = [frozenset({"zone"}), frozenset({"zone", "rack"}), frozenset({"rack"})]
+    uids: list[str] = []
+    for step in range(300):
+        action = rng.random()
+        if action < 0.35 or not uids:
+            uid = f"p{step}"
+            pod = _pod(rng, uid, f"n{rng.randrange(8)}")  # n6, n7: nodes that do not exist
+            if rng.random() < 0.5:
+                node = pod.node_name
+                pod.node_name = ""
+                state.assume(pod, node)
+            else:
+                state.observe_bound(pod, terminal=False)
+            uids.append(uid)
+        elif action < 0.5:
+            state.remove_pod(uids.pop(rng.randrange(len(uids))))
+        elif action < 0.7:  # relabelled, marked deleting, or moved: a fresh object
+            uid = rng.choice(uids)
+            old = state.pods[uid]
+            node = old.node_name if rng.random() < 0.7 else f"n{rng.randrange(8)}"
+            state.observe_bound(_pod(rng, uid, node), terminal=rng.random() < 0.1)
+            if uid not in state.pods:
+                uids.remove(uid)
+        elif action < 0.8:
+            state.upsert_namespace(rng.choice(NAMESPACES), {"team": rng.choice("xy")})
+        elif action < 0.9:
+            state.upsert_node(_node(rng, f"n{rng.randrange(8)}"))
+        else:
+            state.delete_node(f"n{rng.randrange(8)}")
+        for matcher in rng.sample(matchers, 2):  # asked at random times, so tracked mid-way
+            assert dict(state.matching(matcher)) == _recount(state, matcher), (step, matcher)
+        keys = rng.choice(key_sets)
+        assert {k: set(v) for k, v in state.topology_values(keys).items()} == _values(state, keys)
+    for matcher in matchers:
+        assert dict(state.matching(matcher)) == _recount(state, matcher)
