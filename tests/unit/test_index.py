@@ -5,6 +5,8 @@ samples going stale). Ties may be broken differently, so the checks compare scor
 from __future__ import annotations
 
 import random
+from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -92,6 +94,78 @@ def random_pod(rng: random.Random, i: int) -> PodInfo:
     return parse_pod(raw)
 
 
+def random_heavy_pod(rng: random.Random, i: int) -> PodInfo:
+    """Spread and inter-pod affinity of every kind, often several at once; some pods owned by
+    a ReplicaSet (system default spreading)."""
+    app = rng.choice("xy")
+    raw = manifests.pod(f"h{i}", cpu=rng.choice(["100m", "500m"]), labels={"app": app})
+    raw["metadata"]["uid"] = f"uid-h{i}"
+    spec = raw["spec"]
+    if rng.random() < 0.3:
+        raw["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "rs",
+                "uid": "rs",
+                "controller": True,
+            }
+        ]
+    if rng.random() < 0.2:
+        spec["nodeSelector"] = {"disk": "ssd"}
+    if rng.random() < 0.2:
+        spec["tolerations"] = [{"operator": "Exists"}]
+    constraints = []
+    for _ in range(rng.choice([0, 0, 1, 1, 2])):
+        constraint: dict[str, Any] = {
+            "maxSkew": rng.choice([1, 1, 2]),
+            "topologyKey": rng.choice(["zone", "kubernetes.io/hostname"]),
+            "whenUnsatisfiable": rng.choice(["DoNotSchedule", "ScheduleAnyway"]),
+            "labelSelector": rng.choice([{"matchLabels": {"app": app}}, {"matchLabels": {}}]),
+        }
+        if rng.random() < 0.2:
+            constraint["minDomains"] = 3
+            constraint["whenUnsatisfiable"] = "DoNotSchedule"
+        if rng.random() < 0.3:
+            constraint["nodeTaintsPolicy"] = "Honor"
+        if rng.random() < 0.2:
+            constraint["nodeAffinityPolicy"] = "Ignore"
+        constraints.append(constraint)
+    if constraints:
+        spec["topologySpreadConstraints"] = constraints
+    affinity: dict[str, Any] = {}
+    if rng.random() < 0.3:
+        key = rng.choice(["zone", "kubernetes.io/hostname"])
+        term = {"labelSelector": {"matchLabels": {"app": rng.choice("xy")}}, "topologyKey": key}
+        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if rng.random() < 0.2:
+        term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "zone"}
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if affinity:
+        spec["affinity"] = affinity
+    return parse_pod(raw)
+
+
+class Recounted:
+    """The state, but every match count and topology value recounted from scratch: the full
+    cycle reads this, so the index's answers are checked against counts kept by no one."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+    def matching(self, matcher: Any) -> dict[str, int]:
+        state = self._state
+        pods = state.pods.values()
+        return dict(Counter(p.node_name for p in pods if matcher.matches(p, state.namespaces)))
+
+    def topology_values(self, keys: frozenset[str]) -> dict[str, set[str]]:
+        nodes = [n for n in self._state.nodes.values() if keys.issubset(n.labels)]
+        return {key: {n.labels[key] for n in nodes} for key in keys}
+
+
 def random_samples(rng: random.Random, state: ClusterState, now: float) -> dict[str, NodeSample]:
     return {
         name: NodeSample(
@@ -132,12 +206,18 @@ def same(
     assert fast.chosen.node in {details.node for _, details in slow.ranked} or slow.all_hot
 
 
-def compare(seed: int, profile: Profile = DEFAULT_PROFILE) -> int:
-    """Schedule 120 random pods with the index (built on `profile`) and with the full cycle
-    (always the default profile) on a random cluster changing between pods; assert they agree.
-    Returns how many pods took the constrained path."""
+def compare(seed: int, profile: Profile = DEFAULT_PROFILE, heavy: bool = False) -> int:
+    """Schedule 120 random pods (spread- and affinity-heavy ones with `heavy`) with the index
+    (built on `profile`) and with the full cycle (always the default profile) on a random
+    cluster changing between pods; assert they agree. Returns how many pods took the
+    constrained path."""
     rng = random.Random(seed)
     state = ClusterState()
+    replicaset = {
+        "metadata": {"namespace": "default", "name": "rs"},
+        "spec": {"selector": {"matchLabels": {"app": "y"}}},
+    }
+    state.workloads.on_controller_event("replicasets", "ADDED", replicaset)
     for n in range(rng.randint(1, 25)):
         state.upsert_node(random_node(rng, f"n{n}"))
     now = 1_000_000.0
@@ -153,14 +233,18 @@ def compare(seed: int, profile: Profile = DEFAULT_PROFILE) -> int:
             state.delete_node(rng.choice(list(state.nodes)))
         elif action < 0.12 and placed:
             state.remove_pod(placed.pop(rng.randrange(len(placed))))
+        elif action < 0.14 and placed:  # relabelled
+            uid = rng.choice(placed)
+            moved = replace(state.pods[uid], labels={"app": rng.choice("xyz")})
+            state.observe_bound(moved, terminal=False)
         elif action < 0.15:
             samples = random_samples(rng, state, now)
         elif action < 0.2:
             now += rng.choice([1, 20, 100])
         policy = rng.choice(POLICIES)
-        pod = random_pod(rng, i)
+        pod = random_heavy_pod(rng, i) if heavy else random_pod(rng, i)
         fast = index.schedule(pod, state, policy, samples, now, rng)
-        slow = schedule_one(pod, state, policy, samples, now, rng)
+        slow = schedule_one(pod, Recounted(state), policy, samples, now, rng)
         local = node_local(pod, state)
         constrained += not local
         assert fast is not None
@@ -174,6 +258,11 @@ def compare(seed: int, profile: Profile = DEFAULT_PROFILE) -> int:
 @pytest.mark.parametrize("seed", range(40))
 def test_index_agrees_with_the_full_cycle(seed: int) -> None:
     assert 0 < compare(seed) < 120  # both paths were taken
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_index_agrees_with_the_full_cycle_on_spread_and_affinity(seed: int) -> None:
+    assert compare(seed, heavy=True) > 0
 
 
 class PortsUnsigned(NodePorts):
