@@ -22,8 +22,9 @@ Workloads (`--workload`, loadwise_dev.workloads), after kube-scheduler's schedul
 DoNotSchedule or ScheduleAnyway), anti-affinity (required, by hostname: pods <= nodes), affinity
 and preferred-affinity (to anchor pods bound in 3 of the 10 zones), node-affinity (required, a
 label 40% of the nodes carry), mixed (all of them by pod index, 4 in 10 plain). Other than basic,
-nodes carry zone-0..9 round-robin. After each runner the placements are checked: `violations`
-counts pods that break a required constraint (the ceiling ignores them all, on purpose).
+nodes carry zone-0..9 round-robin, shifted so that no zone is cooler than another. After each
+runner the placements are checked: `violations` counts pods that break a required constraint (the
+ceiling ignores them all, on purpose); `checks` also reports the preferred ones' outcome.
 
 `--pin` gives the schedulers a core of their own: the runner's process (kube-scheduler or
 `loadwise run`, all its threads) on CPU 1; etcd, kube-apiserver, kube-controller-manager,

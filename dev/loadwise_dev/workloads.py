@@ -56,12 +56,16 @@ REQUIRED = ("spread", "anti-affinity", "affinity", "node-affinity")
 
 
 def zone(i: int) -> str:
-    """Node i's zone: round-robin, as scheduler_perf's labelNodePrepareStrategy does."""
-    return f"zone-{i % ZONES}"
+    """Node i's zone: round-robin as scheduler_perf's labelNodePrepareStrategy, shifted by one
+    every 10 nodes. bench/throughput sets node i's background CPU by i % 10: plain round-robin
+    would make zone-0 the coolest zone and zone-9 the hottest, and load-aware scoring would then
+    fight every zone spread. Shifted, each zone holds every load level equally (per 100 nodes)."""
+    return f"zone-{(i + i // 10) % ZONES}"
 
 
 def pool(i: int) -> str:
-    return f"pool-{i % POOLS}"
+    """Node i's pool, likewise independent of its load level and of its zone (per 50 nodes)."""
+    return f"pool-{(i // 10 + 2 * i) % POOLS}"
 
 
 def node_labels(workload: str, i: int) -> dict[str, str]:
@@ -179,7 +183,7 @@ def anchors(workload: str, nodes: Sequence[str]) -> list[dict[str, Any]]:
             scheduler_name="none",
             labels={APP_KEY: ANCHOR_APP},
         )
-        body["spec"]["nodeName"] = nodes[k]  # node k is in zone k (k < ZONES)
+        body["spec"]["nodeName"] = nodes[k]  # node k < 10 is in zone k
         out.append(body)
     return out
 

@@ -38,9 +38,19 @@ def test_nodes_get_zones_round_robin_and_pools() -> None:
     labels = [workloads.node_labels("spread", i) for i in range(100)]
     zones = Counter(node[ZONE_KEY] for node in labels)
     assert zones == {f"zone-{k}": 10 for k in range(10)}
-    assert labels[0][ZONE_KEY] == "zone-0" and labels[11][ZONE_KEY] == "zone-1"
+    assert [labels[i][ZONE_KEY] for i in (0, 1, 9, 10, 11, 19)] == [
+        "zone-0", "zone-1", "zone-9", "zone-1", "zone-2", "zone-0"
+    ]  # fmt: skip
     affine = sum(1 for node in labels if node[POOL_KEY] in workloads.AFFINE_POOLS)
     assert affine == 40  # a subset: 2 pools of 5
+    # Neither zones nor pools follow the background CPU the bench gives node i (by i % 10).
+    level = [i % 10 for i in range(100)]
+    for key, per_value in ((ZONE_KEY, 10), (POOL_KEY, 20)):
+        for value in {node[key] for node in labels}:
+            levels = Counter(level[i] for i in range(100) if labels[i][key] == value)
+            assert levels == dict.fromkeys(range(10), per_value // 10), (key, value)
+    pairs = Counter((node[ZONE_KEY], node[POOL_KEY]) for node in labels)
+    assert len(pairs) == 50  # each zone spans several pools
 
 
 @pytest.mark.parametrize("workload", [w for w in workloads.WORKLOADS if w != "basic"])
@@ -180,7 +190,7 @@ def test_check_passes_correct_placements_and_counts_breaches() -> None:
     assert workloads.check("anti-affinity", {0: "n1", 1: "n1", 2: "n1"}, labels)["violations"] == 2
     outside = workloads.check("affinity", {0: "n5", 1: "n0"}, labels)  # zone-5 has no anchor
     assert outside["violations"] == 1 and outside["affinity_in_anchor_zones"] == 0.5
-    assert workloads.check("node-affinity", {0: "n2", 1: "n6"}, labels)["violations"] == 1
+    assert workloads.check("node-affinity", {0: "n2", 1: "n3"}, labels)["violations"] == 1  # 4, 1
     lopsided = workloads.check("spread", {i: "n0" for i in range(3)}, labels)
     assert lopsided["spread_skew"] == 3 and lopsided["violations"] == 2
     preferred = workloads.check("preferred-spread", {i: "n0" for i in range(3)}, labels)
