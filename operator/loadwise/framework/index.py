@@ -42,6 +42,9 @@ from .types import PodInfo
 from .view import ClusterView
 
 MAX_SHAPES = 16  # heaps kept, least recently used dropped first
+# Nodes a constrained pod without preferences visits in its shape's order before it gives up
+# and visits every node (few pass the inter-pod checks, or none, which needs every reason).
+WALK_LIMIT = 64
 
 # (tier, rank, tie-break, seq, node): tier 0 = cool (rank = -score), 1 = hot (rank = load)
 HeapItem = tuple[int, float, float, int, str]
@@ -66,6 +69,7 @@ class _ShapeHeap:
     reasons: Counter[str] = field(default_factory=Counter)
     feasible: int = 0
     hot: int = 0
+    hot_names: set[str] = field(default_factory=set)  # feasible hot nodes
 
 
 def node_local(pod: PodInfo, state: ClusterView, profile: Profile = DEFAULT_PROFILE) -> bool:
@@ -109,8 +113,7 @@ class ScoreIndex:
             return Unschedulable(failure_message(len(state.nodes), +shape.reasons), +shape.reasons)
         chosen = shape.entries[best[4]].score
         assert chosen is not None
-        if chosen.sample_age is not None:  # the score stands; the record shows today's age
-            chosen = replace(chosen, sample_age=max(0.0, now - samples[chosen.node].timestamp))
+        chosen = _aged(chosen, ctx)
         if best[0] == 1:  # every feasible node is hot: the least loaded is taken
             top = _normalised(chosen.score, chosen.score)
             return Decision(chosen.node, top, [(top, chosen)], policy.name, 0, True)
@@ -129,6 +132,10 @@ class ScoreIndex:
         node-local verdict and load score come from the shape's entries; only the checks that
         depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
         as in kube-scheduler's order. The conclusion is the full cycle's."""
+        if not self.profile.prefers(ctx):
+            walked = self._walk(shape, ctx)
+            if walked is not None:
+                return walked
         nodes = ctx.state.nodes
         diagnoses = []
         for name, entry in shape.entries.items():
@@ -139,6 +146,52 @@ class ScoreIndex:
             failed = first_failure(ctx, node, self.inter_pod)
             diagnoses.append(NodeDiagnosis(node, failed or (), None if failed else entry.score))
         return conclude(ctx, diagnoses, self.profile)
+
+    def _walk(self, shape: _ShapeHeap, ctx: CycleContext) -> Decision | None:
+        """A constrained pod that only the load score ranks: the shape's heap already orders
+        the nodes as the full cycle would (cool by score, then hot by measured load), so the
+        first nodes in that order to pass the inter-pod checks are the chosen one and the
+        runner-up; hot nodes are counted apart. None when more than WALK_LIMIT nodes are
+        visited or none passes (the caller then visits every node)."""
+        nodes, heap, inter_pod = ctx.state.nodes, shape.heap, self.inter_pod
+        popped: list[HeapItem] = []
+        cool: list[NodeScore] = []
+        least_hot: NodeScore | None = None
+        try:
+            while heap and len(popped) < WALK_LIMIT:
+                item = heapq.heappop(heap)
+                if not _valid(shape, item):
+                    continue  # superseded: dropped for good
+                popped.append(item)
+                if item[0] == 1 and cool:
+                    break  # a cool node passed: hot ones are passed over
+                if first_failure(ctx, nodes[item[4]], inter_pod):
+                    continue
+                score = shape.entries[item[4]].score
+                assert score is not None
+                if item[0] == 1:
+                    least_hot = score
+                    break
+                cool.append(score)
+                if len(cool) == 2:
+                    break
+            else:
+                if heap:  # the walk limit: too few pass in the first nodes
+                    return None
+        finally:
+            for item in popped:
+                heapq.heappush(heap, item)
+        if least_hot is not None:  # every feasible node is hot: the least loaded is taken
+            top = _normalised(least_hot.score, least_hot.score)
+            chosen = _aged(least_hot, ctx)
+            return Decision(chosen.node, top, [(top, chosen)], ctx.policy.name, 0, True)
+        if not cool:
+            return None  # nothing fits: the failure message needs every node's reasons
+        best = cool[0].score
+        ranked = [(_normalised(s.score, best), s) for s in cool]
+        ranked[0] = (ranked[0][0], _aged(cool[0], ctx))
+        hot = sum(1 for name in shape.hot_names if not first_failure(ctx, nodes[name], inter_pod))
+        return Decision(cool[0].node, ranked[0][0], ranked, ctx.policy.name, hot, False)
 
     def _current(self, key: Shape, ctx: CycleContext) -> _ShapeHeap:
         """The shape's heap, brought up to date with the cluster state."""
@@ -181,6 +234,7 @@ class ScoreIndex:
             else:
                 shape.feasible -= 1
                 shape.hot -= old.score.hot
+                shape.hot_names.discard(name)
         node = ctx.state.nodes.get(name)
         if node is None:
             return
@@ -196,6 +250,7 @@ class ScoreIndex:
         shape.feasible += 1
         shape.hot += score.hot
         if score.hot:
+            shape.hot_names.add(name)
             item = (1, weighted_load(shape.policy, score), ctx.rng.random(), seq, name)
         else:
             item = (0, -score.score, ctx.rng.random(), seq, name)
@@ -214,6 +269,13 @@ class ScoreIndex:
 def _valid(shape: _ShapeHeap, item: HeapItem) -> bool:
     entry = shape.entries.get(item[4])
     return entry is not None and entry.seq == item[3]
+
+
+def _aged(score: NodeScore, ctx: CycleContext) -> NodeScore:
+    """The score stands; the record shows the sample's age today."""
+    if score.sample_age is None:
+        return score
+    return replace(score, sample_age=max(0.0, ctx.now - ctx.samples[score.node].timestamp))
 
 
 def _normalised(score: float, top: float) -> float:

@@ -44,6 +44,11 @@ class Profile:
         same verdict and load score on every node."""
         return (policy.name, *(p.sign(ctx) for p in self._local))
 
+    def prefers(self, ctx: CycleContext) -> bool:
+        """Does a preference apply to the pod? Scorers that are not node-local sign it
+        UNSIGNABLE exactly then; otherwise the load score alone ranks the feasible nodes."""
+        return any(p.sign(ctx) is UNSIGNABLE for p in self._not_local if isinstance(p, ScorePlugin))
+
     def batchable(self, ctx: CycleContext) -> bool:
         """Every plugin signs the pod: each node's verdict and score depend on it alone."""
         return all(p.sign(ctx) is not UNSIGNABLE for p in self._not_local)
