@@ -43,7 +43,8 @@ from .view import ClusterView
 
 MAX_SHAPES = 16  # heaps kept, least recently used dropped first
 # Nodes a constrained pod without preferences visits in its shape's order before it gives up
-# and visits every node (few pass the inter-pod checks, or none, which needs every reason).
+# and visits every node (few pass the inter-pod checks, or none, which needs every reason):
+# this many, or a quarter of the nodes if more (a pop costs a few filter calls).
 WALK_LIMIT = 64
 
 # (tier, rank, tie-break, seq, node): tier 0 = cool (rank = -score), 1 = hot (rank = load)
@@ -151,14 +152,15 @@ class ScoreIndex:
         """A constrained pod that only the load score ranks: the shape's heap already orders
         the nodes as the full cycle would (cool by score, then hot by measured load), so the
         first nodes in that order to pass the inter-pod checks are the chosen one and the
-        runner-up; hot nodes are counted apart. None when more than WALK_LIMIT nodes are
-        visited or none passes (the caller then visits every node)."""
+        runner-up; hot nodes are counted apart. None when the walk limit is reached or none
+        passes (the caller then visits every node)."""
         nodes, heap, inter_pod = ctx.state.nodes, shape.heap, self.inter_pod
+        limit = max(WALK_LIMIT, len(shape.entries) // 4)
         popped: list[HeapItem] = []
         cool: list[NodeScore] = []
         least_hot: NodeScore | None = None
         try:
-            while heap and len(popped) < WALK_LIMIT:
+            while heap and len(popped) < limit:
                 item = heapq.heappop(heap)
                 if not _valid(shape, item):
                     continue  # superseded: dropped for good

@@ -217,29 +217,52 @@ def soft_scores(
     constraint, matching pods in the node's domain x log(domains + 2) + maxSkew - 1, rounded;
     then the fewest get 100 (max + min - score) / max. Nodes missing a topology key score 0,
     unless the constraints are the system defaults (requireAllTopologies)."""
-    constraints = soft.constraints
-    require_all = not soft.system_default
-    keys = [c.topology_key for c in constraints]
-    ignored = [require_all and not all(k in n.labels for k in keys) for n in nodes]
+    keys = [c.topology_key for c in soft.constraints]
+    considered = [n for n in nodes if not (not soft.system_default and _missing(n, keys))]
     # Domains among the feasible nodes (a node missing the key is in the "" domain then).
-    counts: list[dict[str, int]] = [{} for _ in constraints]
-    for node, skip in zip(nodes, ignored, strict=True):
-        if not skip:
-            for i, c in enumerate(constraints):
-                if c.topology_key != HOSTNAME:
-                    counts[i].setdefault(node.labels.get(c.topology_key, ""), 0)
-    considered = len(nodes) - sum(ignored)
-    weights = [
-        math.log((considered if c.topology_key == HOSTNAME else len(counts[i])) + 2)
-        for i, c in enumerate(constraints)
+    domains = [
+        () if c.topology_key == HOSTNAME else {n.labels.get(c.topology_key, "") for n in considered}
+        for c in soft.constraints
     ]
-    # Matching pods per domain, over every node (hostname domains are counted per node below).
-    matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
-    if any(counts):
+    scorer = SoftScorer(pod, state, soft, domains, len(considered))
+    return _normalize([scorer.raw(n) for n in nodes])
+
+
+def _missing(node: NodeInfo, keys: Sequence[str]) -> bool:
+    labels = node.labels
+    return not all(k in labels for k in keys)
+
+
+class SoftScorer:
+    """PreScore's state for one pod: each constraint's weight and matching pods per domain of
+    the considered nodes (`domains`: their values of each non-hostname key), then raw scores
+    per node. The score index builds it from domain counts, without visiting every node."""
+
+    def __init__(
+        self,
+        pod: PodInfo,
+        state: ClusterView,
+        soft: SoftSpread,
+        domains: Sequence[Iterable[str]],
+        considered: int,
+    ) -> None:
+        constraints = self.constraints = soft.constraints
+        self.require_all = require_all = not soft.system_default
+        self.keys = keys = [c.topology_key for c in constraints]
+        counts: list[dict[str, int]] = [dict.fromkeys(d, 0) for d in domains]
+        self.counts = counts
+        self.weights = [
+            math.log((considered if c.topology_key == HOSTNAME else len(counts[i])) + 2)
+            for i, c in enumerate(constraints)
+        ]
+        # Matching pods per domain, over every node (hostname domains: per node, in raw()).
+        self.matching = matching = [
+            matching_per_node(state, c.selector, pod.namespace) for c in constraints
+        ]
         nodes_by_name = state.nodes
         for i, c in enumerate(constraints):
-            domains = counts[i]
-            if not domains:
+            in_domain = counts[i]
+            if not in_domain:
                 continue
             key = c.topology_key
             candidates: Iterable[NodeInfo | None]
@@ -248,36 +271,41 @@ def soft_scores(
             else:
                 candidates = (n for n in nodes_by_name.values() if _included(c, pod, n))
             for candidate in candidates:
-                if candidate is None:
+                if candidate is None or (require_all and _missing(candidate, keys)):
                     continue
-                labels = candidate.labels
-                if require_all and not all(k in labels for k in keys):
-                    continue
-                value = labels.get(key, "")
-                if value in domains:
-                    domains[value] += matching[i].get(candidate.name, 0)
-    raw: list[int | None] = []
-    for node, skip in zip(nodes, ignored, strict=True):
-        if skip:
-            raw.append(None)
-            continue
+                value = candidate.labels.get(key, "")
+                if value in in_domain:
+                    in_domain[value] += matching[i].get(candidate.name, 0)
+
+    def raw(self, node: NodeInfo) -> int | None:
+        """The node's raw score; None when ignored (missing a key of the pod's own
+        constraints)."""
+        if self.require_all and _missing(node, self.keys):
+            return None
+        labels = node.labels
         score = 0.0
-        for i, c in enumerate(constraints):
-            if c.topology_key not in node.labels:
+        for i, c in enumerate(self.constraints):
+            if c.topology_key not in labels:
                 continue
             if c.topology_key == HOSTNAME:
-                matches = matching[i].get(node.name, 0)
+                matches = self.matching[i].get(node.name, 0)
             else:
-                matches = counts[i][node.labels[c.topology_key]]
-            score += matches * weights[i] + c.max_skew - 1
-        raw.append(math.floor(score + 0.5))  # Go's math.Round, for scores >= 0
-    return _normalize(raw)
+                matches = self.counts[i][labels[c.topology_key]]
+            score += matches * self.weights[i] + c.max_skew - 1
+        return math.floor(score + 0.5)  # Go's math.Round, for scores >= 0
 
 
 def _normalize(raw: Sequence[int | None]) -> list[float]:
     """NormalizeScore: fewer matching pods, higher score; ignored nodes (None) get 0."""
     scored = [r for r in raw if r is not None]
     low, high = min(scored, default=0), max(scored, default=0)
+    return [normalized(r, low, high) for r in raw]
+
+
+def normalized(raw: int | None, low: int, high: int) -> float:
+    """One node's NormalizeScore, given the lowest and highest raw scores."""
+    if raw is None:
+        return 0.0
     if high == 0:
-        return [0.0 if r is None else float(MAX_NODE_SCORE) for r in raw]
-    return [0.0 if r is None else float(MAX_NODE_SCORE * (high + low - r) // high) for r in raw]
+        return float(MAX_NODE_SCORE)
+    return float(MAX_NODE_SCORE * (high + low - raw) // high)
