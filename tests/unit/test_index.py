@@ -166,6 +166,37 @@ class Recounted:
         return {key: {n.labels[key] for n in nodes} for key in keys}
 
 
+def random_soft_pod(rng: random.Random, i: int) -> PodInfo:
+    """Only ScheduleAnyway spreading, the pod's own or the system defaults (ReplicaSet)."""
+    app = rng.choice("xy")
+    raw = manifests.pod(f"s{i}", cpu=rng.choice(["100m", "500m"]), labels={"app": app})
+    raw["metadata"]["uid"] = f"uid-s{i}"
+    if rng.random() < 0.5:
+        raw["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "rs",
+                "uid": "rs",
+                "controller": True,
+            }
+        ]
+    else:
+        keys = rng.sample(["zone", "kubernetes.io/hostname", "disk"], rng.choice([1, 1, 2]))
+        raw["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": rng.choice([1, 2, 4]),
+                "topologyKey": key,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": rng.choice([{"matchLabels": {"app": app}}, {"matchLabels": {}}]),
+            }
+            for key in keys
+        ]
+    if rng.random() < 0.2:
+        raw["spec"]["tolerations"] = [{"operator": "Exists"}]
+    return parse_pod(raw)
+
+
 def random_samples(rng: random.Random, state: ClusterState, now: float) -> dict[str, NodeSample]:
     return {
         name: NodeSample(
@@ -206,8 +237,11 @@ def same(
     assert fast.chosen.node in {details.node for _, details in slow.ranked} or slow.all_hot
 
 
-def compare(seed: int, profile: Profile = DEFAULT_PROFILE, heavy: bool = False) -> int:
-    """Schedule 120 random pods (spread- and affinity-heavy ones with `heavy`) with the index
+def compare(
+    seed: int, profile: Profile = DEFAULT_PROFILE, heavy: bool = False, soft: bool = False
+) -> int:
+    """Schedule 120 random pods (spread- and affinity-heavy ones with `heavy`, only spread
+    preferences with `soft`, on nodes some without a zone) with the index
     (built on `profile`) and with the full cycle (always the default profile) on a random
     cluster changing between pods; assert they agree. Returns how many pods took the
     constrained path."""
@@ -219,7 +253,10 @@ def compare(seed: int, profile: Profile = DEFAULT_PROFILE, heavy: bool = False) 
     }
     state.workloads.on_controller_event("replicasets", "ADDED", replicaset)
     for n in range(rng.randint(1, 25)):
-        state.upsert_node(random_node(rng, f"n{n}"))
+        node = random_node(rng, f"n{n}")
+        if soft and rng.random() < 0.2:
+            del node["metadata"]["labels"]["zone"]
+        state.upsert_node(node)
     now = 1_000_000.0
     samples = random_samples(rng, state, now)
     index = ScoreIndex(profile)
@@ -242,7 +279,10 @@ def compare(seed: int, profile: Profile = DEFAULT_PROFILE, heavy: bool = False) 
         elif action < 0.2:
             now += rng.choice([1, 20, 100])
         policy = rng.choice(POLICIES)
-        pod = random_heavy_pod(rng, i) if heavy else random_pod(rng, i)
+        if soft:
+            pod = random_soft_pod(rng, i)
+        else:
+            pod = random_heavy_pod(rng, i) if heavy else random_pod(rng, i)
         fast = index.schedule(pod, state, policy, samples, now, rng)
         slow = schedule_one(pod, Recounted(state), policy, samples, now, rng)
         local = node_local(pod, state)
@@ -263,6 +303,11 @@ def test_index_agrees_with_the_full_cycle(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(30))
 def test_index_agrees_with_the_full_cycle_on_spread_and_affinity(seed: int) -> None:
     assert compare(seed, heavy=True) > 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_index_agrees_with_the_full_cycle_on_spread_preferences(seed: int) -> None:
+    assert compare(seed, soft=True) > 0
 
 
 class PortsUnsigned(NodePorts):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
+from . import spread
 from .context import CycleContext
 from .cycle import (
     Decision,
@@ -36,8 +37,10 @@ from .cycle import (
     first_failure,
     load,
 )
+from .plugin import UNSIGNABLE, ScorePlugin
+from .plugins.topology_spread import SpreadPreference
 from .profile import DEFAULT_PROFILE, Profile, Shape
-from .scoring import MAX_SCORE, NodeScore, UsageProfiles, weighted_load
+from .scoring import LOAD_WEIGHT, MAX_SCORE, NodeScore, UsageProfiles, weighted_load
 from .types import PodInfo
 from .view import ClusterView
 
@@ -49,6 +52,8 @@ WALK_LIMIT = 64
 
 # (tier, rank, tie-break, seq, node): tier 0 = cool (rank = -score), 1 = hot (rank = load)
 HeapItem = tuple[int, float, float, int, str]
+Domain = tuple[str | bool | None, ...]  # a node's values of some topology keys
+MAX_DOMAIN_KEYS = 8  # key combinations tracked per shape
 
 
 @dataclass(slots=True)
@@ -71,6 +76,30 @@ class _ShapeHeap:
     feasible: int = 0
     hot: int = 0
     hot_names: set[str] = field(default_factory=set)  # feasible hot nodes
+    # Cool feasible nodes per domain, for the topology keys spread pods asked about.
+    domains: dict[tuple[str, ...], _Domains] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Domains:
+    """How many cool feasible nodes have each combination of values of `keys` (hostname:
+    present or not, since every node is its own domain), kept as entries change."""
+
+    keys: tuple[str, ...]
+    of: dict[str, Domain] = field(default_factory=dict)  # node -> its combination
+    counts: Counter[Domain] = field(default_factory=Counter)
+
+    def add(self, name: str, labels: Mapping[str, str]) -> None:
+        domain = tuple(
+            (key in labels) if key == spread.HOSTNAME else labels.get(key) for key in self.keys
+        )
+        self.of[name] = domain
+        self.counts[domain] += 1
+
+    def discard(self, name: str) -> None:
+        domain = self.of.pop(name, None)
+        if domain is not None:
+            self.counts[domain] -= 1
 
 
 def node_local(pod: PodInfo, state: ClusterView, profile: Profile = DEFAULT_PROFILE) -> bool:
@@ -133,10 +162,10 @@ class ScoreIndex:
         node-local verdict and load score come from the shape's entries; only the checks that
         depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
         as in kube-scheduler's order. The conclusion is the full cycle's."""
-        if not self.profile.prefers(ctx):
-            walked = self._walk(shape, ctx)
-            if walked is not None:
-                return walked
+        preferring = self.profile.preferring(ctx)
+        walked = self._walk_spread(shape, ctx, preferring) if preferring else self._walk(shape, ctx)
+        if walked is not None:
+            return walked
         nodes = ctx.state.nodes
         diagnoses = []
         for name, entry in shape.entries.items():
@@ -195,6 +224,113 @@ class ScoreIndex:
         hot = sum(1 for name in shape.hot_names if not first_failure(ctx, nodes[name], inter_pod))
         return Decision(cool[0].node, ranked[0][0], ranked, ctx.policy.name, hot, False)
 
+    def _walk_spread(
+        self, shape: _ShapeHeap, ctx: CycleContext, preferring: list[ScorePlugin]
+    ) -> Decision | None:
+        """A pod that every node passing the node-local filters fits, ranked by load and
+        ScheduleAnyway spreading alone: the spread scores' normalisation (lowest and highest
+        raw score, domains, nodes considered) comes from the shape's counts per domain, and
+        the walk in load order stops once no later node can beat the runner-up (its spread
+        score at most 100). None when this does not apply (the caller visits every node)."""
+        pod, soft = ctx.pod, ctx.soft_spread
+        if soft is None or shape.feasible == shape.hot:  # all hot: the full path decides
+            return None
+        if any(f.sign(ctx) is UNSIGNABLE for f in self.inter_pod):
+            return None  # an inter-pod filter may refuse nodes: the feasible set is not known
+        if len(preferring) != 1 or not isinstance(preferring[0], SpreadPreference):
+            return None
+        if not all(spread.trivially_included(c, pod) for c in soft.constraints):
+            return None
+        weight = preferring[0].weight_for(ctx)
+        nodes, entries = ctx.state.nodes, shape.entries
+        keys = tuple(sorted({c.topology_key for c in soft.constraints}))
+        domains = self._domains(shape, keys, ctx)
+        require_all = not soft.system_default
+        counted = [
+            (domain, n)
+            for domain, n in domains.counts.items()
+            if n > 0 and not (require_all and any(v is None or v is False for v in domain))
+        ]
+        values = [
+            ()
+            if c.topology_key == spread.HOSTNAME
+            else {_value(domain[keys.index(c.topology_key)]) for domain, _ in counted}
+            for c in soft.constraints
+        ]
+        scorer = spread.SoftScorer(pod, ctx.state, soft, values, sum(n for _, n in counted))
+        # Nodes with pods of their own that match: scored one by one; the rest per domain.
+        own: dict[str, int | None] = {}
+        own_per_domain: Counter[Domain] = Counter()
+        for i, c in enumerate(soft.constraints):
+            if c.topology_key != spread.HOSTNAME:
+                continue
+            for name in scorer.matching[i]:
+                if name in own or name not in domains.of:
+                    continue
+                own[name] = scorer.raw(nodes[name])
+                own_per_domain[domains.of[name]] += 1
+        raws = [r for r in own.values() if r is not None]
+        for domain, n in counted:
+            raw = scorer.raw_for("", _labels(keys, domain)) if n > own_per_domain[domain] else None
+            if raw is not None:  # a node of the domain without pods of its own
+                raws.append(raw)
+        low, high = min(raws, default=0), max(raws, default=0)
+        total_weight = LOAD_WEIGHT + weight
+        heap = shape.heap
+        limit = max(WALK_LIMIT, len(entries) // 4)
+        popped: list[HeapItem] = []
+        best: list[tuple[float, NodeScore]] = []
+        top = 0.0
+        try:
+            while heap and len(popped) < limit:
+                item = heapq.heappop(heap)
+                if not _valid(shape, item):
+                    continue
+                popped.append(item)
+                if item[0] == 1:
+                    break  # hot: passed over
+                score = entries[item[4]].score
+                assert score is not None
+                if not popped[1:]:
+                    top = score.score
+                load_share = _normalised(score.score, top)
+                if (
+                    len(best) == 2
+                    and best[1][0]
+                    >= (LOAD_WEIGHT * load_share + weight * spread.MAX_NODE_SCORE) / total_weight
+                ):
+                    break  # this node and every later one score at most the runner-up
+                name = item[4]
+                raw = own[name] if name in own else scorer.raw(nodes[name])
+                spread_share = spread.normalized(raw, low, high)
+                total = (LOAD_WEIGHT * load_share + weight * spread_share) / total_weight
+                best.append((total, score))
+                best.sort(key=lambda pair: -pair[0])
+                del best[2:]
+            else:
+                if heap:
+                    return None  # the walk limit
+        finally:
+            for item in popped:
+                heapq.heappush(heap, item)
+        if not best:
+            return None
+        best[0] = (best[0][0], _aged(best[0][1], ctx))
+        return Decision(best[0][1].node, best[0][0], best, ctx.policy.name, shape.hot, False)
+
+    @staticmethod
+    def _domains(shape: _ShapeHeap, keys: tuple[str, ...], ctx: CycleContext) -> _Domains:
+        domains = shape.domains.get(keys)
+        if domains is None:
+            if len(shape.domains) >= MAX_DOMAIN_KEYS:
+                shape.domains.clear()
+            domains = shape.domains[keys] = _Domains(keys)
+            nodes = ctx.state.nodes
+            for name, entry in shape.entries.items():
+                if entry.score is not None and not entry.score.hot:
+                    domains.add(name, nodes[name].labels)
+        return domains
+
     def _current(self, key: Shape, ctx: CycleContext) -> _ShapeHeap:
         """The shape's heap, brought up to date with the cluster state."""
         state, policy, samples, now = ctx.state, ctx.policy, ctx.samples, ctx.now
@@ -237,6 +373,8 @@ class ScoreIndex:
                 shape.feasible -= 1
                 shape.hot -= old.score.hot
                 shape.hot_names.discard(name)
+                for domains in shape.domains.values():
+                    domains.discard(name)
         node = ctx.state.nodes.get(name)
         if node is None:
             return
@@ -255,6 +393,8 @@ class ScoreIndex:
             shape.hot_names.add(name)
             item = (1, weighted_load(shape.policy, score), ctx.rng.random(), seq, name)
         else:
+            for domains in shape.domains.values():
+                domains.add(name, node.labels)
             item = (0, -score.score, ctx.rng.random(), seq, name)
         heapq.heappush(shape.heap, item)
 
@@ -271,6 +411,20 @@ class ScoreIndex:
 def _valid(shape: _ShapeHeap, item: HeapItem) -> bool:
     entry = shape.entries.get(item[4])
     return entry is not None and entry.seq == item[3]
+
+
+def _value(value: str | bool | None) -> str:
+    """A node's value of a non-hostname key, "" when it lacks the key (as spread scores it)."""
+    return value if isinstance(value, str) else ""
+
+
+def _labels(keys: tuple[str, ...], domain: Domain) -> dict[str, str]:
+    """Labels of a node of this domain with no pods of its own (hostname present: "")."""
+    return {
+        key: value if isinstance(value, str) else ""
+        for key, value in zip(keys, domain, strict=True)
+        if value is not None and value is not False
+    }
 
 
 def _aged(score: NodeScore, ctx: CycleContext) -> NodeScore:

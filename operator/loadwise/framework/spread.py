@@ -104,7 +104,7 @@ def matching_per_node(
     return state.matching(SpreadMatch(namespace, selector))
 
 
-def _trivially_included(c: SpreadConstraint, pod: PodInfo) -> bool:
+def trivially_included(c: SpreadConstraint, pod: PodInfo) -> bool:
     """Every node with the topology keys is included, whatever its affinity and taints."""
     return not c.honor_taints and (not c.honor_node_affinity or pod.node_affinity.empty)
 
@@ -131,7 +131,7 @@ def count(
     nodes = state.nodes
     per_pair: Counter[tuple[str, str]] = Counter()
     matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
-    if all(_trivially_included(c, pod) for c in constraints):
+    if all(trivially_included(c, pod) for c in constraints):
         # Domains: every value on the nodes with all the keys; counts: only nodes with matches.
         values = state.topology_values(keys)
         for c in constraints:
@@ -266,7 +266,7 @@ class SoftScorer:
                 continue
             key = c.topology_key
             candidates: Iterable[NodeInfo | None]
-            if _trivially_included(c, pod):  # only the nodes with matching pods
+            if trivially_included(c, pod):  # only the nodes with matching pods
                 candidates = (nodes_by_name.get(name) for name in matching[i])
             else:
                 candidates = (n for n in nodes_by_name.values() if _included(c, pod, n))
@@ -280,15 +280,18 @@ class SoftScorer:
     def raw(self, node: NodeInfo) -> int | None:
         """The node's raw score; None when ignored (missing a key of the pod's own
         constraints)."""
-        if self.require_all and _missing(node, self.keys):
+        return self.raw_for(node.name, node.labels)
+
+    def raw_for(self, name: str, labels: Mapping[str, str]) -> int | None:
+        """raw() of a node with this name and these labels (the name finds its own pods)."""
+        if self.require_all and not all(k in labels for k in self.keys):
             return None
-        labels = node.labels
         score = 0.0
         for i, c in enumerate(self.constraints):
             if c.topology_key not in labels:
                 continue
             if c.topology_key == HOSTNAME:
-                matches = self.matching[i].get(node.name, 0)
+                matches = self.matching[i].get(name, 0)
             else:
                 matches = self.counts[i][labels[c.topology_key]]
             score += matches * self.weights[i] + c.max_skew - 1
