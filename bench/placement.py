@@ -33,6 +33,7 @@ COLUMNS = (
     ("seconds", "burst s", "{}"),
     ("nodes_used", "nodes used", "{}"),
     ("nodes_empty", "nodes empty", "{}"),
+    ("idle_left", "idle left", "{}"),
     ("vs_optimum", "vs optimum", "{:.2f}"),
 )
 

@@ -42,6 +42,7 @@ from .usage import UsageFeeder, usage_annotations
 NS = "placement"
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
 HOT = 0.8
+IDLE = 0.3  # a node this cool with nothing new on it is a scale-down candidate
 NODE_CPU_MILLIS = 8000  # the bench's nodes: 8 cpu, 32 GiB
 NAIVE_POLICY = {  # the source articles' scorer: score = 100 - cpu%, nothing else
     "weights": {"cpu": 1, "memory": 0},
@@ -76,6 +77,9 @@ class Outcome:
     seconds: float
     nodes_used: int  # nodes that received at least one burst pod
     nodes_empty: int  # nodes that received none
+    # Nodes below IDLE CPU that received nothing: what packing keeps free for the autoscaler
+    # to remove (spreading fills exactly those first).
+    idle_left: int
     vs_optimum: float | None  # cpu_util_stddev / the water-fill optimum's (None: that is 0)
     per_node: dict[str, dict[str, float]] = field(repr=False, default_factory=dict)
 
@@ -213,6 +217,7 @@ def summarise(
         seconds=round(seconds, 2),
         nodes_used=used,
         nodes_empty=len(before) - used,
+        idle_left=sum(1 for n in before if placed[n] == 0 and after[n][0] < IDLE),
         vs_optimum=round(stddev / optimum, 3) if optimum else None,
         per_node={
             n: {

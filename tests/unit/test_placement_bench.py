@@ -126,6 +126,7 @@ def test_summary_packing_figures_and_ratio_to_the_optimum() -> None:
     after = {"a": (0.5, 0.3), "b": (0.3, 0.2), "c": (0.9, 0.2)}
     outcome = placement.summarise(before, after, Counter(a=4), 4, 0, 1.0, optimum=0.2357)
     assert (outcome.nodes_used, outcome.nodes_empty, outcome.max_pods_per_node) == (1, 2, 4)
+    assert outcome.idle_left == 0  # b got nothing but is at 30%, not below
     assert outcome.cpu_util_stddev == round(statistics.pstdev([0.5, 0.3, 0.9]), 4)
     assert outcome.vs_optimum == round(outcome.cpu_util_stddev / 0.2357, 3)
     assert placement.summarise(before, after, Counter(), 0, 0, 1.0, optimum=0.0).vs_optimum is None
@@ -154,6 +155,6 @@ def test_table_has_the_new_columns_and_the_optimum() -> None:
     header, ours, requests_only, footer = text.splitlines()
     for title in ("nodes used", "nodes empty", "vs optimum", "cpu sd", "new hot"):
         assert title in header
-    assert ours.split()[-3:] == ["1", "1", "1.00"]
+    assert ours.split()[-4:] == ["1", "1", "0", "1.00"]  # used, empty, idle left, ratio
     assert requests_only.startswith("loadwise-requests ") and requests_only.endswith(" -")
     assert footer == "optimum (water-fill): cpu sd 0.050, level 35%"
