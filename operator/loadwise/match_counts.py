@@ -1,62 +1,117 @@
-"""MatchCounts: how many placed pods each selector in use matches, per node, kept as pods come
-and go, so topology spread and inter-pod affinity read counts instead of scanning every pod.
+"""MatchCounts: how many placed pods each selector in use matches, per node and per topology
+domain, kept as pods come and go, so topology spread and inter-pod affinity read counts instead
+of scanning every pod (or every node with a matching pod).
 
 A matcher (a spread constraint's namespace and selector, or a set of affinity terms) is tracked
 from the first cycle that asks for it: counted once over every pod, then updated on each pod
 accounted or removed. The least recently asked are dropped past `limit`, since a pod's own
-labels (matchLabelKeys) can make selectors that no later pod shares. Counts are per node, sparse
-(nodes with none are absent) and include pods on nodes that no longer exist: readers skip those,
-as they skip nodes missing a topology key.
+labels (matchLabelKeys) can make selectors that no later pod shares. Counts are sparse (absent:
+none). Per node, they include pods on nodes that no longer exist; per domain (a topology key's
+value, on the existing nodes having a set of required keys) they do not, so they are dropped
+whenever a node comes, goes or changes labels.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-from .framework.types import PodInfo
+from .framework.types import NodeInfo, PodInfo
 from .framework.view import PodMatcher
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
+DomainKey = tuple[str, frozenset[str]]  # (topology key, keys a node must have to count)
+MAX_DOMAIN_KEYS = 8  # per matcher
+
+
+@dataclass(slots=True)
+class _Tracked:
+    per_node: dict[str, int]
+    per_domain: dict[DomainKey, Counter[str]] = field(default_factory=dict)
+
+    def update(self, node: NodeInfo | None, name: str, delta: int) -> None:
+        left = self.per_node.get(name, 0) + delta
+        if left > 0:
+            self.per_node[name] = left
+        else:
+            self.per_node.pop(name, None)
+        if node is None:
+            return
+        labels = node.labels
+        for (key, required), counts in self.per_domain.items():
+            if required.issubset(labels):
+                value = labels.get(key, "")
+                counts[value] += delta
+                if counts[value] <= 0:
+                    del counts[value]
 
 
 class MatchCounts:
     def __init__(self, limit: int = 128) -> None:
         self.limit = limit
-        self._tracked: OrderedDict[PodMatcher, dict[str, int]] = OrderedDict()
+        self._tracked: OrderedDict[PodMatcher, _Tracked] = OrderedDict()
+
+    def _get(
+        self, matcher: PodMatcher, pods: Iterable[PodInfo], namespaces: NamespaceLabels
+    ) -> _Tracked:
+        tracked = self._tracked.get(matcher)
+        if tracked is not None:
+            self._tracked.move_to_end(matcher)
+            return tracked
+        counts: dict[str, int] = {}
+        for pod in pods:
+            if matcher.matches(pod, namespaces):
+                counts[pod.node_name] = counts.get(pod.node_name, 0) + 1
+        tracked = self._tracked[matcher] = _Tracked(counts)
+        if len(self._tracked) > self.limit:
+            self._tracked.popitem(last=False)
+        return tracked
 
     def per_node(
         self, matcher: PodMatcher, pods: Iterable[PodInfo], namespaces: NamespaceLabels
     ) -> Mapping[str, int]:
         """Matching pods per node name; `pods` (every placed pod) is read only the first time."""
-        counts = self._tracked.get(matcher)
-        if counts is not None:
-            self._tracked.move_to_end(matcher)
-            return counts
-        counts = {}
-        for pod in pods:
-            if matcher.matches(pod, namespaces):
-                counts[pod.node_name] = counts.get(pod.node_name, 0) + 1
-        self._tracked[matcher] = counts
-        if len(self._tracked) > self.limit:
-            self._tracked.popitem(last=False)
+        return self._get(matcher, pods, namespaces).per_node
+
+    def per_domain(
+        self,
+        matcher: PodMatcher,
+        key: str,
+        required: frozenset[str],
+        pods: Iterable[PodInfo],
+        namespaces: NamespaceLabels,
+        nodes: Mapping[str, NodeInfo],
+    ) -> Mapping[str, int]:
+        """Matching pods per value of `key` ("" on nodes without it), over the existing nodes
+        that have every key in `required`."""
+        tracked = self._get(matcher, pods, namespaces)
+        counts = tracked.per_domain.get((key, required))
+        if counts is None:
+            counts = Counter()
+            for name, matches in tracked.per_node.items():
+                node = nodes.get(name)
+                if node is not None and required.issubset(node.labels):
+                    counts[node.labels.get(key, "")] += matches
+            if len(tracked.per_domain) >= MAX_DOMAIN_KEYS:
+                tracked.per_domain.clear()
+            tracked.per_domain[(key, required)] = counts
         return counts
 
-    def added(self, pod: PodInfo, namespaces: NamespaceLabels) -> None:
-        node = pod.node_name
-        for matcher, counts in self._tracked.items():
+    def added(self, pod: PodInfo, namespaces: NamespaceLabels, node: NodeInfo | None) -> None:
+        for matcher, tracked in self._tracked.items():
             if matcher.matches(pod, namespaces):
-                counts[node] = counts.get(node, 0) + 1
+                tracked.update(node, pod.node_name, 1)
 
-    def removed(self, pod: PodInfo, namespaces: NamespaceLabels) -> None:
-        node = pod.node_name
-        for matcher, counts in self._tracked.items():
+    def removed(self, pod: PodInfo, namespaces: NamespaceLabels, node: NodeInfo | None) -> None:
+        for matcher, tracked in self._tracked.items():
             if matcher.matches(pod, namespaces):
-                left = counts.get(node, 0) - 1
-                if left > 0:
-                    counts[node] = left
-                else:
-                    counts.pop(node, None)
+                tracked.update(node, pod.node_name, -1)
+
+    def nodes_changed(self) -> None:
+        """A node came, went or changed labels: counts per domain are recounted when asked."""
+        for tracked in self._tracked.values():
+            tracked.per_domain.clear()
 
     def namespaces_changed(self) -> None:
         """Namespace labels changed: matchers with namespace selectors may match differently."""

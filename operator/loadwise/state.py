@@ -77,6 +77,7 @@ class ClusterState:
         old = self.nodes.get(node.name)
         if old is None or old.labels != node.labels:
             self._topology.clear()
+            self._matches.nodes_changed()
         self.nodes[node.name] = node
         if any(t.effect == PREFER_NO_SCHEDULE for t in node.taints):
             self.prefer_no_schedule.add(node.name)
@@ -88,6 +89,7 @@ class ClusterState:
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self._topology.clear()
+            self._matches.nodes_changed()
         self.prefer_no_schedule.discard(name)
         self._touch(name)
 
@@ -144,7 +146,7 @@ class ClusterState:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return False
-        self._matches.removed(pod, self.namespaces)
+        self._matches.removed(pod, self.namespaces, self.nodes.get(pod.node_name))
         load = self.loads.get(pod.node_name)
         if load is not None and uid in load.pods:
             load.pods.discard(uid)
@@ -160,7 +162,7 @@ class ClusterState:
 
     def _account(self, pod: PodInfo, recent: bool = True) -> None:
         self.pods[pod.uid] = pod
-        self._matches.added(pod, self.namespaces)
+        self._matches.added(pod, self.namespaces, self.nodes.get(pod.node_name))
         load = self.loads.get(pod.node_name)
         if load is None:
             load = self.loads[pod.node_name] = NodeLoad()
@@ -233,6 +235,15 @@ class ClusterState:
     def matching(self, matcher: PodMatcher) -> Mapping[str, int]:
         """Placed pods `matcher` matches, per node name (see match_counts.py)."""
         return self._matches.per_node(matcher, self.pods.values(), self.namespaces)
+
+    def matching_domains(
+        self, matcher: PodMatcher, key: str, required: frozenset[str]
+    ) -> Mapping[str, int]:
+        """Placed pods `matcher` matches, per value of `key` ("" where missing) over the nodes
+        with every key in `required` (see match_counts.py)."""
+        return self._matches.per_domain(
+            matcher, key, required, self.pods.values(), self.namespaces, self.nodes
+        )
 
     def topology_values(self, keys: frozenset[str]) -> Mapping[str, Set[str]]:
         """For each of `keys`, its values on the nodes that have all of them (cached until a

@@ -161,6 +161,15 @@ class Recounted:
         pods = state.pods.values()
         return dict(Counter(p.node_name for p in pods if matcher.matches(p, state.namespaces)))
 
+    def matching_domains(self, matcher: Any, key: str, required: frozenset[str]) -> Counter[str]:
+        nodes = self._state.nodes
+        out: Counter[str] = Counter()
+        for name, matches in self.matching(matcher).items():
+            node = nodes.get(name)
+            if node is not None and required.issubset(node.labels):
+                out[node.labels.get(key, "")] += matches
+        return out
+
     def topology_values(self, keys: frozenset[str]) -> dict[str, set[str]]:
         nodes = [n for n in self._state.nodes.values() if keys.issubset(n.labels)]
         return {key: {n.labels[key] for n in nodes} for key in keys}

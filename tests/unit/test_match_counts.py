@@ -1,6 +1,6 @@
-"""The cluster state's incremental per-node match counts and topology values equal a recount
-from scratch after any sequence of placements, removals, relabels, moves, deletions, namespace
-and node label changes (a property test over random sequences)."""
+"""The cluster state's incremental match counts (per node, per domain) and topology values
+equal a recount from scratch after any sequence of placements, removals, relabels, moves,
+deletions, namespace and node label changes (a property test over random sequences)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,18 @@ def _recount(state: ClusterState, matcher: PodMatcher) -> dict[str, int]:
     return dict(counts)
 
 
+def _per_domain(
+    state: ClusterState, matcher: PodMatcher, key: str, required: frozenset[str]
+) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for pod in state.pods.values():
+        node = state.nodes.get(pod.node_name)
+        in_scope = node is not None and required.issubset(node.labels)
+        if node is not None and in_scope and matcher.matches(pod, state.namespaces):
+            counts[node.labels.get(key, "")] += 1
+    return dict(counts)
+
+
 def _values(state: ClusterState, keys: frozenset[str]) -> dict[str, set[str]]:
     nodes = [n for n in state.nodes.values() if keys.issubset(n.labels)]
     return {key: {n.labels[key] for n in nodes} for key in keys}
@@ -129,6 +141,10 @@ def test_incremental_counts_equal_a_recount(seed: int) -> None:
             state.delete_node(f"n{rng.randrange(8)}")
         for matcher in rng.sample(matchers, 2):  # asked at random times, so tracked mid-way
             assert dict(state.matching(matcher)) == _recount(state, matcher), (step, matcher)
+            key = rng.choice(["zone", "rack"])
+            required = rng.choice([frozenset(), frozenset({key}), frozenset({"zone", "rack"})])
+            expected = _per_domain(state, matcher, key, required)
+            assert dict(state.matching_domains(matcher, key, required)) == expected, step
         keys = rng.choice(key_sets)
         assert {k: set(v) for k, v in state.topology_values(keys).items()} == _values(state, keys)
     for matcher in matchers:

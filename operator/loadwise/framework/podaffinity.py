@@ -108,19 +108,17 @@ def prefilter(pod: PodInfo, state: ClusterView) -> AffinityCounts:
                 pair = _pair(node, term.topology_key)
                 if pair is not None:
                     existing[pair] += 1
-    nodes = state.nodes
     if pod.affinity_terms:  # pods matching all terms count in each term's topology
-        for name, matches in state.matching(TermsMatch(pod.affinity_terms)).items():
-            node = nodes.get(name)
-            for term in pod.affinity_terms:
-                pair = _pair(node, term.topology_key)
-                if pair is not None:
-                    affinity[pair] += matches
+        match = TermsMatch(pod.affinity_terms)
+        for term in pod.affinity_terms:
+            key = term.topology_key
+            for value, matches in state.matching_domains(match, key, frozenset({key})).items():
+                affinity[(key, value)] += matches
     for term in pod.anti_affinity_terms:
-        for name, matches in state.matching(TermsMatch((term,))).items():
-            pair = _pair(nodes.get(name), term.topology_key)
-            if pair is not None:
-                anti[pair] += matches
+        key = term.topology_key
+        match = TermsMatch((term,))
+        for value, matches in state.matching_domains(match, key, frozenset({key})).items():
+            anti[(key, value)] += matches
     return AffinityCounts(affinity, anti, existing)
 
 

@@ -20,7 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from .selectors import Requirement, Selector, parse_label_selector, selects
 from .taints import first_untolerated
@@ -95,11 +95,16 @@ class SpreadMatch:
 _NONE: Mapping[str, int] = {}
 
 
+def matches_anything(selector: Selector | None) -> TypeGuard[Selector]:
+    """countPodsMatchSelector: an empty (or nil) selector counts nothing."""
+    return selector is not None and bool(selector.match_labels or selector.expressions)
+
+
 def matching_per_node(
     state: ClusterView, selector: Selector | None, namespace: str
 ) -> Mapping[str, int]:
-    """countPodsMatchSelector per node: an empty (or nil) selector counts nothing."""
-    if selector is None or not (selector.match_labels or selector.expressions):
+    """countPodsMatchSelector per node."""
+    if not matches_anything(selector):
         return _NONE
     return state.matching(SpreadMatch(namespace, selector))
 
@@ -130,19 +135,19 @@ def count(
     keys = frozenset(c.topology_key for c in constraints)
     nodes = state.nodes
     per_pair: Counter[tuple[str, str]] = Counter()
-    matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
     if all(trivially_included(c, pod) for c in constraints):
         # Domains: every value on the nodes with all the keys; counts: only nodes with matches.
         values = state.topology_values(keys)
         for c in constraints:
             for value in values[c.topology_key]:
                 per_pair[(c.topology_key, value)] += 0
-        for c, per_node in zip(constraints, matching, strict=True):
-            for name, matches in per_node.items():
-                node = nodes.get(name)
-                if node is not None and keys.issubset(node.labels):
-                    per_pair[(c.topology_key, node.labels[c.topology_key])] += matches
+        for c in constraints:
+            if matches_anything(c.selector):
+                match = SpreadMatch(pod.namespace, c.selector)
+                for value, matches in state.matching_domains(match, c.topology_key, keys).items():
+                    per_pair[(c.topology_key, value)] += matches
     else:
+        matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
         for node in nodes.values():
             if not keys.issubset(node.labels):
                 continue
@@ -265,17 +270,20 @@ class SoftScorer:
             if not in_domain:
                 continue
             key = c.topology_key
-            candidates: Iterable[NodeInfo | None]
-            if trivially_included(c, pod):  # only the nodes with matching pods
-                candidates = (nodes_by_name.get(name) for name in matching[i])
-            else:
-                candidates = (n for n in nodes_by_name.values() if _included(c, pod, n))
-            for candidate in candidates:
-                if candidate is None or (require_all and _missing(candidate, keys)):
+            if trivially_included(c, pod):  # per domain, kept by the state
+                if not matches_anything(c.selector):
                     continue
-                value = candidate.labels.get(key, "")
-                if value in in_domain:
-                    in_domain[value] += matching[i].get(candidate.name, 0)
+                required = frozenset(keys) if require_all else frozenset()
+                match = SpreadMatch(pod.namespace, c.selector)
+                for value, matches in state.matching_domains(match, key, required).items():
+                    if value in in_domain:
+                        in_domain[value] += matches
+                continue
+            for node in nodes_by_name.values():
+                if _included(c, pod, node) and not (require_all and _missing(node, keys)):
+                    value = node.labels.get(key, "")
+                    if value in in_domain:
+                        in_domain[value] += matching[i].get(node.name, 0)
 
     def raw(self, node: NodeInfo) -> int | None:
         """The node's raw score; None when ignored (missing a key of the pod's own

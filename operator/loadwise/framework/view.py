@@ -84,6 +84,13 @@ class ClusterView(Protocol):
         longer exist included. Kept incrementally: the first call for a matcher counts."""
         ...
 
+    def matching_domains(
+        self, matcher: PodMatcher, key: str, required: frozenset[str]
+    ) -> Mapping[str, int]:
+        """Placed pods the matcher matches per value of `key` ("" where missing), over the
+        existing nodes that have every key in `required`; kept incrementally too."""
+        ...
+
     def topology_values(self, keys: frozenset[str]) -> Mapping[str, Set[str]]:
         """For each of `keys`, its values on the nodes that have every one of `keys`."""
         ...
