@@ -21,7 +21,7 @@ import heapq
 import itertools
 import random
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..metrics.cache import NodeSample
@@ -61,6 +61,7 @@ class _Entry:
     seq: int
     score: NodeScore | None  # None: infeasible
     reasons: list[str]
+    item: HeapItem | None = None  # its heap item, when feasible
 
 
 @dataclass(slots=True)
@@ -82,24 +83,50 @@ class _ShapeHeap:
 
 @dataclass(slots=True)
 class _Domains:
-    """How many cool feasible nodes have each combination of values of `keys` (hostname:
-    present or not, since every node is its own domain), kept as entries change."""
+    """The cool feasible nodes by their combination of values of `keys` (hostname: present
+    or not, since every node is its own domain): how many, and a heap of each combination's
+    nodes by load score (superseded items are skipped, as in the shape's heap)."""
 
     keys: tuple[str, ...]
     of: dict[str, Domain] = field(default_factory=dict)  # node -> its combination
     counts: Counter[Domain] = field(default_factory=Counter)
+    heaps: dict[Domain, list[HeapItem]] = field(default_factory=dict)
 
-    def add(self, name: str, labels: Mapping[str, str]) -> None:
+    def add(self, name: str, labels: Mapping[str, str], item: HeapItem) -> None:
         domain = tuple(
             (key in labels) if key == spread.HOSTNAME else labels.get(key) for key in self.keys
         )
         self.of[name] = domain
         self.counts[domain] += 1
+        heapq.heappush(self.heaps.setdefault(domain, []), item)
 
     def discard(self, name: str) -> None:
         domain = self.of.pop(name, None)
         if domain is not None:
             self.counts[domain] -= 1
+
+    def least_loaded(
+        self, domain: Domain, shape: _ShapeHeap, skip: Container[str]
+    ) -> list[NodeScore]:
+        """The domain's two best load scores among nodes not in `skip`."""
+        heap = self.heaps[domain]
+        if len(heap) > 2 * self.counts[domain] + 16:
+            heap[:] = [i for i in heap if _valid(shape, i)]
+            heapq.heapify(heap)
+        found: list[NodeScore] = []
+        kept: list[HeapItem] = []
+        while heap and len(found) < 2:
+            item = heapq.heappop(heap)
+            if not _valid(shape, item):
+                continue
+            kept.append(item)
+            if item[4] not in skip:
+                score = shape.entries[item[4]].score
+                assert score is not None
+                found.append(score)
+        for item in kept:
+            heapq.heappush(heap, item)
+        return found
 
 
 def node_local(pod: PodInfo, state: ClusterView, profile: Profile = DEFAULT_PROFILE) -> bool:
@@ -229,9 +256,11 @@ class ScoreIndex:
     ) -> Decision | None:
         """A pod that every node passing the node-local filters fits, ranked by load and
         ScheduleAnyway spreading alone: the spread scores' normalisation (lowest and highest
-        raw score, domains, nodes considered) comes from the shape's counts per domain, and
-        the walk in load order stops once no later node can beat the runner-up (its spread
-        score at most 100). None when this does not apply (the caller visits every node)."""
+        raw score, domains, nodes considered) comes from the shape's counts per domain. Nodes
+        with matching pods of their own (hostname spreading) are scored one by one; any other
+        node shares its domain's spread score, so only each domain's two least loaded ones
+        can be chosen or runner-up. None when this does not apply (the caller visits every
+        node)."""
         pod, soft = ctx.pod, ctx.soft_spread
         if soft is None or shape.feasible == shape.hot:  # all hot: the full path decides
             return None
@@ -275,48 +304,31 @@ class ScoreIndex:
             if raw is not None:  # a node of the domain without pods of its own
                 raws.append(raw)
         low, high = min(raws, default=0), max(raws, default=0)
-        total_weight = LOAD_WEIGHT + weight
-        heap = shape.heap
-        limit = max(WALK_LIMIT, len(entries) // 4)
-        popped: list[HeapItem] = []
-        best: list[tuple[float, NodeScore]] = []
-        top = 0.0
-        try:
-            while heap and len(popped) < limit:
-                item = heapq.heappop(heap)
-                if not _valid(shape, item):
-                    continue
-                popped.append(item)
-                if item[0] == 1:
-                    break  # hot: passed over
-                score = entries[item[4]].score
-                assert score is not None
-                if not popped[1:]:
-                    top = score.score
-                load_share = _normalised(score.score, top)
-                if (
-                    len(best) == 2
-                    and best[1][0]
-                    >= (LOAD_WEIGHT * load_share + weight * spread.MAX_NODE_SCORE) / total_weight
-                ):
-                    break  # this node and every later one score at most the runner-up
-                name = item[4]
-                raw = own[name] if name in own else scorer.raw(nodes[name])
-                spread_share = spread.normalized(raw, low, high)
-                total = (LOAD_WEIGHT * load_share + weight * spread_share) / total_weight
-                best.append((total, score))
-                best.sort(key=lambda pair: -pair[0])
-                del best[2:]
-            else:
-                if heap:
-                    return None  # the walk limit
-        finally:
-            for item in popped:
-                heapq.heappush(heap, item)
-        if not best:
-            return None
-        best[0] = (best[0][0], _aged(best[0][1], ctx))
-        return Decision(best[0][1].node, best[0][0], best, ctx.policy.name, shape.hot, False)
+        best = self._top(shape)  # a cool node: the load scores' maximum
+        assert best is not None and best[0] == 0
+        top = -best[1]
+
+        def total(score: NodeScore, raw: int | None) -> float:  # as combine() adds them up
+            load_share = _normalised(score.score, top)
+            spread_share = spread.normalized(raw, low, high)
+            return (LOAD_WEIGHT * load_share + weight * spread_share) / (LOAD_WEIGHT + weight)
+
+        ranked: list[tuple[float, NodeScore]] = []
+        for name, raw in own.items():
+            score = entries[name].score
+            assert score is not None
+            ranked.append((total(score, raw), score))
+        # Elsewhere, a domain's nodes share a spread score (0 where ignored, missing a key of
+        # the pod's own constraints): its two least loaded are enough.
+        for domain, n in domains.counts.items():
+            if n > own_per_domain[domain]:
+                raw = scorer.raw_for("", _labels(keys, domain))
+                for score in domains.least_loaded(domain, shape, own):
+                    ranked.append((total(score, raw), score))
+        ranked.sort(key=lambda pair: -pair[0])
+        del ranked[2:]
+        ranked[0] = (ranked[0][0], _aged(ranked[0][1], ctx))
+        return Decision(ranked[0][1].node, ranked[0][0], ranked, ctx.policy.name, shape.hot, False)
 
     @staticmethod
     def _domains(shape: _ShapeHeap, keys: tuple[str, ...], ctx: CycleContext) -> _Domains:
@@ -327,8 +339,8 @@ class ScoreIndex:
             domains = shape.domains[keys] = _Domains(keys)
             nodes = ctx.state.nodes
             for name, entry in shape.entries.items():
-                if entry.score is not None and not entry.score.hot:
-                    domains.add(name, nodes[name].labels)
+                if entry.item is not None and entry.item[0] == 0:
+                    domains.add(name, nodes[name].labels, entry.item)
         return domains
 
     def _current(self, key: Shape, ctx: CycleContext) -> _ShapeHeap:
@@ -386,16 +398,17 @@ class ScoreIndex:
             shape.reasons.update(failed)
             return
         score = load(ctx, node)
-        shape.entries[name] = _Entry(seq, score, [])
         shape.feasible += 1
         shape.hot += score.hot
+        item: HeapItem
         if score.hot:
             shape.hot_names.add(name)
             item = (1, weighted_load(shape.policy, score), ctx.rng.random(), seq, name)
         else:
-            for domains in shape.domains.values():
-                domains.add(name, node.labels)
             item = (0, -score.score, ctx.rng.random(), seq, name)
+            for domains in shape.domains.values():
+                domains.add(name, node.labels, item)
+        shape.entries[name] = _Entry(seq, score, [], item)
         heapq.heappush(shape.heap, item)
 
     @staticmethod
