@@ -5,10 +5,12 @@ bench/cycle_micro [--nodes 1000,5000] [--placed-per-node 2] [--pods 200] [--case
 
 No API server: a ClusterState with N nodes over 10 zones and K placed pods, then M pods
 scheduled as the scheduler does (ScoreIndex.schedule, then state.assume). Cases: a plain pod
-(the batching path, for reference), zone spread DoNotSchedule maxSkew 1, ScheduleAnyway zone
-spread, hostname required anti-affinity, required pod affinity by zone, preferred pod affinity,
-and ReplicaSet-owned pods (system default spreading). `--check` also runs the full cycle for
-every pod and asserts the same verdict and best score; `--profile CASE` prints cProfile's top.
+(the batching path, for reference), zone spread DoNotSchedule maxSkew 1 (also with a node
+selector, which nodeAffinityPolicy Honor makes count node by node), ScheduleAnyway zone
+spread, hostname required anti-affinity, required pod affinity by zone, preferred pod
+affinity, and ReplicaSet-owned pods (system default spreading). `--check` also runs the full
+cycle for every pod and asserts the same verdict and best score; `--profile CASE` prints
+cProfile's top.
 """
 
 from __future__ import annotations
@@ -81,6 +83,12 @@ def _hard_spread(spec: dict[str, Any], meta: dict[str, Any]) -> None:
     spec["topologySpreadConstraints"] = _spread("spread", "DoNotSchedule")
 
 
+def _hard_spread_selector(spec: dict[str, Any], meta: dict[str, Any]) -> None:
+    """nodeAffinityPolicy Honor with a node selector: counted node by node."""
+    spec["topologySpreadConstraints"] = _spread("spread", "DoNotSchedule")
+    spec["nodeSelector"] = {"kubernetes.io/os": "linux"}
+
+
 def _soft_spread(spec: dict[str, Any], meta: dict[str, Any]) -> None:
     spec["topologySpreadConstraints"] = _spread("spread", "ScheduleAnyway")
 
@@ -117,6 +125,7 @@ def _replicaset(spec: dict[str, Any], meta: dict[str, Any]) -> None:
 CASES: dict[str, tuple[str, Callable[[dict[str, Any], dict[str, Any]], None]]] = {
     "plain": ("plain", _plain),
     "spread-hard": ("spread", _hard_spread),
+    "spread-hard-nodesel": ("spread", _hard_spread_selector),
     "spread-soft": ("spread", _soft_spread),
     "anti-host": ("anti", _host_anti),
     "affinity-zone": ("aff", _zone_affinity),
