@@ -7,8 +7,9 @@ from the first cycle that asks for it: counted once over every pod, then updated
 accounted or removed. The least recently asked are dropped past `limit`, since a pod's own
 labels (matchLabelKeys) can make selectors that no later pod shares. Counts are sparse (absent:
 none). Per node, they include pods on nodes that no longer exist; per domain (a topology key's
-value, on the existing nodes having a set of required keys) they do not, so they are dropped
-whenever a node comes, goes or changes labels.
+value, over the existing nodes in a scope: with some keys, matching a pod's node affinity,
+tolerated by its tolerations) they do not, so they are dropped whenever a node comes, goes or
+changes labels or taints.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .framework.spread import NodeScope
 from .framework.types import NodeInfo, PodInfo
 from .framework.view import PodMatcher
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
-DomainKey = tuple[str, frozenset[str]]  # (topology key, keys a node must have to count)
-MAX_DOMAIN_KEYS = 8  # per matcher
+DomainKey = tuple[str, NodeScope]  # (topology key, the nodes whose pods count)
+MAX_DOMAIN_KEYS = 16  # per matcher
 
 
 @dataclass(slots=True)
@@ -39,8 +41,8 @@ class _Tracked:
         if node is None:
             return
         labels = node.labels
-        for (key, required), counts in self.per_domain.items():
-            if required.issubset(labels):
+        for (key, scope), counts in self.per_domain.items():
+            if scope.includes(node):
                 value = labels.get(key, "")
                 counts[value] += delta
                 if counts[value] <= 0:
@@ -78,24 +80,24 @@ class MatchCounts:
         self,
         matcher: PodMatcher,
         key: str,
-        required: frozenset[str],
+        scope: NodeScope,
         pods: Iterable[PodInfo],
         namespaces: NamespaceLabels,
         nodes: Mapping[str, NodeInfo],
     ) -> Mapping[str, int]:
         """Matching pods per value of `key` ("" on nodes without it), over the existing nodes
-        that have every key in `required`."""
+        in `scope`."""
         tracked = self._get(matcher, pods, namespaces)
-        counts = tracked.per_domain.get((key, required))
+        counts = tracked.per_domain.get((key, scope))
         if counts is None:
             counts = Counter()
             for name, matches in tracked.per_node.items():
                 node = nodes.get(name)
-                if node is not None and required.issubset(node.labels):
+                if node is not None and scope.includes(node):
                     counts[node.labels.get(key, "")] += matches
             if len(tracked.per_domain) >= MAX_DOMAIN_KEYS:
                 tracked.per_domain.clear()
-            tracked.per_domain[(key, required)] = counts
+            tracked.per_domain[(key, scope)] = counts
         return counts
 
     def added(self, pod: PodInfo, namespaces: NamespaceLabels, node: NodeInfo | None) -> None:
@@ -109,7 +111,8 @@ class MatchCounts:
                 tracked.update(node, pod.node_name, -1)
 
     def nodes_changed(self) -> None:
-        """A node came, went or changed labels: counts per domain are recounted when asked."""
+        """A node came, went or changed labels or taints: counts per domain are recounted when
+        asked."""
         for tracked in self._tracked.values():
             tracked.per_domain.clear()
 

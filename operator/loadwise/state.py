@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .framework.profile import DEFAULT_PROFILE
+from .framework.spread import NodeScope
 from .framework.taints import PREFER_NO_SCHEDULE
 from .framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from .framework.view import PodMatcher
@@ -60,9 +61,9 @@ class ClusterState:
         self.changes: list[str] = []
         self.change_epoch = 0
         # Matching pods per node for the selectors spread and affinity use (match_counts.py),
-        # and topology values per set of keys, dropped when a node's labels change.
+        # and topology values per node scope, dropped when a node's labels or taints change.
         self._matches = MatchCounts()
-        self._topology: dict[frozenset[str], dict[str, set[str]]] = {}
+        self._topology: dict[NodeScope, dict[str, set[str]]] = {}
 
     def _touch(self, node_name: str) -> None:
         changes = self.changes
@@ -75,7 +76,7 @@ class ClusterState:
     def upsert_node(self, raw: Mapping[str, Any]) -> NodeInfo:
         node = parse_node(raw)
         old = self.nodes.get(node.name)
-        if old is None or old.labels != node.labels:
+        if old is None or old.labels != node.labels or old.taints != node.taints:
             self._topology.clear()
             self._matches.nodes_changed()
         self.nodes[node.name] = node
@@ -237,28 +238,28 @@ class ClusterState:
         return self._matches.per_node(matcher, self.pods.values(), self.namespaces)
 
     def matching_domains(
-        self, matcher: PodMatcher, key: str, required: frozenset[str]
+        self, matcher: PodMatcher, key: str, scope: NodeScope
     ) -> Mapping[str, int]:
         """Placed pods `matcher` matches, per value of `key` ("" where missing) over the nodes
-        with every key in `required` (see match_counts.py)."""
+        in `scope` (see match_counts.py)."""
         return self._matches.per_domain(
-            matcher, key, required, self.pods.values(), self.namespaces, self.nodes
+            matcher, key, scope, self.pods.values(), self.namespaces, self.nodes
         )
 
-    def topology_values(self, keys: frozenset[str]) -> Mapping[str, Set[str]]:
-        """For each of `keys`, its values on the nodes that have all of them (cached until a
-        node's labels change)."""
-        values = self._topology.get(keys)
+    def topology_values(self, scope: NodeScope) -> Mapping[str, Set[str]]:
+        """For each of the scope's keys, its values on the nodes in the scope (cached until a
+        node's labels or taints change)."""
+        values = self._topology.get(scope)
         if values is None:
-            values = {key: set() for key in keys}
+            values = {key: set() for key in scope.keys}
             for node in self.nodes.values():
-                labels = node.labels
-                if keys.issubset(labels):
-                    for key in keys:
+                if scope.includes(node):
+                    labels = node.labels
+                    for key in scope.keys:
                         values[key].add(labels[key])
             if len(self._topology) >= 64:
                 self._topology.clear()
-            self._topology[keys] = values
+            self._topology[scope] = values
         return values
 
     def used_ports(self, node_name: str) -> Counter[HostPort]:

@@ -18,6 +18,7 @@ from loadwise.framework.plugins import DEFAULT_PLUGINS
 from loadwise.framework.plugins.node_ports import NodePorts
 from loadwise.framework.profile import DEFAULT_PROFILE, Profile
 from loadwise.framework.scoring import weighted_load
+from loadwise.framework.spread import NodeScope
 from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.metrics.cache import NodeSample
 from loadwise.policy import Policy, parse_spec
@@ -161,18 +162,18 @@ class Recounted:
         pods = state.pods.values()
         return dict(Counter(p.node_name for p in pods if matcher.matches(p, state.namespaces)))
 
-    def matching_domains(self, matcher: Any, key: str, required: frozenset[str]) -> Counter[str]:
+    def matching_domains(self, matcher: Any, key: str, scope: NodeScope) -> Counter[str]:
         nodes = self._state.nodes
         out: Counter[str] = Counter()
         for name, matches in self.matching(matcher).items():
             node = nodes.get(name)
-            if node is not None and required.issubset(node.labels):
+            if node is not None and scope.includes(node):
                 out[node.labels.get(key, "")] += matches
         return out
 
-    def topology_values(self, keys: frozenset[str]) -> dict[str, set[str]]:
-        nodes = [n for n in self._state.nodes.values() if keys.issubset(n.labels)]
-        return {key: {n.labels[key] for n in nodes} for key in keys}
+    def topology_values(self, scope: NodeScope) -> dict[str, set[str]]:
+        nodes = [n for n in self._state.nodes.values() if scope.includes(n)]
+        return {key: {n.labels[key] for n in nodes} for key in scope.keys}
 
 
 def random_soft_pod(rng: random.Random, i: int) -> PodInfo:

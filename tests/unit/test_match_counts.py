@@ -1,6 +1,7 @@
-"""The cluster state's incremental match counts (per node, per domain) and topology values
-equal a recount from scratch after any sequence of placements, removals, relabels, moves,
-deletions, namespace and node label changes (a property test over random sequences)."""
+"""The cluster state's incremental match counts (per node, per domain of a node scope) and
+topology values equal a recount from scratch after any sequence of placements, removals,
+relabels, moves, deletions, namespace and node label or taint changes (a property test over
+random sequences)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 import pytest
 
 from loadwise.framework.podaffinity import TermsMatch, parse_terms
-from loadwise.framework.selectors import parse_label_selector
-from loadwise.framework.spread import SpreadMatch
-from loadwise.framework.types import parse_pod
+from loadwise.framework.selectors import parse_label_selector, parse_required_node_affinity
+from loadwise.framework.spread import NodeScope, SpreadMatch
+from loadwise.framework.taints import parse_tolerations
+from loadwise.framework.types import NodeInfo, parse_pod
 from loadwise.framework.view import PodMatcher
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
@@ -73,7 +75,10 @@ def _node(rng: random.Random, name: str) -> dict[str, Any]:
     labels = {"zone": rng.choice("ab")} if rng.random() < 0.8 else {}
     if rng.random() < 0.5:
         labels["rack"] = rng.choice("xyz")
-    return manifests.node(name, labels=labels)
+    raw = manifests.node(name, labels=labels)
+    if rng.random() < 0.3:
+        raw["spec"]["taints"] = [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]
+    return raw
 
 
 def _recount(state: ClusterState, matcher: PodMatcher) -> dict[str, int]:
@@ -84,20 +89,45 @@ def _recount(state: ClusterState, matcher: PodMatcher) -> dict[str, int]:
 
 
 def _per_domain(
-    state: ClusterState, matcher: PodMatcher, key: str, required: frozenset[str]
+    state: ClusterState, matcher: PodMatcher, key: str, scope: NodeScope
 ) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for pod in state.pods.values():
         node = state.nodes.get(pod.node_name)
-        in_scope = node is not None and required.issubset(node.labels)
+        in_scope = node is not None and _included(node, scope)
         if node is not None and in_scope and matcher.matches(pod, state.namespaces):
             counts[node.labels.get(key, "")] += 1
     return dict(counts)
 
 
-def _values(state: ClusterState, keys: frozenset[str]) -> dict[str, set[str]]:
-    nodes = [n for n in state.nodes.values() if keys.issubset(n.labels)]
-    return {key: {n.labels[key] for n in nodes} for key in keys}
+def _included(node: NodeInfo, scope: NodeScope) -> bool:
+    """NodeScope.includes, written out again."""
+    labels = node.labels
+    if not all(k in labels for k in scope.keys):
+        return False
+    affinity = scope.affinity
+    if affinity is not None and any(labels.get(k) != v for k, v in affinity.node_selector):
+        return False
+    tolerated = not node.taints or any(t.operator == "Exists" for t in scope.tolerations or ())
+    return scope.tolerations is None or tolerated
+
+
+def _values(state: ClusterState, scope: NodeScope) -> dict[str, set[str]]:
+    nodes = [n for n in state.nodes.values() if _included(n, scope)]
+    return {key: {n.labels[key] for n in nodes} for key in scope.keys}
+
+
+def _scopes() -> list[NodeScope]:
+    rack_x = parse_required_node_affinity({"nodeSelector": {"rack": "x"}})
+    everything = parse_tolerations([{"operator": "Exists"}])
+    return [
+        NodeScope(frozenset()),
+        NodeScope(frozenset({"zone"})),
+        NodeScope(frozenset({"zone", "rack"})),
+        NodeScope(frozenset({"zone"}), affinity=rack_x),
+        NodeScope(frozenset({"zone"}), tolerations=()),
+        NodeScope(frozenset(), affinity=rack_x, tolerations=everything),
+    ]
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -110,7 +140,7 @@ def test_incremental_counts_equal_a_recount(seed: int) -> None:
         state.upsert_node(_node(rng, f"n{n}"))
     for namespace in NAMESPACES:
         state.upsert_namespace(namespace, {"team": rng.choice("xy")})
-    key_sets = [frozenset({"zone"}), frozenset({"zone", "rack"}), frozenset({"rack"})]
+    scopes = _scopes()
     uids: list[str] = []
     for step in range(300):
         action = rng.random()
@@ -141,11 +171,11 @@ def test_incremental_counts_equal_a_recount(seed: int) -> None:
             state.delete_node(f"n{rng.randrange(8)}")
         for matcher in rng.sample(matchers, 2):  # asked at random times, so tracked mid-way
             assert dict(state.matching(matcher)) == _recount(state, matcher), (step, matcher)
-            key = rng.choice(["zone", "rack"])
-            required = rng.choice([frozenset(), frozenset({key}), frozenset({"zone", "rack"})])
-            expected = _per_domain(state, matcher, key, required)
-            assert dict(state.matching_domains(matcher, key, required)) == expected, step
-        keys = rng.choice(key_sets)
-        assert {k: set(v) for k, v in state.topology_values(keys).items()} == _values(state, keys)
+            key, scope = rng.choice(["zone", "rack"]), rng.choice(scopes)
+            expected = _per_domain(state, matcher, key, scope)
+            assert dict(state.matching_domains(matcher, key, scope)) == expected, step
+        scope = rng.choice(scopes)
+        values = state.topology_values(scope)
+        assert {k: set(v) for k, v in values.items()} == _values(state, scope)
     for matcher in matchers:
         assert dict(state.matching(matcher)) == _recount(state, matcher)

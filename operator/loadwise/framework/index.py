@@ -268,8 +268,6 @@ class ScoreIndex:
             return None  # an inter-pod filter may refuse nodes: the feasible set is not known
         if len(preferring) != 1 or not isinstance(preferring[0], SpreadPreference):
             return None
-        if not all(spread.trivially_included(c, pod) for c in soft.constraints):
-            return None
         weight = preferring[0].weight_for(ctx)
         nodes, entries = ctx.state.nodes, shape.entries
         keys = tuple(sorted({c.topology_key for c in soft.constraints}))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .selectors import Selector, parse_label_selector, selects
+from .spread import NodeScope
 
 if TYPE_CHECKING:
     from .types import NodeInfo, PodInfo
@@ -112,12 +113,13 @@ def prefilter(pod: PodInfo, state: ClusterView) -> AffinityCounts:
         match = TermsMatch(pod.affinity_terms)
         for term in pod.affinity_terms:
             key = term.topology_key
-            for value, matches in state.matching_domains(match, key, frozenset({key})).items():
+            scope = NodeScope(frozenset({key}))
+            for value, matches in state.matching_domains(match, key, scope).items():
                 affinity[(key, value)] += matches
     for term in pod.anti_affinity_terms:
         key = term.topology_key
-        match = TermsMatch((term,))
-        for value, matches in state.matching_domains(match, key, frozenset({key})).items():
+        match, scope = TermsMatch((term,)), NodeScope(frozenset({key}))
+        for value, matches in state.matching_domains(match, key, scope).items():
             anti[(key, value)] += matches
     return AffinityCounts(affinity, anti, existing)
 

@@ -22,8 +22,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from .selectors import Requirement, Selector, parse_label_selector, selects
-from .taints import first_untolerated
+from .selectors import (
+    RequiredNodeAffinity,
+    Requirement,
+    Selector,
+    parse_label_selector,
+    selects,
+)
+from .taints import Toleration, first_untolerated
 
 if TYPE_CHECKING:
     from .types import NodeInfo, PodInfo
@@ -109,9 +115,34 @@ def matching_per_node(
     return state.matching(SpreadMatch(namespace, selector))
 
 
-def trivially_included(c: SpreadConstraint, pod: PodInfo) -> bool:
-    """Every node with the topology keys is included, whatever its affinity and taints."""
-    return not c.honor_taints and (not c.honor_node_affinity or pod.node_affinity.empty)
+@dataclass(frozen=True, slots=True)
+class NodeScope:
+    """The nodes whose pods count: those with every key in `keys`, matching `affinity` (the
+    incoming pod's, under nodeAffinityPolicy Honor) and with taints that `tolerations` (the
+    incoming pod's, under nodeTaintsPolicy Honor) tolerate. The cluster state keeps counts per
+    domain for each scope in use."""
+
+    keys: frozenset[str]
+    affinity: RequiredNodeAffinity | None = None
+    tolerations: tuple[Toleration, ...] | None = None
+
+    def includes(self, node: NodeInfo) -> bool:
+        labels = node.labels
+        if not self.keys.issubset(labels):
+            return False
+        if self.affinity is not None and not self.affinity.matches(node.name, labels):
+            return False
+        return self.tolerations is None or first_untolerated(node.taints, self.tolerations) is None
+
+
+def node_scope(c: SpreadConstraint, pod: PodInfo, keys: frozenset[str]) -> NodeScope:
+    """The nodes with `keys` that the constraint's inclusion policies include for the pod."""
+    honor_affinity = c.honor_node_affinity and not pod.node_affinity.empty
+    return NodeScope(
+        keys,
+        pod.node_affinity if honor_affinity else None,
+        pod.tolerations if c.honor_taints else None,
+    )
 
 
 @dataclass(slots=True)
@@ -122,39 +153,21 @@ class SpreadCounts:
     minimum: dict[str, int]  # topology key -> min matches over eligible domains
 
 
-def _included(c: SpreadConstraint, pod: PodInfo, node: NodeInfo) -> bool:
-    if c.honor_node_affinity and not pod.node_affinity.matches(node.name, node.labels):
-        return False
-    return not (c.honor_taints and first_untolerated(node.taints, pod.tolerations) is not None)
-
-
 def count(
     pod: PodInfo, state: ClusterView, constraints: Sequence[SpreadConstraint]
 ) -> SpreadCounts:
-    """PreFilter: matching pods per eligible domain, from the state's per-node counts."""
+    """PreFilter: matching pods per eligible domain (a value of the key on a node that has
+    every constraint's key and passes the inclusion policies), from the state's counts."""
     keys = frozenset(c.topology_key for c in constraints)
-    nodes = state.nodes
     per_pair: Counter[tuple[str, str]] = Counter()
-    if all(trivially_included(c, pod) for c in constraints):
-        # Domains: every value on the nodes with all the keys; counts: only nodes with matches.
-        values = state.topology_values(keys)
-        for c in constraints:
-            for value in values[c.topology_key]:
-                per_pair[(c.topology_key, value)] += 0
-        for c in constraints:
-            if matches_anything(c.selector):
-                match = SpreadMatch(pod.namespace, c.selector)
-                for value, matches in state.matching_domains(match, c.topology_key, keys).items():
-                    per_pair[(c.topology_key, value)] += matches
-    else:
-        matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
-        for node in nodes.values():
-            if not keys.issubset(node.labels):
-                continue
-            for c, per_node in zip(constraints, matching, strict=True):
-                if _included(c, pod, node):
-                    pair = (c.topology_key, node.labels[c.topology_key])
-                    per_pair[pair] += per_node.get(node.name, 0)
+    for c in constraints:
+        key, scope = c.topology_key, node_scope(c, pod, keys)
+        for value in state.topology_values(scope)[key]:
+            per_pair[(key, value)] += 0
+        if matches_anything(c.selector):
+            match = SpreadMatch(pod.namespace, c.selector)
+            for value, matches in state.matching_domains(match, key, scope).items():
+                per_pair[(key, value)] += matches
     domains: Counter[str] = Counter(key for key, _ in per_pair)
     minimum: dict[str, int] = {}
     for (key, _), matches in per_pair.items():
@@ -261,29 +274,17 @@ class SoftScorer:
             for i, c in enumerate(constraints)
         ]
         # Matching pods per domain, over every node (hostname domains: per node, in raw()).
-        self.matching = matching = [
-            matching_per_node(state, c.selector, pod.namespace) for c in constraints
-        ]
-        nodes_by_name = state.nodes
+        self.matching = [matching_per_node(state, c.selector, pod.namespace) for c in constraints]
+        required = frozenset(keys) if require_all else frozenset()
         for i, c in enumerate(constraints):
             in_domain = counts[i]
-            if not in_domain:
+            if not in_domain or not matches_anything(c.selector):
                 continue
-            key = c.topology_key
-            if trivially_included(c, pod):  # per domain, kept by the state
-                if not matches_anything(c.selector):
-                    continue
-                required = frozenset(keys) if require_all else frozenset()
-                match = SpreadMatch(pod.namespace, c.selector)
-                for value, matches in state.matching_domains(match, key, required).items():
-                    if value in in_domain:
-                        in_domain[value] += matches
-                continue
-            for node in nodes_by_name.values():
-                if _included(c, pod, node) and not (require_all and _missing(node, keys)):
-                    value = node.labels.get(key, "")
-                    if value in in_domain:
-                        in_domain[value] += matching[i].get(node.name, 0)
+            key, scope = c.topology_key, node_scope(c, pod, required)
+            match = SpreadMatch(pod.namespace, c.selector)
+            for value, matches in state.matching_domains(match, key, scope).items():
+                if value in in_domain:
+                    in_domain[value] += matches
 
     def raw(self, node: NodeInfo) -> int | None:
         """The node's raw score; None when ignored (missing a key of the pod's own

@@ -12,6 +12,7 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence, Set
 from typing import Protocol
 
 from .selectors import Selector
+from .spread import NodeScope
 from .types import HostPort, NodeInfo, Owner, PodInfo
 
 
@@ -85,14 +86,14 @@ class ClusterView(Protocol):
         ...
 
     def matching_domains(
-        self, matcher: PodMatcher, key: str, required: frozenset[str]
+        self, matcher: PodMatcher, key: str, scope: NodeScope
     ) -> Mapping[str, int]:
         """Placed pods the matcher matches per value of `key` ("" where missing), over the
-        existing nodes that have every key in `required`; kept incrementally too."""
+        existing nodes in `scope`; kept incrementally too."""
         ...
 
-    def topology_values(self, keys: frozenset[str]) -> Mapping[str, Set[str]]:
-        """For each of `keys`, its values on the nodes that have every one of `keys`."""
+    def topology_values(self, scope: NodeScope) -> Mapping[str, Set[str]]:
+        """For each of the scope's keys, its values on the nodes in the scope."""
         ...
 
     def used_ports(self, node_name: str) -> Counter[HostPort]: ...
