@@ -15,9 +15,10 @@ changes labels or taints.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from .framework.podaffinity import AffinityTerm
 from .framework.spread import NodeScope
 from .framework.types import NodeInfo, PodInfo
 from .framework.view import PodMatcher
@@ -120,3 +121,48 @@ class MatchCounts:
         """Namespace labels changed: matchers with namespace selectors may match differently."""
         for matcher in [m for m in self._tracked if m.reads_namespace_labels]:
             del self._tracked[matcher]
+
+
+class PlacedTerms:
+    """Placed pods' required anti-affinity terms: for each distinct term, how many placed pods
+    carry it per node and per value of its topology key, so a cycle matches the incoming pod
+    once per term rather than once per placed pod, and reads counts per domain."""
+
+    def __init__(self) -> None:
+        self._terms: dict[AffinityTerm, _Tracked] = {}
+
+    def added(self, pod: PodInfo, node: NodeInfo | None) -> None:
+        for term in pod.anti_affinity_terms:
+            tracked = self._terms.get(term)
+            if tracked is None:
+                tracked = self._terms[term] = _Tracked({})
+            tracked.update(node, pod.node_name, 1)
+
+    def removed(self, pod: PodInfo, node: NodeInfo | None) -> None:
+        for term in pod.anti_affinity_terms:
+            tracked = self._terms.get(term)
+            if tracked is not None:
+                tracked.update(node, pod.node_name, -1)
+                if not tracked.per_node:
+                    del self._terms[term]
+
+    def per_domain(
+        self, nodes: Mapping[str, NodeInfo]
+    ) -> Iterator[tuple[AffinityTerm, Mapping[str, int]]]:
+        """Each term with its placed pods per value of its topology key (existing nodes that
+        have the key)."""
+        for term, tracked in self._terms.items():
+            key = term.topology_key
+            scope = NodeScope(frozenset({key}))
+            counts = tracked.per_domain.get((key, scope))
+            if counts is None:
+                counts = tracked.per_domain[(key, scope)] = Counter()
+                for name, carrying in tracked.per_node.items():
+                    node = nodes.get(name)
+                    if node is not None and key in node.labels:
+                        counts[node.labels[key]] += carrying
+            yield term, counts
+
+    def nodes_changed(self) -> None:
+        for tracked in self._terms.values():
+            tracked.per_domain.clear()

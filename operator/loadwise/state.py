@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
+from .framework.podaffinity import AffinityTerm
 from .framework.profile import DEFAULT_PROFILE
 from .framework.spread import NodeScope
 from .framework.taints import PREFER_NO_SCHEDULE
 from .framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from .framework.view import PodMatcher
-from .match_counts import MatchCounts
+from .match_counts import MatchCounts, PlacedTerms
 from .resources import PODS
 from .workload_selectors import WorkloadSelectors
 
@@ -63,6 +64,7 @@ class ClusterState:
         # Matching pods per node for the selectors spread and affinity use (match_counts.py),
         # and topology values per node scope, dropped when a node's labels or taints change.
         self._matches = MatchCounts()
+        self._anti_terms = PlacedTerms()
         self._topology: dict[NodeScope, dict[str, set[str]]] = {}
 
     def _touch(self, node_name: str) -> None:
@@ -79,6 +81,7 @@ class ClusterState:
         if old is None or old.labels != node.labels or old.taints != node.taints:
             self._topology.clear()
             self._matches.nodes_changed()
+            self._anti_terms.nodes_changed()
         self.nodes[node.name] = node
         if any(t.effect == PREFER_NO_SCHEDULE for t in node.taints):
             self.prefer_no_schedule.add(node.name)
@@ -91,6 +94,7 @@ class ClusterState:
         if self.nodes.pop(name, None) is not None:
             self._topology.clear()
             self._matches.nodes_changed()
+            self._anti_terms.nodes_changed()
         self.prefer_no_schedule.discard(name)
         self._touch(name)
 
@@ -147,7 +151,10 @@ class ClusterState:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return False
-        self._matches.removed(pod, self.namespaces, self.nodes.get(pod.node_name))
+        node = self.nodes.get(pod.node_name)
+        self._matches.removed(pod, self.namespaces, node)
+        if pod.anti_affinity_terms:
+            self._anti_terms.removed(pod, node)
         load = self.loads.get(pod.node_name)
         if load is not None and uid in load.pods:
             load.pods.discard(uid)
@@ -163,7 +170,10 @@ class ClusterState:
 
     def _account(self, pod: PodInfo, recent: bool = True) -> None:
         self.pods[pod.uid] = pod
-        self._matches.added(pod, self.namespaces, self.nodes.get(pod.node_name))
+        node = self.nodes.get(pod.node_name)
+        self._matches.added(pod, self.namespaces, node)
+        if pod.anti_affinity_terms:
+            self._anti_terms.added(pod, node)
         load = self.loads.get(pod.node_name)
         if load is None:
             load = self.loads[pod.node_name] = NodeLoad()
@@ -245,6 +255,11 @@ class ClusterState:
         return self._matches.per_domain(
             matcher, key, scope, self.pods.values(), self.namespaces, self.nodes
         )
+
+    def anti_affinity_domains(self) -> Iterator[tuple[AffinityTerm, Mapping[str, int]]]:
+        """Placed pods' required anti-affinity terms, each with how many placed pods carry it
+        per value of its topology key (see match_counts.py)."""
+        return self._anti_terms.per_domain(self.nodes)
 
     def topology_values(self, scope: NodeScope) -> Mapping[str, Set[str]]:
         """For each of the scope's keys, its values on the nodes in the scope (cached until a

@@ -171,6 +171,17 @@ class Recounted:
                 out[node.labels.get(key, "")] += matches
         return out
 
+    def anti_affinity_domains(self) -> list[tuple[Any, Counter[str]]]:
+        state = self._state
+        out: dict[Any, Counter[str]] = {}
+        for pod in state.pods.values():
+            node = state.nodes.get(pod.node_name)
+            for term in pod.anti_affinity_terms:
+                per_value = out.setdefault(term, Counter())
+                if node is not None and term.topology_key in node.labels:
+                    per_value[node.labels[term.topology_key]] += 1
+        return list(out.items())
+
     def topology_values(self, scope: NodeScope) -> dict[str, set[str]]:
         nodes = [n for n in self._state.nodes.values() if scope.includes(n)]
         return {key: {n.labels[key] for n in nodes} for key in scope.keys}

@@ -68,6 +68,15 @@ def _pod(rng: random.Random, uid: str, node: str) -> Any:
     raw["spec"]["nodeName"] = node
     if rng.random() < 0.2:
         raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if rng.random() < 0.4:
+        selector = {"matchLabels": {"app": rng.choice(["web", "db"])}}
+        terms = [
+            {"labelSelector": selector, "topologyKey": key}
+            for key in rng.sample(["zone", "rack", "kubernetes.io/hostname"], rng.choice([1, 2]))
+        ]
+        raw["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}
+        }
     return parse_pod(raw)
 
 
@@ -115,6 +124,18 @@ def _included(node: NodeInfo, scope: NodeScope) -> bool:
 def _values(state: ClusterState, scope: NodeScope) -> dict[str, set[str]]:
     nodes = [n for n in state.nodes.values() if _included(n, scope)]
     return {key: {n.labels[key] for n in nodes} for key in scope.keys}
+
+
+def _anti_terms(state: ClusterState) -> dict[Any, dict[str, int]]:
+    """Placed pods' anti-affinity terms, each with its pods per value of its key, recounted."""
+    out: dict[Any, Counter[str]] = {}
+    for pod in state.pods.values():
+        node = state.nodes.get(pod.node_name)
+        for term in pod.anti_affinity_terms:
+            per_value = out.setdefault(term, Counter())
+            if node is not None and term.topology_key in node.labels:
+                per_value[node.labels[term.topology_key]] += 1
+    return {term: dict(per_value) for term, per_value in out.items()}
 
 
 def _scopes() -> list[NodeScope]:
@@ -174,6 +195,8 @@ def test_incremental_counts_equal_a_recount(seed: int) -> None:
             key, scope = rng.choice(["zone", "rack"]), rng.choice(scopes)
             expected = _per_domain(state, matcher, key, scope)
             assert dict(state.matching_domains(matcher, key, scope)) == expected, step
+        anti = {term: dict(per_value) for term, per_value in state.anti_affinity_domains()}
+        assert anti == _anti_terms(state), step
         scope = rng.choice(scopes)
         values = state.topology_values(scope)
         assert {k: set(v) for k, v in values.items()} == _values(state, scope)

@@ -4,7 +4,6 @@ against the incoming pod, counted per topology pair exactly as kube-scheduler's 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,8 +14,6 @@ from .spread import NodeScope
 if TYPE_CHECKING:
     from .types import NodeInfo, PodInfo
     from .view import ClusterView
-
-TopologyPair = tuple[str, str]
 
 ERR_EXISTING_ANTI = "node(s) didn't satisfy existing pods anti-affinity rules"
 ERR_AFFINITY = "node(s) didn't match pod affinity rules"
@@ -80,74 +77,67 @@ def required_terms(spec: Mapping[str, Any], kind: str, namespace: str) -> tuple[
     return parse_terms(section.get("requiredDuringSchedulingIgnoredDuringExecution"), namespace)
 
 
-def _pair(node: NodeInfo | None, key: str) -> TopologyPair | None:
-    if node is None or key not in node.labels:
-        return None
-    return (key, node.labels[key])
+PerValue = tuple[str, Mapping[str, int]]  # a topology key, matching pods per value of it
 
 
 @dataclass(slots=True)
 class AffinityCounts:
-    affinity: Counter[TopologyPair]
-    anti_affinity: Counter[TopologyPair]
-    existing_anti: Counter[TopologyPair]
+    """PreFilter's counts, read from the cluster state's counts per domain (not copied): for
+    each of the pod's affinity terms, the pods matching all of them; for each anti-affinity
+    term, the pods it matches; placed pods' anti-affinity terms that match the pod (only
+    those with pods on nodes that have the key)."""
+
+    affinity: list[PerValue]
+    anti_affinity: list[PerValue]
+    existing_anti: list[PerValue]
 
 
 def prefilter(pod: PodInfo, state: ClusterView) -> AffinityCounts:
     ns_labels = state.namespaces
-    affinity: Counter[TopologyPair] = Counter()
-    anti: Counter[TopologyPair] = Counter()
-    existing: Counter[TopologyPair] = Counter()
-    # Existing pods' required anti-affinity terms that the incoming pod matches.
-    for uid in state.anti_affinity_pods:
-        other = state.pods.get(uid)
-        if other is None:
-            continue
-        node = state.nodes.get(other.node_name)
-        for term in other.anti_affinity_terms:
-            if term.matches(pod.namespace, pod.labels, ns_labels):
-                pair = _pair(node, term.topology_key)
-                if pair is not None:
-                    existing[pair] += 1
+    existing = [
+        (term.topology_key, per_value)
+        for term, per_value in state.anti_affinity_domains()
+        if per_value and term.matches(pod.namespace, pod.labels, ns_labels)
+    ]
+    affinity: list[PerValue] = []
     if pod.affinity_terms:  # pods matching all terms count in each term's topology
         match = TermsMatch(pod.affinity_terms)
         for term in pod.affinity_terms:
             key = term.topology_key
             scope = NodeScope(frozenset({key}))
-            for value, matches in state.matching_domains(match, key, scope).items():
-                affinity[(key, value)] += matches
+            affinity.append((key, state.matching_domains(match, key, scope)))
+    anti: list[PerValue] = []
     for term in pod.anti_affinity_terms:
         key = term.topology_key
         match, scope = TermsMatch((term,)), NodeScope(frozenset({key}))
-        for value, matches in state.matching_domains(match, key, scope).items():
-            anti[(key, value)] += matches
+        anti.append((key, state.matching_domains(match, key, scope)))
     return AffinityCounts(affinity, anti, existing)
 
 
 def filter_node(
     pod: PodInfo, node: NodeInfo, counts: AffinityCounts, ns_labels: Mapping[str, Mapping[str, str]]
 ) -> str | None:
-    if counts.existing_anti and any(
-        counts.existing_anti.get(pair, 0) > 0 for pair in node.labels.items()
-    ):
-        return ERR_EXISTING_ANTI
+    labels = node.labels
+    for key, per_value in counts.existing_anti:
+        value = labels.get(key)
+        if value is not None and per_value.get(value, 0) > 0:
+            return ERR_EXISTING_ANTI
     if pod.affinity_terms:
         pods_exist = True
-        for term in pod.affinity_terms:
-            pair = _pair(node, term.topology_key)
-            if pair is None:
+        for key, per_value in counts.affinity:
+            value = labels.get(key)
+            if value is None:
                 return ERR_AFFINITY  # every topology label must exist on the node
-            if counts.affinity.get(pair, 0) <= 0:
+            if per_value.get(value, 0) <= 0:
                 pods_exist = False
         # The first pod of a group with affinity to itself may go anywhere with the topologies.
         if not pods_exist and not (
-            not counts.affinity
+            not any(per_value for _, per_value in counts.affinity)
             and all(t.matches(pod.namespace, pod.labels, ns_labels) for t in pod.affinity_terms)
         ):
             return ERR_AFFINITY
-    if counts.anti_affinity:
-        for term in pod.anti_affinity_terms:
-            pair = _pair(node, term.topology_key)
-            if pair is not None and counts.anti_affinity.get(pair, 0) > 0:
-                return ERR_ANTI
+    for key, per_value in counts.anti_affinity:
+        value = labels.get(key)
+        if value is not None and per_value.get(value, 0) > 0:
+            return ERR_ANTI
     return None

@@ -8,9 +8,10 @@ A scheduling cycle is pure: it reads, decides, and leaves every write (Reserve) 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterator, Mapping, Sequence, Set
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import Protocol
 
+from .podaffinity import AffinityTerm
 from .selectors import Selector
 from .spread import NodeScope
 from .types import HostPort, NodeInfo, Owner, PodInfo
@@ -90,6 +91,11 @@ class ClusterView(Protocol):
     ) -> Mapping[str, int]:
         """Placed pods the matcher matches per value of `key` ("" where missing), over the
         existing nodes in `scope`; kept incrementally too."""
+        ...
+
+    def anti_affinity_domains(self) -> Iterable[tuple[AffinityTerm, Mapping[str, int]]]:
+        """Placed pods' required anti-affinity terms, each with how many placed pods carry it
+        per value of its topology key (on existing nodes with the key); kept incrementally."""
         ...
 
     def topology_values(self, scope: NodeScope) -> Mapping[str, Set[str]]:
