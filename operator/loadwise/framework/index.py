@@ -21,7 +21,7 @@ import heapq
 import itertools
 import random
 from collections import Counter, OrderedDict
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ..metrics.cache import NodeSample
@@ -41,8 +41,8 @@ from .plugin import UNSIGNABLE, ScorePlugin
 from .plugins.topology_spread import SpreadPreference
 from .profile import DEFAULT_PROFILE, Profile, Shape
 from .scoring import LOAD_WEIGHT, MAX_SCORE, NodeScore, UsageProfiles, weighted_load
-from .types import PodInfo
-from .view import ClusterView
+from .types import NodeInfo, PodInfo
+from .view import ClusterView, PodMatcher
 
 MAX_SHAPES = 16  # heaps kept, least recently used dropped first
 # Nodes a constrained pod without preferences visits in its shape's order before it gives up
@@ -52,8 +52,9 @@ WALK_LIMIT = 64
 
 # (tier, rank, tie-break, seq, node): tier 0 = cool (rank = -score), 1 = hot (rank = load)
 HeapItem = tuple[int, float, float, int, str]
-Domain = tuple[str | bool | None, ...]  # a node's values of some topology keys
-MAX_DOMAIN_KEYS = 8  # key combinations tracked per shape
+# A node's values of some topology keys, then its own matching pods for some selectors.
+Domain = tuple[str | bool | int | None, ...]
+MAX_DOMAIN_KEYS = 16  # combinations of keys and selectors tracked per shape
 
 
 @dataclass(slots=True)
@@ -78,25 +79,32 @@ class _ShapeHeap:
     hot: int = 0
     hot_names: set[str] = field(default_factory=set)  # feasible hot nodes
     # Cool feasible nodes per domain, for the topology keys spread pods asked about.
-    domains: dict[tuple[str, ...], _Domains] = field(default_factory=dict)
+    domains: dict[tuple[tuple[str, ...], tuple[PodMatcher | None, ...]], _Domains] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(slots=True)
 class _Domains:
-    """The cool feasible nodes by their combination of values of `keys` (hostname: present
-    or not, since every node is its own domain): how many, and a heap of each combination's
-    nodes by load score (superseded items are skipped, as in the shape's heap)."""
+    """The cool feasible nodes by domain: their values of `keys` (hostname: present or not)
+    and how many pods each of `matchers` (hostname constraints' selectors) matches on the node
+    itself. Nodes of one domain share a spread score. Kept as the shape's entries change (a pod
+    placed or gone touches its node, which is re-evaluated): how many nodes per domain, and a
+    heap of each domain's nodes by load score (superseded items skipped, as in the shape's)."""
 
     keys: tuple[str, ...]
-    of: dict[str, Domain] = field(default_factory=dict)  # node -> its combination
+    matchers: tuple[PodMatcher | None, ...]
+    of: dict[str, Domain] = field(default_factory=dict)  # node -> its domain
     counts: Counter[Domain] = field(default_factory=Counter)
     heaps: dict[Domain, list[HeapItem]] = field(default_factory=dict)
 
-    def add(self, name: str, labels: Mapping[str, str], item: HeapItem) -> None:
-        domain = tuple(
-            (key in labels) if key == spread.HOSTNAME else labels.get(key) for key in self.keys
+    def add(self, node: NodeInfo, item: HeapItem, state: ClusterView) -> None:
+        labels = node.labels
+        domain = (
+            *((key in labels) if key == spread.HOSTNAME else labels.get(key) for key in self.keys),
+            *(0 if m is None else state.matching(m).get(node.name, 0) for m in self.matchers),
         )
-        self.of[name] = domain
+        self.of[node.name] = domain
         self.counts[domain] += 1
         heapq.heappush(self.heaps.setdefault(domain, []), item)
 
@@ -104,11 +112,12 @@ class _Domains:
         domain = self.of.pop(name, None)
         if domain is not None:
             self.counts[domain] -= 1
+            if not self.counts[domain]:  # only superseded items are left in its heap
+                del self.counts[domain]
+                del self.heaps[domain]
 
-    def least_loaded(
-        self, domain: Domain, shape: _ShapeHeap, skip: Container[str]
-    ) -> list[NodeScore]:
-        """The domain's two best load scores among nodes not in `skip`."""
+    def least_loaded(self, domain: Domain, shape: _ShapeHeap) -> list[NodeScore]:
+        """The domain's two best load scores."""
         heap = self.heaps[domain]
         if len(heap) > 2 * self.counts[domain] + 16:
             heap[:] = [i for i in heap if _valid(shape, i)]
@@ -120,10 +129,9 @@ class _Domains:
             if not _valid(shape, item):
                 continue
             kept.append(item)
-            if item[4] not in skip:
-                score = shape.entries[item[4]].score
-                assert score is not None
-                found.append(score)
+            score = shape.entries[item[4]].score
+            assert score is not None
+            found.append(score)
         for item in kept:
             heapq.heappush(heap, item)
         return found
@@ -256,11 +264,11 @@ class ScoreIndex:
     ) -> Decision | None:
         """A pod that every node passing the node-local filters fits, ranked by load and
         ScheduleAnyway spreading alone: the spread scores' normalisation (lowest and highest
-        raw score, domains, nodes considered) comes from the shape's counts per domain. Nodes
-        with matching pods of their own (hostname spreading) are scored one by one; any other
-        node shares its domain's spread score, so only each domain's two least loaded ones
-        can be chosen or runner-up. None when this does not apply (the caller visits every
-        node)."""
+        raw score, domains, nodes considered) comes from the shape's counts per domain, where a
+        domain is a combination of topology values and, for hostname constraints, matching
+        pods on the node itself. A domain's nodes share a spread score, so only its two least
+        loaded ones can be chosen or runner-up. None when this does not apply (the caller
+        visits every node)."""
         pod, soft = ctx.pod, ctx.soft_spread
         if soft is None or shape.feasible == shape.hot:  # all hot: the full path decides
             return None
@@ -269,14 +277,21 @@ class ScoreIndex:
         if len(preferring) != 1 or not isinstance(preferring[0], SpreadPreference):
             return None
         weight = preferring[0].weight_for(ctx)
-        nodes, entries = ctx.state.nodes, shape.entries
         keys = tuple(sorted({c.topology_key for c in soft.constraints}))
-        domains = self._domains(shape, keys, ctx)
+        matchers = tuple(
+            spread.SpreadMatch(pod.namespace, c.selector)
+            if spread.matches_anything(c.selector)
+            else None
+            for c in soft.constraints
+            if c.topology_key == spread.HOSTNAME
+        )
+        domains = self._domains(shape, keys, matchers, ctx)
         require_all = not soft.system_default
+        width = len(keys)
         counted = [
             (domain, n)
             for domain, n in domains.counts.items()
-            if n > 0 and not (require_all and any(v is None or v is False for v in domain))
+            if n > 0 and not (require_all and any(v is None or v is False for v in domain[:width]))
         ]
         values = [
             ()
@@ -285,22 +300,12 @@ class ScoreIndex:
             for c in soft.constraints
         ]
         scorer = spread.SoftScorer(pod, ctx.state, soft, values, sum(n for _, n in counted))
-        # Nodes with pods of their own that match: scored one by one; the rest per domain.
-        own: dict[str, int | None] = {}
-        own_per_domain: Counter[Domain] = Counter()
-        for i, c in enumerate(soft.constraints):
-            if c.topology_key != spread.HOSTNAME:
-                continue
-            for name in scorer.matching[i]:
-                if name in own or name not in domains.of:
-                    continue
-                own[name] = scorer.raw(nodes[name])
-                own_per_domain[domains.of[name]] += 1
-        raws = [r for r in own.values() if r is not None]
-        for domain, n in counted:
-            raw = scorer.raw_for("", _labels(keys, domain)) if n > own_per_domain[domain] else None
-            if raw is not None:  # a node of the domain without pods of its own
-                raws.append(raw)
+        raw_of = {
+            domain: scorer.raw_with(_labels(keys, domain[:width]), _counts(domain[width:]))
+            for domain, n in domains.counts.items()
+            if n > 0
+        }
+        raws = [raw for raw in raw_of.values() if raw is not None]
         low, high = min(raws, default=0), max(raws, default=0)
         best = self._top(shape)  # a cool node: the load scores' maximum
         assert best is not None and best[0] == 0
@@ -311,34 +316,34 @@ class ScoreIndex:
             spread_share = spread.normalized(raw, low, high)
             return (LOAD_WEIGHT * load_share + weight * spread_share) / (LOAD_WEIGHT + weight)
 
-        ranked: list[tuple[float, NodeScore]] = []
-        for name, raw in own.items():
-            score = entries[name].score
-            assert score is not None
-            ranked.append((total(score, raw), score))
-        # Elsewhere, a domain's nodes share a spread score (0 where ignored, missing a key of
-        # the pod's own constraints): its two least loaded are enough.
-        for domain, n in domains.counts.items():
-            if n > own_per_domain[domain]:
-                raw = scorer.raw_for("", _labels(keys, domain))
-                for score in domains.least_loaded(domain, shape, own):
-                    ranked.append((total(score, raw), score))
+        # A domain's nodes share a spread score (0 where ignored, missing a key of the pod's
+        # own constraints): its two least loaded are enough.
+        ranked = [
+            (total(score, raw), score)
+            for domain, raw in raw_of.items()
+            for score in domains.least_loaded(domain, shape)
+        ]
         ranked.sort(key=lambda pair: -pair[0])
         del ranked[2:]
         ranked[0] = (ranked[0][0], _aged(ranked[0][1], ctx))
         return Decision(ranked[0][1].node, ranked[0][0], ranked, ctx.policy.name, shape.hot, False)
 
     @staticmethod
-    def _domains(shape: _ShapeHeap, keys: tuple[str, ...], ctx: CycleContext) -> _Domains:
-        domains = shape.domains.get(keys)
+    def _domains(
+        shape: _ShapeHeap,
+        keys: tuple[str, ...],
+        matchers: tuple[PodMatcher | None, ...],
+        ctx: CycleContext,
+    ) -> _Domains:
+        domains = shape.domains.get((keys, matchers))
         if domains is None:
             if len(shape.domains) >= MAX_DOMAIN_KEYS:
                 shape.domains.clear()
-            domains = shape.domains[keys] = _Domains(keys)
-            nodes = ctx.state.nodes
+            domains = shape.domains[(keys, matchers)] = _Domains(keys, matchers)
+            state = ctx.state
             for name, entry in shape.entries.items():
                 if entry.item is not None and entry.item[0] == 0:
-                    domains.add(name, nodes[name].labels, entry.item)
+                    domains.add(state.nodes[name], entry.item, state)
         return domains
 
     def _current(self, key: Shape, ctx: CycleContext) -> _ShapeHeap:
@@ -405,7 +410,7 @@ class ScoreIndex:
         else:
             item = (0, -score.score, ctx.rng.random(), seq, name)
             for domains in shape.domains.values():
-                domains.add(name, node.labels, item)
+                domains.add(node, item, ctx.state)
         shape.entries[name] = _Entry(seq, score, [], item)
         heapq.heappush(shape.heap, item)
 
@@ -424,13 +429,18 @@ def _valid(shape: _ShapeHeap, item: HeapItem) -> bool:
     return entry is not None and entry.seq == item[3]
 
 
-def _value(value: str | bool | None) -> str:
+def _value(value: str | bool | int | None) -> str:
     """A node's value of a non-hostname key, "" when it lacks the key (as spread scores it)."""
     return value if isinstance(value, str) else ""
 
 
+def _counts(domain: Domain) -> list[int]:
+    """The own matching pods part of a domain."""
+    return [v if isinstance(v, int) else 0 for v in domain]
+
+
 def _labels(keys: tuple[str, ...], domain: Domain) -> dict[str, str]:
-    """Labels of a node of this domain with no pods of its own (hostname present: "")."""
+    """Labels of a node of this domain (from its values of `keys`; hostname present: "")."""
     return {
         key: value if isinstance(value, str) else ""
         for key, value in zip(keys, domain, strict=True)

@@ -289,18 +289,26 @@ class SoftScorer:
     def raw(self, node: NodeInfo) -> int | None:
         """The node's raw score; None when ignored (missing a key of the pod's own
         constraints)."""
-        return self.raw_for(node.name, node.labels)
+        host = [
+            per_node.get(node.name, 0)
+            for per_node, c in zip(self.matching, self.constraints, strict=True)
+            if c.topology_key == HOSTNAME
+        ]
+        return self.raw_with(node.labels, host)
 
-    def raw_for(self, name: str, labels: Mapping[str, str]) -> int | None:
-        """raw() of a node with this name and these labels (the name finds its own pods)."""
+    def raw_with(self, labels: Mapping[str, str], host: Sequence[int]) -> int | None:
+        """The raw score of a node with these labels and `host` matching pods of its own for
+        each hostname constraint, in order."""
         if self.require_all and not all(k in labels for k in self.keys):
             return None
-        score = 0.0
+        score, hosts = 0.0, iter(host)
         for i, c in enumerate(self.constraints):
-            if c.topology_key not in labels:
-                continue
             if c.topology_key == HOSTNAME:
-                matches = self.matching[i].get(name, 0)
+                matches = next(hosts)
+                if HOSTNAME not in labels:
+                    continue
+            elif c.topology_key not in labels:
+                continue
             else:
                 matches = self.counts[i][labels[c.topology_key]]
             score += matches * self.weights[i] + c.max_skew - 1
