@@ -61,6 +61,9 @@ from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 NS = "throughput"
 CLK = os.sysconf("SC_CLK_TCK")
 CONTROL_CPU, SCHEDULER_CPU = 0, 1
+# The runners' processes and py-spy, killed on the way out if a run is interrupted or fails
+# (kube-scheduler also stops with the control plane).
+CHILDREN: list[subprocess.Popen[bytes]] = []
 
 
 def pin_refusal() -> str | None:
@@ -292,6 +295,7 @@ async def run_one(
             proc = cluster.cp.start_scheduler(qps=5000, burst=5000)
         elif runner == "loadwise":
             proc = start_loadwise(cluster)
+    CHILDREN.extend([proc] if proc is not None else [])
     sampler = CpuSampler(proc.pid) if proc is not None else None
     profiler = None
     if runner == "loadwise" and args.profile and proc is not None:
@@ -299,6 +303,7 @@ async def run_one(
             ["py-spy", "record", "--pid", str(proc.pid), "--output", args.profile, "--rate", "200"],
             stdout=subprocess.DEVNULL,
         )
+        CHILDREN.append(profiler)
     if args.mode != "backlog":
         if runner != "ceiling":  # a running scheduler meets the arrivals
             warm = f"{runner[:2]}-warmup"
@@ -503,6 +508,10 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -529,6 +538,11 @@ def main() -> int:
     if args.pin and (refusal := pin_refusal()):
         parser.error(refusal)
     logging.basicConfig(level=logging.WARNING)
+    # Stop cleanly on SIGTERM, and on SIGINT even when started in the background (a shell without
+    # job control starts background jobs with SIGINT ignored): the finally clause below stops the
+    # runner and the control plane.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.pin:  # before any thread or child exists: they all inherit it
         os.sched_setaffinity(0, {CONTROL_CPU})
     cluster = LocalCluster().start()
@@ -541,6 +555,10 @@ def main() -> int:
         if args.pin:
             data["control_plane_cpus"] = {name: cpus_of(pid) for name, pid in pids.items()}
     finally:
+        for child in CHILDREN:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
         cluster.stop()
     table = {k: {x: y for x, y in v.items() if x != "timeline"} for k, v in data["runners"].items()}
     print(
