@@ -8,7 +8,8 @@ scheduled as the scheduler does (ScoreIndex.schedule, then state.assume). Cases:
 (the batching path, for reference), zone spread DoNotSchedule maxSkew 1 (also with a node
 selector, which nodeAffinityPolicy Honor makes count node by node), ScheduleAnyway zone
 spread, hostname required anti-affinity, required pod affinity by zone, preferred pod
-affinity, and ReplicaSet-owned pods (system default spreading). `--check` also runs the full
+affinity, and ReplicaSet-owned pods (system default spreading), also with hostname
+anti-affinity. `--check` also runs the full
 cycle for every pod and asserts the same verdict and best score; `--profile CASE` prints
 cProfile's top.
 """
@@ -122,6 +123,13 @@ def _replicaset(spec: dict[str, Any], meta: dict[str, Any]) -> None:
     ]
 
 
+def _replicaset_anti(spec: dict[str, Any], meta: dict[str, Any]) -> None:
+    """A Deployment's pods that also repel each other per node."""
+    _replicaset(spec, meta)
+    required = {"requiredDuringSchedulingIgnoredDuringExecution": [_term("rs", HOSTNAME)]}
+    spec["affinity"] = {"podAntiAffinity": required}
+
+
 CASES: dict[str, tuple[str, Callable[[dict[str, Any], dict[str, Any]], None]]] = {
     "plain": ("plain", _plain),
     "spread-hard": ("spread", _hard_spread),
@@ -131,6 +139,7 @@ CASES: dict[str, tuple[str, Callable[[dict[str, Any], dict[str, Any]], None]]] =
     "affinity-zone": ("aff", _zone_affinity),
     "affinity-preferred": ("pref", _preferred_affinity),
     "replicaset": ("rs", _replicaset),
+    "replicaset-anti": ("rs", _replicaset_anti),
 }
 
 
