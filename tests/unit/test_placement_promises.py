@@ -7,6 +7,8 @@ import random
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.metrics.cache import NodeSample
@@ -215,3 +217,20 @@ def test_policy_status_names_a_dimension_the_operator_does_not_declare() -> None
     report = metrics_report(disk, cache, ["n0"], NOW)
     assert not report.available and report.fresh_nodes == 1
     assert report.message.startswith("dimension(s) disk not declared")
+
+
+def test_a_pod_inside_the_rate_window_counts_for_what_the_window_does_not_show() -> None:
+    """Sample at NOW - 1 covering placements up to NOW - 11 (a 10 s window): a pod placed 6 s
+    before the sample is assumed (6/10)^2 = 36% shown, so 64% of its estimate still counts; a
+    pod placed after the sample counts in full."""
+    state = state_with(manifests.node("a", cpu="4"))
+    sample = {"a": NodeSample(0.1, 0.0, NOW - 1, NOW - 11)}
+    state.assume(pod_info("old", cpu="1"), "a", at=NOW - 7)
+    policy = spec_policy(weights={"cpu": 1, "memory": 0}, memoryEstimate=0)
+    result = schedule_one(pod_info("new", cpu="0"), state, policy, sample, NOW, random.Random(1))
+    assert isinstance(result, Decision)
+    assert result.chosen.cpu == pytest.approx(0.1 + 0.64 * 1.5 * 1000 / 4000)
+    state.assume(pod_info("later", cpu="1"), "a", at=NOW - 0.5)
+    result = schedule_one(pod_info("new", cpu="0"), state, policy, sample, NOW, random.Random(1))
+    assert isinstance(result, Decision)
+    assert result.chosen.cpu == pytest.approx(0.1 + (0.64 + 1) * 1.5 * 1000 / 4000)

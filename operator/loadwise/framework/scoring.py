@@ -107,10 +107,13 @@ def score_node(
         coverage, window = sample.coverage, sample.timestamp - sample.coverage
         for placed in state.placed_since(node.name, coverage):
             cpu_est, mem_est = pod_estimate(placed, factors, use)
-            # A rate window shows a pod's use gradually: placed halfway through the window, it
-            # is about half in the sample already. Counting it fully as well would count that
-            # half twice and push a burst off the nodes it just started filling.
-            unseen = min(1.0, (placed.placed_at - coverage) / window) if window > 0 else 1.0
+            # A rate window shows a pod's use gradually, and only once the pod runs and has
+            # been scraped: counted in full as well, the part already shown would count twice
+            # and push a burst off the nodes it just started filling. Assumed shown: the square
+            # of the fraction of the window since placement (none at first, all at the end;
+            # below the linear ramp, so a slow start or scrape is not underestimated).
+            age = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
+            unseen = 1.0 - max(0.0, age) ** 2  # placed after the sample: all unseen
             extra_cpu += unseen * cpu_est
             extra_mem += unseen * mem_est
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
