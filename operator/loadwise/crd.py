@@ -122,6 +122,7 @@ def build_crd() -> dict[str, Any]:
                     "additionalPrinterColumns": [
                         {"name": "CPU", "type": "number", "jsonPath": ".spec.weights.cpu"},
                         {"name": "Memory", "type": "number", "jsonPath": ".spec.weights.memory"},
+                        {"name": "Strategy", "type": "string", "jsonPath": ".spec.strategy"},
                         {"name": "Precedence", "type": "integer", "jsonPath": ".spec.precedence"},
                         {
                             "name": "Fresh-Nodes",
