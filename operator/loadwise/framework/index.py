@@ -148,6 +148,7 @@ class ScoreIndex:
         self.profile = profile
         self.filters = profile.local_filters
         self.inter_pod = profile.inter_pod_filters
+        self.preferences = tuple(p for p in profile.scorers if not p.node_local)
         self._shapes: OrderedDict[Shape, _ShapeHeap] = OrderedDict()
         self._seq = itertools.count()
         self.evaluations = 0  # node evaluations, for tests and profiling
@@ -197,7 +198,9 @@ class ScoreIndex:
         node-local verdict and load score come from the shape's entries; only the checks that
         depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
         as in kube-scheduler's order. The conclusion is the full cycle's."""
-        preferring = self.profile.preferring(ctx)
+        # The preferences that apply: scorers that are not node-local sign the pod UNSIGNABLE
+        # exactly then. With none, the load score alone ranks the feasible nodes.
+        preferring = [p for p in self.preferences if p.sign(ctx) is UNSIGNABLE]
         walked = self._walk_spread(shape, ctx, preferring) if preferring else self._walk(shape, ctx)
         if walked is not None:
             return walked

@@ -32,7 +32,6 @@ class Profile:
         self.scorers = tuple(p for p in self.plugins if isinstance(p, ScorePlugin))
         self._local = tuple(p for p in self.plugins if p.node_local)
         self._not_local = tuple(p for p in self.plugins if not p.node_local)
-        self._not_local_scorers = tuple(p for p in self.scorers if not p.node_local)
         self._placement = tuple(p for p in self.plugins if p.helped_by_placement)
         self.pod_fields = _union(p.inputs.pod for p in self.plugins)
         self.node_fields = _union(p.inputs.node for p in self.plugins)
@@ -44,11 +43,6 @@ class Profile:
         """The policy plus every node-local plugin's signature: pods with equal shapes get the
         same verdict and load score on every node."""
         return (policy.name, *(p.sign(ctx) for p in self._local))
-
-    def preferring(self, ctx: CycleContext) -> list[ScorePlugin]:
-        """The preferences that apply to the pod: scorers that are not node-local sign it
-        UNSIGNABLE exactly then. With none, the load score alone ranks the feasible nodes."""
-        return [p for p in self._not_local_scorers if p.sign(ctx) is UNSIGNABLE]
 
     def batchable(self, ctx: CycleContext) -> bool:
         """Every plugin signs the pod: each node's verdict and score depend on it alone."""
