@@ -1,11 +1,14 @@
 """Placement quality under a burst: loadwise vs kube-scheduler vs the naive scorer.
 
 bench/placement [--nodes N] [--pods M] [--seed S] [--policy default|cpu|pack]
-                [--scenario burst|workload-mix] [--json PATH] [--png PATH]
+                [--scenario burst|workload-mix|gpu] [--schedulers a,b] [--json PATH] [--png PATH]
 Sets up its own control plane, Prometheus and nodes, and tears them down.
 --policy: loadwise's SchedulingPolicy (default {}; cpu: weights cpu 1, memory 0; pack: Pack to
 70% cpu / 80% memory). --scenario workload-mix: pods of idle and hungry workloads, some placed
 first as history; loadwise with and without its learned estimate, and kube-scheduler.
+--scenario gpu: the burst, with 30% of nodes publishing GPU utilisation through Prometheus (a
+third of them above 90%); loadwise adds the gpu dimension (weight 1, hot above 90%) to --policy.
+gpu hot pods: burst pods placed on a node above 90% GPU (a column in the gpu scenario only).
 vs optimum: CPU stddev over the clairvoyant water-fill optimum's (1.00 is as even as possible).
 """
 
@@ -36,6 +39,7 @@ COLUMNS = (
     ("idle_left", "idle left", "{}"),
     ("vs_optimum", "vs optimum", "{:.2f}"),
 )
+GPU_COLUMNS = (("gpu_hot_pods", "gpu hot pods", "{}"),)  # shown in the gpu scenario only
 
 
 def cell(value: object, fmt: str) -> str:
@@ -46,15 +50,21 @@ def table(data: dict[str, object]) -> str:
     schedulers = data["schedulers"]
     assert isinstance(schedulers, dict)
     width = max(15, *(len(name) + 2 for name in schedulers))
-    header = f"{'scheduler':<{width}}" + "".join(f"{title:>15}" for _, title, _ in COLUMNS)
+    columns = COLUMNS + (GPU_COLUMNS if data.get("scenario") == "gpu" else ())
+    header = f"{'scheduler':<{width}}" + "".join(f"{title:>15}" for _, title, _ in columns)
     lines = [header]
     for name, outcome in schedulers.items():
-        cells = "".join(f"{cell(outcome[key], fmt):>15}" for key, _, fmt in COLUMNS)
+        cells = "".join(f"{cell(outcome.get(key), fmt):>15}" for key, _, fmt in columns)
         lines.append(f"{name:<{width}}{cells}")
     if "optimum_cpu_stddev" in data:
         lines.append(
             f"optimum (water-fill): cpu sd {data['optimum_cpu_stddev']:.3f},"
             f" level {data['optimum_cpu_level']:.0%}"
+        )
+    if "gpu_nodes" in data:
+        lines.append(
+            f"gpu: {data['gpu_nodes']} GPU nodes, {data['gpu_hot_nodes']} above"
+            f" {data['gpu_hot_threshold']:.0%}"
         )
     return "\n".join(lines)
 

@@ -134,6 +134,16 @@ class UsageExporter:
             self._advance(target, time.time())
             target.dimensions[name] = fraction
 
+    def clear_dimension(self, node: str, name: str) -> None:
+        """A node no longer has this dimension: its series disappear (and go stale in
+        Prometheus), as on a node without the hardware. Never fails, so cleanup can call it."""
+        with self._lock:
+            target = self._nodes.get(node)
+            if target is None or name not in target.dimensions:
+                return
+            self._advance(target, time.time())  # the disk counter keeps what it counted
+            del target.dimensions[name]
+
     def place_pod(
         self,
         uid: str,

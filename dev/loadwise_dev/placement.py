@@ -19,6 +19,12 @@ Scenarios:
   three times. A few pods of each run first and stay (history, seen by Prometheus per pod);
   then the burst of the rest goes through loadwise with its learned per-workload estimate, with
   requests only (`learnedEstimate: false`), and kube-scheduler.
+- `gpu`: the `burst` nodes and pods (same seed, same figures), plus a GPU utilisation on 30% of
+  the nodes, published as DCGM's series through Prometheus (the operator's `gpu` dimension); a
+  third of those are GPU-busy (92-99%) whatever their CPU. loadwise runs under `--policy` plus
+  `dimensions: [{name: gpu, weight: 1, hotThreshold: 90}]`; kube-scheduler and the naive scorer
+  see no GPU, so they fill cool-CPU GPU-busy nodes. `gpu_hot_pods` counts burst pods placed on a
+  node above 90% GPU.
 """
 
 from __future__ import annotations
@@ -30,12 +36,12 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from . import manifests
 from .cluster import LocalCluster, running_operator, wait_for
-from .exporter import SIM_POD_CPU_QUERY
+from .exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY
 from .kube import Kube, KubeError
 from .usage import UsageFeeder, usage_annotations
 
@@ -57,10 +63,13 @@ POLICY_SPECS: dict[str, dict[str, Any]] = {
     "cpu": {"weights": {"cpu": 1, "memory": 0}},
     "pack": {"strategy": "Pack", "targetUtilization": {"cpu": 70, "memory": 80}},
 }
-SCENARIOS = ("burst", "workload-mix")
+SCENARIOS = ("burst", "workload-mix", "gpu")
 BURST_SCHEDULERS = ("loadwise", "kube-scheduler", "naive")
 MIX_SCHEDULERS = ("loadwise", "loadwise-requests", "kube-scheduler")
 PHASE_LABEL = "bench.loadwise.io/phase"  # warmup (history, kept) or burst (measured, deleted)
+GPU_SHARE = 0.3  # `gpu`: the share of nodes with a GPU; a third of those GPU-busy
+GPU_HOT = 0.9  # `gpu_hot_pods` counts pods on nodes above this GPU utilisation
+GPU_DIMENSIONS = [{"name": "gpu", "weight": 1, "hotThreshold": round(GPU_HOT * 100)}]
 
 
 @dataclass
@@ -81,6 +90,7 @@ class Outcome:
     # to remove (spreading fills exactly those first).
     idle_left: int
     vs_optimum: float | None  # cpu_util_stddev / the water-fill optimum's (None: that is 0)
+    gpu_hot_pods: int = 0  # burst pods on nodes above GPU_HOT GPU utilisation (`gpu` only)
     per_node: dict[str, dict[str, float]] = field(repr=False, default_factory=dict)
 
 
@@ -99,6 +109,7 @@ class Scenario:
     burst: list[PodPlan]
     warmup: list[PodPlan] = field(default_factory=list)  # placed first, kept: history
     workloads: dict[str, str] = field(default_factory=dict)  # ConfigMap name -> idle/hungry
+    gpu: dict[str, float] = field(default_factory=dict)  # GPU nodes -> GPU utilisation 0..1
 
 
 def backgrounds(rng: random.Random, nodes: int) -> dict[str, tuple[float, float]]:
@@ -154,6 +165,23 @@ def workload_mix(rng: random.Random, pods: int) -> Scenario:
     return Scenario("workload-mix", MIX_REQUESTS, burst, warmup, workloads)
 
 
+def gpu_utilisations(rng: random.Random, nodes: Sequence[str]) -> dict[str, float]:
+    """GPU_SHARE of `nodes` carry a GPU; a third of those are GPU-busy (92-99%), the rest at
+    10-60%. Drawn regardless of CPU: a GPU job's host CPU is often cool, which is exactly what a
+    CPU-only scorer misreads."""
+    gpu_nodes = sorted(rng.sample(list(nodes), round(len(nodes) * GPU_SHARE)))
+    busy = set(rng.sample(gpu_nodes, round(len(gpu_nodes) / 3)))
+    return {
+        n: round(rng.uniform(0.92, 0.99) if n in busy else rng.uniform(0.1, 0.6), 3)
+        for n in gpu_nodes
+    }
+
+
+def gpu_hot_pods(placed: Mapping[str, int], gpu: Mapping[str, float]) -> int:
+    """Pods placed on a node above GPU_HOT GPU utilisation (a node without a GPU is at 0)."""
+    return sum(count for node, count in placed.items() if gpu.get(node, 0.0) > GPU_HOT)
+
+
 def millis(cpu: str) -> int:
     """`250m` -> 250 (the scenarios write CPU usage in millicores)."""
     return int(cpu.removesuffix("m"))
@@ -199,7 +227,9 @@ def summarise(
     unschedulable: int,
     seconds: float,
     optimum: float | None = None,
+    gpu: Mapping[str, float] | None = None,
 ) -> Outcome:
+    gpu = gpu or {}
     cpu = [after[n][0] for n in before]
     mem = [after[n][1] for n in before]
     stddev = round(statistics.pstdev(cpu), 4)
@@ -219,12 +249,14 @@ def summarise(
         nodes_empty=len(before) - used,
         idle_left=sum(1 for n in before if placed[n] == 0 and after[n][0] < IDLE),
         vs_optimum=round(stddev / optimum, 3) if optimum else None,
+        gpu_hot_pods=gpu_hot_pods(placed, gpu),
         per_node={
             n: {
                 "cpu_before": before[n][0],
                 "cpu": after[n][0],
                 "mem": after[n][1],
                 "pods": placed[n],
+                **({"gpu": gpu[n]} if n in gpu else {}),
             }
             for n in before
         },
@@ -384,6 +416,26 @@ async def _pod_usage_served(cluster: LocalCluster, pods: Sequence[PodPlan]) -> N
     await wait_for(served, 60, interval=0.5, what="Prometheus to serve per-pod usage")
 
 
+async def _dimension_served(
+    cluster: LocalCluster, name: str, expected: Mapping[str, float], nodes: Sequence[str]
+) -> None:
+    """Until Prometheus answers SIM_DIMENSIONS[name] for each of `nodes` as `expected` (within
+    a point; absent for a node not in it): the schedulers start from what loadwise can see."""
+    assert cluster.prometheus is not None
+    prometheus = cluster.prometheus
+    query = SIM_DIMENSIONS[name]
+
+    async def served() -> bool:
+        answer = await asyncio.to_thread(prometheus.query, query)
+        seen = {r["metric"].get("node"): float(r["value"][1]) for r in answer["data"]["result"]}
+        return all(
+            abs(seen.get(n, -1.0) - expected[n]) <= 0.01 if n in expected else n not in seen
+            for n in nodes
+        )
+
+    await wait_for(served, 60, interval=0.5, what=f"Prometheus to serve {name} utilisation")
+
+
 async def _warm_up(
     cluster: LocalCluster,
     kube: Kube,
@@ -424,9 +476,18 @@ def loadwise_spec(scheduler: str, policy: str, scenario: Scenario) -> dict[str, 
         return NAIVE_POLICY
     if scheduler not in ("loadwise", "loadwise-requests"):
         return None
-    spec = dict(POLICY_SPECS[policy])
+    spec = scenario_spec(policy, scenario)
     if scenario.name == "workload-mix":
         spec["learnedEstimate"] = scheduler == "loadwise"
+    return spec
+
+
+def scenario_spec(policy: str, scenario: Scenario | None) -> dict[str, Any]:
+    """`--policy`'s spec as the scenario runs it: `gpu` adds the gpu dimension (a copy: the
+    table of specs is left as it is)."""
+    spec = dict(POLICY_SPECS[policy])
+    if scenario is not None and scenario.gpu:
+        spec["dimensions"] = [dict(d) for d in GPU_DIMENSIONS]
     return spec
 
 
@@ -438,7 +499,12 @@ def make_scenario(
         raise ValueError(f"unknown scenario {name!r}: one of {SCENARIOS}")
     rng = random.Random(seed)
     before = backgrounds(rng, nodes)
-    return before, (burst_scenario(rng, pods) if name == "burst" else workload_mix(rng, pods))
+    if name == "workload-mix":
+        return before, workload_mix(rng, pods)
+    scenario = burst_scenario(rng, pods)
+    if name == "gpu":  # drawn after the burst's, so the nodes and pods are the burst's
+        scenario = replace(scenario, name="gpu", gpu=gpu_utilisations(rng, list(before)))
+    return before, scenario
 
 
 async def run_scenario(
@@ -456,7 +522,7 @@ async def run_scenario(
         raise ValueError(f"unknown policy {policy!r}: one of {sorted(POLICY_SPECS)}")
     backgrounds_, scenario = make_scenario(scenario_name, seed, nodes, pods)
     if schedulers is None:
-        schedulers = BURST_SCHEDULERS if scenario.name == "burst" else MIX_SCHEDULERS
+        schedulers = MIX_SCHEDULERS if scenario.name == "workload-mix" else BURST_SCHEDULERS
     results: dict[str, Outcome] = {}
     async with cluster.kube() as kube:
         await cluster.install_crd(kube)
@@ -469,6 +535,8 @@ async def run_scenario(
         feeder = UsageFeeder(kube, cluster.exporter)
         await feeder.start()
         try:
+            for node, busy in scenario.gpu.items():
+                cluster.exporter.set_dimension(node, "gpu", busy)
             await cluster.wait_metrics({n: cpu for n, (cpu, _) in backgrounds_.items()})
             await _warm_up(cluster, kube, feeder, scenario, owners)
             # The state every burst starts from: background plus the history pods.
@@ -479,6 +547,8 @@ async def run_scenario(
                 await cluster.wait_metrics({n: cpu for n, (cpu, _) in before.items()})
             cpu_before = {n: cpu for n, (cpu, _) in before.items()}
             optimum, level = optimum_stddev(cpu_before, scenario.burst, NODE_CPU_MILLIS)
+            if scenario.gpu:
+                await _dimension_served(cluster, "gpu", scenario.gpu, list(backgrounds_))
             for scheduler in schedulers:
                 spec = loadwise_spec(scheduler, policy, scenario)
                 if scheduler == "kube-scheduler":
@@ -499,10 +569,19 @@ async def run_scenario(
                     raise ValueError(f"unknown scheduler {scheduler!r}")
                 after = cluster.exporter.utilisation()
                 results[scheduler] = summarise(
-                    before, after, placed, len(scenario.burst), unschedulable, seconds, optimum
+                    before,
+                    after,
+                    placed,
+                    len(scenario.burst),
+                    unschedulable,
+                    seconds,
+                    optimum,
+                    scenario.gpu,
                 )
                 await clear(cluster, kube, before, kept=len(scenario.warmup))
         finally:
+            for node in scenario.gpu:
+                cluster.exporter.clear_dimension(node, "gpu")
             await feeder.stop()
     figures = {
         "cpu_stddev": optimum,
@@ -528,7 +607,7 @@ def as_json(
         "hot_threshold": HOT,
         "scenario": scenario.name if scenario else "burst",
         "policy": policy,
-        "policy_spec": POLICY_SPECS[policy],
+        "policy_spec": scenario_spec(policy, scenario),
     }
     if optimum is not None:
         data["optimum_cpu_stddev"] = optimum["cpu_stddev"]
@@ -539,5 +618,9 @@ def as_json(
         data["workloads"] = scenario.workloads
         data["warmup_pods"] = len(scenario.warmup)
         data["burst_pods"] = len(scenario.burst)
+    if scenario is not None and scenario.gpu:
+        data["gpu_hot_threshold"] = GPU_HOT
+        data["gpu_nodes"] = len(scenario.gpu)
+        data["gpu_hot_nodes"] = sum(1 for v in scenario.gpu.values() if v > GPU_HOT)
     data["schedulers"] = {name: asdict(outcome) for name, outcome in results.items()}
     return data

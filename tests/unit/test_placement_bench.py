@@ -1,5 +1,6 @@
 """bench/placement's pure parts: the water-fill optimum (one case checked by hand), scenarios as a
-function of the seed alone, the policy specs per run, the packing figures, and the table."""
+function of the seed alone (gpu: the burst's nodes and pods plus GPU nodes), the policy specs per
+run, the packing and gpu_hot_pods figures, the table, and the exporter's cleared dimension."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadwise_dev import placement
+from loadwise_dev.exporter import UsageExporter
 from loadwise_dev.placement import PodPlan, water_fill
 
 
@@ -158,3 +160,78 @@ def test_table_has_the_new_columns_and_the_optimum() -> None:
     assert ours.split()[-4:] == ["1", "1", "0", "1.00"]  # used, empty, idle left, ratio
     assert requests_only.startswith("loadwise-requests ") and requests_only.endswith(" -")
     assert footer == "optimum (water-fill): cpu sd 0.050, level 35%"
+
+
+def test_gpu_scenario_is_the_burst_plus_gpu_nodes() -> None:
+    before, burst = placement.make_scenario("burst", 4, 100, 300)
+    gpu_before, gpu = placement.make_scenario("gpu", 4, 100, 300)
+    assert gpu_before == before and gpu.burst == burst.burst and gpu.requests == burst.requests
+    assert gpu.name == "gpu" and not burst.gpu and not gpu.warmup
+    assert gpu == placement.make_scenario("gpu", 4, 100, 300)[1]
+    assert gpu.gpu != placement.make_scenario("gpu", 5, 100, 300)[1].gpu
+    assert set(gpu.gpu) <= set(before) and len(gpu.gpu) == 30
+    busy = {n for n, v in gpu.gpu.items() if v > placement.GPU_HOT}
+    assert len(busy) == 10 and all(0.92 <= gpu.gpu[n] <= 0.99 for n in busy)
+    assert all(0.1 <= v <= 0.6 for n, v in gpu.gpu.items() if n not in busy)
+    _, small = placement.make_scenario("gpu", 1, 10, 20)
+    assert len(small.gpu) == 3 and sum(v > placement.GPU_HOT for v in small.gpu.values()) == 1
+
+
+def test_gpu_policy_adds_the_dimension() -> None:
+    _, gpu = placement.make_scenario("gpu", 1, 10, 20)
+    dims = [{"name": "gpu", "weight": 1, "hotThreshold": 90}]
+    assert placement.loadwise_spec("loadwise", "default", gpu) == {"dimensions": dims}
+    assert placement.loadwise_spec("loadwise", "cpu", gpu) == {
+        "weights": {"cpu": 1, "memory": 0},
+        "dimensions": dims,
+    }
+    assert placement.loadwise_spec("naive", "default", gpu) == placement.NAIVE_POLICY
+    assert placement.loadwise_spec("kube-scheduler", "default", gpu) is None
+    assert "dimensions" not in placement.POLICY_SPECS["cpu"]
+    data = placement.as_json({}, 10, 20, 1, "cpu", gpu)
+    assert data["policy_spec"]["dimensions"] == dims and data["gpu_nodes"] == 3
+    assert data["gpu_hot_nodes"] == 1 and data["gpu_hot_threshold"] == 0.9
+
+
+def test_gpu_hot_pods_counts_pods_on_nodes_above_90_percent() -> None:
+    gpu = {"busy": 0.95, "edge": 0.9, "calm": 0.3}
+    placed = Counter(busy=4, edge=2, calm=5, cpu_only=7)
+    assert placement.gpu_hot_pods(placed, gpu) == 4  # 90% itself is not above
+    assert placement.gpu_hot_pods(placed, {}) == 0
+    before = {n: (0.2, 0.2) for n in ("busy", "edge", "calm", "cpu_only")}
+    after = {n: (0.3, 0.3) for n in before}
+    outcome = placement.summarise(before, after, placed, 18, 0, 1.0, 0.1, gpu)
+    assert outcome.gpu_hot_pods == 4
+    assert outcome.per_node["busy"]["gpu"] == 0.95 and "gpu" not in outcome.per_node["cpu_only"]
+    assert placement.summarise(before, after, placed, 18, 0, 1.0, 0.1).gpu_hot_pods == 0
+
+
+def test_table_shows_gpu_hot_pods_in_the_gpu_scenario_only() -> None:
+    _, gpu = placement.make_scenario("gpu", 1, 10, 20)
+    before = {n: (0.2, 0.2) for n in gpu.gpu}
+    busy = next(n for n, v in gpu.gpu.items() if v > placement.GPU_HOT)
+    results = {
+        "naive": placement.summarise(before, before, Counter({busy: 3}), 3, 0, 1.0, None, gpu.gpu)
+    }
+    bench = _bench()
+    text = bench.table(placement.as_json(results, 10, 20, 1, "default", gpu))  # type: ignore[attr-defined]
+    header, row, footer = text.splitlines()
+    assert header.endswith("gpu hot pods") and row.split()[-1] == "3"
+    assert footer == "gpu: 3 GPU nodes, 1 above 90%"
+    _, burst = placement.make_scenario("burst", 1, 10, 20)
+    plain = bench.table(placement.as_json(results, 10, 20, 1, "default", burst))  # type: ignore[attr-defined]
+    assert "gpu" not in plain
+
+
+def test_cleared_dimension_is_no_longer_published() -> None:
+    exporter = UsageExporter()  # rendered directly, never served
+    try:
+        exporter.set_usage("n1", 0.1, 0.1)
+        exporter.set_dimension("n1", "gpu", 0.95)
+        assert 'DCGM_FI_DEV_GPU_UTIL{node="n1",gpu="0"} 95.000' in exporter.render()
+        exporter.clear_dimension("n1", "gpu")
+        exporter.clear_dimension("n1", "gpu")  # again, and unknown nodes: no error
+        exporter.clear_dimension("gone", "gpu")
+        assert "DCGM_FI_DEV_GPU_UTIL{" not in exporter.render()
+    finally:
+        exporter.stop()
