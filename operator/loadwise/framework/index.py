@@ -21,12 +21,12 @@ import heapq
 import itertools
 import random
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
-from . import spread
+from . import podaffinity, spread
 from .context import CycleContext
 from .cycle import (
     Decision,
@@ -115,6 +115,28 @@ class _Domains:
             if not self.counts[domain]:  # only superseded items are left in its heap
                 del self.counts[domain]
                 del self.heaps[domain]
+
+    def first_passing(
+        self, domain: Domain, shape: _ShapeHeap, passes: Callable[[str], bool], limit: int
+    ) -> list[HeapItem] | None:
+        """The domain's first two nodes in load order that pass; None past `limit` nodes."""
+        heap = self.heaps[domain]
+        found: list[HeapItem] = []
+        kept: list[HeapItem] = []
+        try:
+            while heap and len(found) < 2:
+                if len(kept) >= limit:
+                    return None
+                item = heapq.heappop(heap)
+                if not _valid(shape, item):
+                    continue
+                kept.append(item)
+                if passes(item[4]):
+                    found.append(item)
+        finally:
+            for item in kept:
+                heapq.heappush(heap, item)
+        return found
 
     def least_loaded(self, domain: Domain, shape: _ShapeHeap) -> list[NodeScore]:
         """The domain's two best load scores."""
@@ -223,6 +245,9 @@ class ScoreIndex:
         passes (the caller then visits every node)."""
         nodes, heap, inter_pod = ctx.state.nodes, shape.heap, self.inter_pod
         limit = max(WALK_LIMIT, len(shape.entries) // 4)
+        apart = self._walk_apart(shape, ctx, limit)
+        if apart:
+            return self._ranked(shape, ctx, apart)
         popped: list[HeapItem] = []
         cool: list[NodeScore] = []
         least_hot: NodeScore | None = None
@@ -256,11 +281,46 @@ class ScoreIndex:
             return Decision(chosen.node, top, [(top, chosen)], ctx.policy.name, 0, True)
         if not cool:
             return None  # nothing fits: the failure message needs every node's reasons
+        return self._ranked(shape, ctx, cool)
+
+    def _ranked(self, shape: _ShapeHeap, ctx: CycleContext, cool: list[NodeScore]) -> Decision:
+        """The decision from the best one or two cool nodes that pass, in the shape's order."""
+        nodes, inter_pod = ctx.state.nodes, self.inter_pod
         best = cool[0].score
         ranked = [(_normalised(s.score, best), s) for s in cool]
         ranked[0] = (ranked[0][0], _aged(cool[0], ctx))
         hot = sum(1 for name in shape.hot_names if not first_failure(ctx, nodes[name], inter_pod))
         return Decision(cool[0].node, ranked[0][0], ranked, ctx.policy.name, hot, False)
+
+    def _walk_apart(self, shape: _ShapeHeap, ctx: CycleContext, limit: int) -> list[NodeScore]:
+        """kube-scheduler's hostname fast path, for a pod with required anti-affinity by
+        hostname: a node with pods those terms match on itself is refused, and such nodes
+        pile up at the top of the shape's heap (one pod each barely changes a score). The
+        shape's cool nodes are grouped by how many such pods they hold (a pod placed or gone
+        re-evaluates its node), and only the groups with none are walked, in order; every
+        check still runs on the nodes visited. The best one or two cool nodes that pass, or
+        none when this does not apply, the limit is reached or none passes."""
+        terms = [t for t in ctx.pod.anti_affinity_terms if t.topology_key == spread.HOSTNAME]
+        if not terms or shape.feasible == shape.hot:
+            return []
+        matchers = tuple(podaffinity.TermsMatch((t,)) for t in terms)
+        if any(m.reads_namespace_labels for m in matchers):
+            return []  # a namespace relabel changes matches without touching any node
+        domains = self._domains(shape, (spread.HOSTNAME,), matchers, ctx)
+        nodes, inter_pod = ctx.state.nodes, self.inter_pod
+        found: list[HeapItem] = []
+        for domain in list(domains.counts):
+            if domain[0] is True and any(domain[1:]):
+                continue  # every node here holds a pod its anti-affinity refuses
+            passing = domains.first_passing(
+                domain, shape, lambda name: not first_failure(ctx, nodes[name], inter_pod), limit
+            )
+            if passing is None:
+                return []
+            found.extend(passing)
+        found.sort()
+        cool = [shape.entries[item[4]].score for item in found[:2]]
+        return [score for score in cool if score is not None]
 
     def _walk_spread(
         self, shape: _ShapeHeap, ctx: CycleContext, preferring: list[ScorePlugin]
