@@ -26,6 +26,7 @@ from .view import ClusterView
 
 MAX_SCORE = 100
 APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the load score fades
+SHOW_DELAY = 0.2  # fraction of a sample's window before a new pod's use starts to show in it
 
 
 class UsageProfiles(Protocol):
@@ -109,11 +110,12 @@ def score_node(
             cpu_est, mem_est = pod_estimate(placed, factors, use)
             # A rate window shows a pod's use gradually, and only once the pod runs and has
             # been scraped: counted in full as well, the part already shown would count twice
-            # and push a burst off the nodes it just started filling. Assumed shown: the square
-            # of the fraction of the window since placement (none at first, all at the end;
-            # below the linear ramp, so a slow start or scrape is not underestimated).
+            # and push a burst off the nodes it just started filling. Assumed shown: nothing
+            # for the first SHOW_DELAY of the window (start-up, the first scrape), then a
+            # linear ramp to all of it at the window's end.
             age = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
-            unseen = 1.0 - max(0.0, age) ** 2  # placed after the sample: all unseen
+            shown = _clamp((age - SHOW_DELAY) / (1 - SHOW_DELAY))
+            unseen = 1.0 - shown
             extra_cpu += unseen * cpu_est
             extra_mem += unseen * mem_est
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
