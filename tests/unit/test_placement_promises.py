@@ -221,17 +221,16 @@ def test_policy_status_names_a_dimension_the_operator_does_not_declare() -> None
 
 def test_a_pod_inside_the_rate_window_counts_for_what_the_window_does_not_show() -> None:
     """Sample at NOW - 1 covering placements up to NOW - 11 (a 10 s window): a pod placed 6 s
-    before the sample is assumed (0.6 - 0.2) / 0.8 = 50% shown (nothing shows in the first 20%
-    of the window), so 50% of its estimate still counts; a pod placed after the sample counts in
-    full."""
+    before the sample is assumed 60% shown, so 40% of its estimate still counts; a pod placed
+    after the sample counts in full."""
     state = state_with(manifests.node("a", cpu="4"))
     sample = {"a": NodeSample(0.1, 0.0, NOW - 1, NOW - 11)}
     state.assume(pod_info("old", cpu="1"), "a", at=NOW - 7)
     policy = spec_policy(weights={"cpu": 1, "memory": 0}, memoryEstimate=0)
     result = schedule_one(pod_info("new", cpu="0"), state, policy, sample, NOW, random.Random(1))
     assert isinstance(result, Decision)
-    assert result.chosen.cpu == pytest.approx(0.1 + 0.5 * 1.5 * 1000 / 4000)
+    assert result.chosen.cpu == pytest.approx(0.1 + 0.4 * 1.5 * 1000 / 4000)
     state.assume(pod_info("later", cpu="1"), "a", at=NOW - 0.5)
     result = schedule_one(pod_info("new", cpu="0"), state, policy, sample, NOW, random.Random(1))
     assert isinstance(result, Decision)
-    assert result.chosen.cpu == pytest.approx(0.1 + (0.5 + 1) * 1.5 * 1000 / 4000)
+    assert result.chosen.cpu == pytest.approx(0.1 + (0.4 + 1) * 1.5 * 1000 / 4000)

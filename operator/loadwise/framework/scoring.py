@@ -26,7 +26,6 @@ from .view import ClusterView
 
 MAX_SCORE = 100
 APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the load score fades
-SHOW_DELAY = 0.2  # fraction of a sample's window before a new pod's use starts to show in it
 
 
 class UsageProfiles(Protocol):
@@ -108,14 +107,12 @@ def score_node(
         coverage, window = sample.coverage, sample.timestamp - sample.coverage
         for placed in state.placed_since(node.name, coverage):
             cpu_est, mem_est = pod_estimate(placed, factors, use)
-            # A rate window shows a pod's use gradually, and only once the pod runs and has
-            # been scraped: counted in full as well, the part already shown would count twice
-            # and push a burst off the nodes it just started filling. Assumed shown: nothing
-            # for the first SHOW_DELAY of the window (start-up, the first scrape), then a
-            # linear ramp to all of it at the window's end.
+            # A rate window shows a pod's use gradually: placed halfway through the window, it
+            # is about half in the sample already. Counting it fully as well would count that
+            # half twice and push a burst off the nodes it just started filling. (A pod slow to
+            # start shows later than this assumes: the metrics lag setting should cover it.)
             age = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
-            shown = _clamp((age - SHOW_DELAY) / (1 - SHOW_DELAY))
-            unseen = 1.0 - shown
+            unseen = 1.0 - _clamp(age)
             extra_cpu += unseen * cpu_est
             extra_mem += unseen * mem_est
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
