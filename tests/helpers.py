@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from loadwise.framework.types import PodInfo, parse_pod
@@ -27,3 +31,39 @@ def state_with(*nodes: dict[str, Any]) -> ClusterState:
     for node in nodes:
         state.upsert_node(node)
     return state
+
+
+def owned_by_replicaset(raw: dict[str, Any], name: str = "rs") -> dict[str, Any]:
+    """Give a raw pod a ReplicaSet as its controller (system default spreading, learning)."""
+    raw["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": name,
+            "uid": name,
+            "controller": True,
+        }
+    ]
+    return raw
+
+
+def recount_anti_terms(state: ClusterState) -> dict[Any, Counter[str]]:
+    """Placed pods' anti-affinity terms, each with its pods per value of its key, from scratch."""
+    out: dict[Any, Counter[str]] = {}
+    for pod in state.pods.values():
+        node = state.nodes.get(pod.node_name)
+        for term in pod.anti_affinity_terms:
+            per_value = out.setdefault(term, Counter())
+            if node is not None and term.topology_key in node.labels:
+                per_value[node.labels[term.topology_key]] += 1
+    return out
+
+
+def load_bench(name: str) -> ModuleType:
+    """A bench/ script as a module (the benches are scripts, not a package)."""
+    path = Path(__file__).parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

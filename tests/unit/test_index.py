@@ -25,7 +25,7 @@ from loadwise.policy import Policy, parse_spec
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
 
-from ..helpers import pod_info
+from ..helpers import owned_by_replicaset, pod_info, recount_anti_terms
 
 POLICIES = [
     Policy("even", parse_spec({})),
@@ -103,15 +103,7 @@ def random_heavy_pod(rng: random.Random, i: int) -> PodInfo:
     raw["metadata"]["uid"] = f"uid-h{i}"
     spec = raw["spec"]
     if rng.random() < 0.3:
-        raw["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "name": "rs",
-                "uid": "rs",
-                "controller": True,
-            }
-        ]
+        owned_by_replicaset(raw)
     if rng.random() < 0.2:
         spec["nodeSelector"] = {"disk": "ssd"}
     if rng.random() < 0.2:
@@ -172,15 +164,7 @@ class Recounted:
         return out
 
     def anti_affinity_domains(self) -> list[tuple[Any, Counter[str]]]:
-        state = self._state
-        out: dict[Any, Counter[str]] = {}
-        for pod in state.pods.values():
-            node = state.nodes.get(pod.node_name)
-            for term in pod.anti_affinity_terms:
-                per_value = out.setdefault(term, Counter())
-                if node is not None and term.topology_key in node.labels:
-                    per_value[node.labels[term.topology_key]] += 1
-        return list(out.items())
+        return list(recount_anti_terms(self._state).items())
 
     def topology_values(self, scope: NodeScope) -> dict[str, set[str]]:
         nodes = [n for n in self._state.nodes.values() if scope.includes(n)]
@@ -193,15 +177,7 @@ def random_soft_pod(rng: random.Random, i: int) -> PodInfo:
     raw = manifests.pod(f"s{i}", cpu=rng.choice(["100m", "500m"]), labels={"app": app})
     raw["metadata"]["uid"] = f"uid-s{i}"
     if rng.random() < 0.5:
-        raw["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "name": "rs",
-                "uid": "rs",
-                "controller": True,
-            }
-        ]
+        owned_by_replicaset(raw)
     else:
         keys = rng.sample(["zone", "kubernetes.io/hostname", "disk"], rng.choice([1, 1, 2]))
         raw["spec"]["topologySpreadConstraints"] = [

@@ -20,6 +20,8 @@ from loadwise.framework.view import PodMatcher
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
 
+from ..helpers import recount_anti_terms
+
 NAMESPACES = ("default", "team-a", "team-b")
 
 
@@ -127,15 +129,7 @@ def _values(state: ClusterState, scope: NodeScope) -> dict[str, set[str]]:
 
 
 def _anti_terms(state: ClusterState) -> dict[Any, dict[str, int]]:
-    """Placed pods' anti-affinity terms, each with its pods per value of its key, recounted."""
-    out: dict[Any, Counter[str]] = {}
-    for pod in state.pods.values():
-        node = state.nodes.get(pod.node_name)
-        for term in pod.anti_affinity_terms:
-            per_value = out.setdefault(term, Counter())
-            if node is not None and term.topology_key in node.labels:
-                per_value[node.labels[term.topology_key]] += 1
-    return {term: dict(per_value) for term, per_value in out.items()}
+    return {term: dict(per_value) for term, per_value in recount_anti_terms(state).items()}
 
 
 def _scopes() -> list[NodeScope]:

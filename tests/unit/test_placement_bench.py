@@ -4,17 +4,18 @@ run, the packing and gpu_hot_pods figures, the table, and the exporter's cleared
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import statistics
 from collections import Counter
-from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from loadwise_dev import placement
 from loadwise_dev.exporter import UsageExporter
 from loadwise_dev.placement import PodPlan, water_fill
+
+from ..helpers import load_bench
 
 
 def test_water_fill_by_hand() -> None:
@@ -134,13 +135,8 @@ def test_summary_packing_figures_and_ratio_to_the_optimum() -> None:
     assert placement.summarise(before, after, Counter(), 0, 0, 1.0, optimum=0.0).vs_optimum is None
 
 
-def _bench() -> object:
-    path = Path(__file__).parents[2] / "bench" / "placement.py"
-    spec = importlib.util.spec_from_file_location("bench_placement", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _bench() -> ModuleType:
+    return load_bench("placement")
 
 
 def test_table_has_the_new_columns_and_the_optimum() -> None:

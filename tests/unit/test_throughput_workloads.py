@@ -4,10 +4,8 @@ server's validation and both schedulers binding them are checked by running the 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections import Counter
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -15,6 +13,8 @@ import pytest
 
 from loadwise_dev import manifests, workloads
 from loadwise_dev.workloads import HOST_KEY, POOL_KEY, ZONE_KEY
+
+from ..helpers import load_bench
 
 
 def _pod(workload: str, i: int = 0) -> dict[str, Any]:
@@ -199,12 +199,7 @@ def test_check_passes_correct_placements_and_counts_breaches() -> None:
 
 
 def _bench() -> ModuleType:
-    path = Path(__file__).parents[2] / "bench" / "throughput.py"
-    spec = importlib.util.spec_from_file_location("bench_throughput", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("throughput")
 
 
 def test_table_header_names_the_workload() -> None:
