@@ -252,21 +252,9 @@ class ControlPlane:
         )
         return self.processes["kube-scheduler"]
 
-    def stop_process(self, name: str, timeout: float = 10.0) -> None:
+    def stop_process(self, name: str, timeout: float = 10.0, kill: bool = False) -> None:
+        """SIGTERM (SIGKILL with `kill`), then SIGKILL if it outlives `timeout`."""
         proc = self.processes.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    # --- faults --------------------------------------------------------------------------------
-    def stop_apiserver(self, kill: bool = False, timeout: float = 10.0) -> None:
-        """Stop kube-apiserver (SIGTERM, or SIGKILL with `kill`); etcd and the rest stay up."""
-        proc = self.processes.pop("kube-apiserver", None)
         if proc is None or proc.poll() is not None:
             return
         if kill:
@@ -278,6 +266,11 @@ class ControlPlane:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    # --- faults --------------------------------------------------------------------------------
+    def stop_apiserver(self, kill: bool = False, timeout: float = 10.0) -> None:
+        """Stop kube-apiserver (SIGTERM, or SIGKILL with `kill`); etcd and the rest stay up."""
+        self.stop_process("kube-apiserver", timeout, kill)
 
     def start_apiserver(self, timeout: float = 60.0) -> float:
         """Start kube-apiserver again with the same flags and port; seconds until /readyz."""

@@ -49,7 +49,7 @@ from .controlplane import ControlPlane, kubeconfig
 from .faults import ThreadedTcpProxy
 from .kube import Kube, KubeError
 from .prometheus_server import SIM_CPU_QUERY
-from .replicas import Replica, Sampler
+from .replicas import Replica, Sampler, stop_background
 from .truth import Truth, meta, spec
 
 log = logging.getLogger(__name__)
@@ -238,12 +238,7 @@ class Watcher:
                 await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._session is not None:
-            await self._session.close()
+        await stop_background(self._task, self._session)
 
 
 @dataclass

@@ -221,6 +221,18 @@ class Sample:
     reachable: bool
 
 
+async def stop_background(
+    task: asyncio.Task[None] | None, session: aiohttp.ClientSession | None
+) -> None:
+    """Cancel a background loop, then close the session it used."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if session is not None:
+        await session.close()
+
+
 class Sampler:
     """Scrapes every replica every `interval` seconds in the background."""
 
@@ -276,9 +288,4 @@ class Sampler:
         }
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._session is not None:
-            await self._session.close()
+        await stop_background(self._task, self._session)
