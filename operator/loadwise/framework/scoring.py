@@ -111,8 +111,8 @@ def score_node(
             # is about half in the sample already. Counting it fully as well would count that
             # half twice and push a burst off the nodes it just started filling. (A pod slow to
             # start shows later than this assumes: the metrics lag setting should cover it.)
-            age = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
-            unseen = 1.0 - _clamp(age)
+            shown = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
+            unseen = 1.0 - _clamp(shown)
             extra_cpu += unseen * cpu_est
             extra_mem += unseen * mem_est
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
