@@ -51,8 +51,10 @@ async def wait_for(
 
 
 class LocalCluster:
-    def __init__(self, prometheus: bool = True) -> None:
-        self.cp = ControlPlane()
+    def __init__(self, prometheus: bool = True, cp: ControlPlane | None = None) -> None:
+        # A ControlPlane makes its temporary directory when built: build one only if none is
+        # given (a replaced one would leave its directory behind).
+        self.cp = cp if cp is not None else ControlPlane()
         self.exporter = UsageExporter()
         self.prometheus: Prometheus | None = None
         self._want_prometheus = prometheus

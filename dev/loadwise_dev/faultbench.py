@@ -339,9 +339,8 @@ class Env:
         self.settings = settings
         self.row = row
         self.rng = random.Random(f"{settings.seed}-{row.name}")
-        self.cluster = LocalCluster()
         extra = [] if row.watch_cache else ["--watch-cache=false"]
-        self.cluster.cp = ControlPlane(apiserver_args=extra)
+        self.cluster = LocalCluster(cp=ControlPlane(apiserver_args=extra))
         self.workdir = Path(tempfile.mkdtemp(prefix=f"loadwise-faults-{row.name}-"))
         self.prom_proxy: ThreadedTcpProxy | None = None
         self.api_proxy: ThreadedTcpProxy | None = None
