@@ -236,7 +236,13 @@ class SchedulingPolicySpec(_Model):
         ge=-1000,
         le=1000,
         description="When several policies select a pod, the highest precedence wins; ties go "
-        "to the policy whose name sorts first.",
+        "to the policy whose name sorts first. Fallback policies come after all others.",
+    )
+    fallback: bool = Field(
+        False,
+        description="A fallback policy (the chart's `default` is one) governs a pod only when no "
+        "other policy selects it, whatever their precedences and names; among fallbacks, "
+        "precedence then name decide as usual.",
     )
     metrics: MetricsSettings = Field(
         default_factory=MetricsSettings, description="Freshness rules for node metrics."
@@ -315,8 +321,9 @@ class Policy:
         self.spec = spec
 
     @property
-    def sort_key(self) -> tuple[int, str]:
-        return (-self.spec.precedence, self.name)
+    def sort_key(self) -> tuple[bool, int, str]:
+        """Non-fallback policies first, so a user's policy always beats the chart's default."""
+        return (self.spec.fallback, -self.spec.precedence, self.name)
 
 
 DEFAULT_POLICY = Policy("(built-in default)", SchedulingPolicySpec())

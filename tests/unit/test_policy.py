@@ -50,6 +50,26 @@ def test_selection_by_precedence_then_name() -> None:
     assert policies.for_pod({}) is DEFAULT_POLICY
 
 
+def test_a_fallback_policy_loses_to_every_other_policy_that_selects_the_pod() -> None:
+    """The chart's default is a catch-all: a user's policy must win whatever its name (before,
+    `aaa-all` beat it by name and `web` did not) or its precedence (even -1000)."""
+    policies = PolicySet()
+    policies.upsert(Policy("default", parse_spec({"fallback": True, "precedence": 1000})))
+    assert policies.for_pod({}).name == "default"
+    policies.upsert(Policy("web", parse_spec({"precedence": -1000})))
+    policies.upsert(Policy("aaa-all", parse_spec({"precedence": -1000})))
+    assert policies.for_pod({}).name == "aaa-all"
+    policies.remove("aaa-all")
+    assert policies.for_pod({}).name == "web"
+    policies.upsert(Policy("web", parse_spec({"podSelector": {"matchLabels": {"tier": "web"}}})))
+    assert policies.for_pod({"tier": "web"}).name == "web"
+    assert policies.for_pod({"tier": "db"}).name == "default"  # only the fallback selects it
+    assert policies.names() == ["web", "default"]
+    # Among fallbacks the usual rule holds: equal precedence, the name that sorts first.
+    policies.upsert(Policy("zz-fallback", parse_spec({"fallback": True, "precedence": 1000})))
+    assert policies.for_pod({"tier": "db"}).name == "default"
+
+
 def test_match_expressions() -> None:
     spec = parse_spec(
         {
