@@ -7,8 +7,8 @@ bench/soak [--minutes M] [--rate R] [--lifetime S] [--interval S] [--json PATH] 
 Same environment as bench/faults (loadwise_dev.faultbench.Env): its own control plane,
 Prometheus, 20 simulated nodes, two `loadwise run` processes. Pods (10m/16Mi, so the cluster never
 fills) are created at R/s and force-deleted S seconds after creation. Every `--interval` seconds
-each replica is sampled: VmRSS and open fds from /proc, `loadwise_pending_pods`,
-`loadwise_schedule_attempts_total{result="error"}`, `loadwise_events_dropped_total`,
+each replica is sampled: VmRSS and open fds from /proc, `scheduler_pending_pods`,
+`scheduler_schedule_attempts_total{result="error"}`, `loadwise_events_dropped_total`,
 `loadwise_accounted_pods`, and whether it leads. At the end the invariants are read from the API
 (pending pods that fit, over-committed nodes, accounted CPU against the API's).
 """
@@ -75,7 +75,7 @@ async def sample_forever(
         for replica in list(env.replicas):
             sample = await env.sampler.scrape(replica)
             raw = env.sampler.raw.get(replica.identity) if sample.reachable else None
-            attempts = labelled(raw, "loadwise_schedule_attempts_total", "result")
+            attempts = labelled(raw, "scheduler_schedule_attempts_total", "result")
             series.append(
                 {
                     "t": round(time.monotonic() - started, 1),

@@ -262,7 +262,7 @@ class Sampler:
             degraded=labelled(samples, "loadwise_degraded", "reason"),
             accounted_cpu=metric(samples, "loadwise_accounted_cpu_millicores"),
             accounted_pods=metric(samples, "loadwise_accounted_pods"),
-            pending=labelled(samples, "loadwise_pending_pods", "queue"),
+            pending=labelled(samples, "scheduler_pending_pods", "queue"),
             rss_kib=replica.rss_kib(),
             fds=replica.open_fds(),
             reachable=samples is not None,

@@ -1,37 +1,130 @@
-"""The scheduler's own Prometheus metrics and a small HTTP endpoint (/metrics, /healthz)."""
+"""The scheduler's own Prometheus metrics and a small HTTP endpoint (/metrics, /healthz).
+
+Where a metric means what a kube-scheduler metric means, it has kube-scheduler's name, labels
+and buckets (pkg/scheduler/metrics/metrics.go), so dashboards and alerts written for
+kube-scheduler work on loadwise; `profile` is the scheduler name, as kube-scheduler's profiles
+are. What only loadwise has is `loadwise_*`, with a `policy` label where decisions differ by
+policy. README "Metrics" lists them all.
+"""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
-_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# kube-scheduler exposes no *_created series; they would only double what is scraped.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
+
+def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """component-base's ExponentialBuckets."""
+    return tuple(start * factor**i for i in range(count))
+
+
+# --- kube-scheduler's names ---------------------------------------------------------------------
 SCHEDULE_ATTEMPTS = Counter(
-    "loadwise_schedule_attempts_total",
-    "Scheduling attempts by result (scheduled, unschedulable, error).",
-    ["result"],
+    "scheduler_schedule_attempts",
+    "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not "
+    "be scheduled, while 'error' means an internal scheduler problem.",
+    ["result", "profile"],
 )
-CYCLE_SECONDS = Histogram(
-    "loadwise_scheduling_cycle_seconds",
-    "Time of one in-memory scheduling cycle (filter, score, pick).",
-    buckets=_BUCKETS,
+ATTEMPT_SECONDS = Histogram(
+    "scheduler_scheduling_attempt_duration_seconds",
+    "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+    ["result", "profile"],
+    buckets=_exponential(0.001, 2, 15),
 )
-BIND_SECONDS = Histogram(
-    "loadwise_binding_seconds", "Time of one Binding API call.", buckets=_BUCKETS
+ALGORITHM_SECONDS = Histogram(
+    "scheduler_scheduling_algorithm_duration_seconds",
+    "Scheduling algorithm latency in seconds (one in-memory cycle: filter, score, pick).",
+    # kube-scheduler's buckets start at 1 ms; a loadwise cycle is usually under one.
+    buckets=(0.0001, 0.00025, 0.0005, *_exponential(0.001, 2, 15)),
 )
-E2E_SECONDS = Histogram(
-    "loadwise_pod_scheduling_seconds",
-    "Pod creation to successful bind.",
-    buckets=(*_BUCKETS, 30, 60, 300),
+EXTENSION_POINT_SECONDS = Histogram(
+    "scheduler_framework_extension_point_duration_seconds",
+    "Latency for running all plugins of a specific extension point (loadwise: Bind, the "
+    "Binding API call).",
+    ["extension_point", "status", "profile"],
+    buckets=_exponential(0.0001, 2, 12),
+)
+PENDING = Gauge(
+    "scheduler_pending_pods",
+    "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; "
+    "'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in "
+    "unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the "
+    "number of unschedulable pods that the scheduler never attempted to schedule because they "
+    "are gated.",
+    ["queue"],
+)
+QUEUES = ("active", "backoff", "unschedulable", "gated")
+SLI_SECONDS = Histogram(
+    "scheduler_pod_scheduling_sli_duration_seconds",
+    "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue "
+    "and might involve multiple scheduling attempts.",
+    ["attempts"],
+    buckets=_exponential(0.01, 2, 20),
+)
+POD_ATTEMPTS = Histogram(
+    "scheduler_pod_scheduling_attempts",
+    "Number of attempts to successfully schedule a pod.",
+    buckets=_exponential(1, 2, 5),
+)
+
+# --- loadwise's own -----------------------------------------------------------------------------
+BUILD_INFO = Gauge(
+    "loadwise_build_info",
+    "Always 1; the labels say which loadwise and which Python run.",
+    ["version", "python"],
+)
+PLACEMENTS = Counter(
+    "loadwise_placements",
+    "Placement decisions by policy and by what the chosen node was scored on: 'metrics' (a "
+    "fresh sample plus the estimate) or 'requests' (no fresh sample: the fallback).",
+    ["policy", "basis"],
+)
+HOT_PASSED_OVER = Counter(
+    "loadwise_hot_nodes_passed_over",
+    "Feasible nodes passed over because they were hot, summed over decisions, by policy.",
+    ["policy"],
+)
+ALL_HOT = Counter(
+    "loadwise_all_nodes_hot",
+    "Decisions where every feasible node was hot and the least loaded one was taken.",
+    ["policy"],
+)
+ESTIMATE_CPU = Histogram(
+    "loadwise_placement_estimate_cpu_ratio",
+    "CPU the estimate added to the chosen node's measured utilisation (fraction of "
+    "allocatable): pods placed since its sample, and the pod being placed. Nodes scored by "
+    "metrics only.",
+    ["policy"],
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
+)
+POLICY_METRICS_AVAILABLE = Gauge(
+    "loadwise_policy_metrics_available",
+    "1 while the policy's MetricsAvailable condition is True (written by the leader).",
+    ["policy"],
+)
+POLICY_FRESH_NODES = Gauge(
+    "loadwise_policy_fresh_nodes",
+    "Nodes whose sample from the policy's source is younger than its metrics.maxAgeSeconds.",
+    ["policy"],
 )
 EVENTS_DROPPED = Counter(
     "loadwise_events_dropped_total",
     "Scheduled events not written because the event buffer was full.",
 )
-PENDING = Gauge("loadwise_pending_pods", "Pods in the scheduling queue.", ["queue"])
 METRICS_REFRESH = Counter(
     "loadwise_metrics_refresh_total",
     "Node metrics refreshes by source and result.",
@@ -39,6 +132,11 @@ METRICS_REFRESH = Counter(
 )
 SOURCE_UP = Gauge(
     "loadwise_metrics_source_up", "1 if the source's last refresh succeeded, else 0.", ["source"]
+)
+LAST_REFRESH = Gauge(
+    "loadwise_metrics_last_success_timestamp_seconds",
+    "Unix time of the source's last successful refresh (time() minus it: the freshness).",
+    ["source"],
 )
 LEADER = Gauge("loadwise_leader", "1 while this replica holds the leader Lease and schedules.")
 DEGRADED = Gauge(
@@ -66,6 +164,18 @@ FRESH_NODES = Gauge("loadwise_metrics_nodes", "Nodes with a metrics sample, by s
 LEARNED_WORKLOADS = Gauge(
     "loadwise_learned_workloads", "Workloads with a learned usage estimate, by source.", ["source"]
 )
+
+
+def version() -> str:
+    try:
+        return metadata.version("loadwise")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+BUILD_INFO.labels(version(), platform.python_version()).set(1)
+for _queue in QUEUES:
+    PENDING.labels(_queue).set(0)
 
 
 async def _metrics(_: web.Request) -> web.Response:

@@ -23,6 +23,7 @@ from .framework.profile import DEFAULT_PROFILE, Profile
 from .framework.types import PodInfo
 
 Where = Literal["active", "backoff", "unschedulable", "in_flight"]
+WHERE: tuple[Where, ...] = ("active", "backoff", "unschedulable", "in_flight")
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class QueuedPod:
     attempts: int = 0
     backoff_until: float = 0.0
     parked_at: float = 0.0
+    queued_at: float = 0.0  # when it entered the queue: the scheduling SLI starts here
 
 
 class SchedulingQueue:
@@ -56,6 +58,9 @@ class SchedulingQueue:
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._parked_waiting_for_pods = 0
+        self._counts: dict[Where, int] = dict.fromkeys(WHERE, 0)
+        # Told each count that changes, as it changes (the pending-pods gauge).
+        self.on_count: Callable[[Where, int], None] | None = None
 
     # --- membership --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -67,18 +72,16 @@ class SchedulingQueue:
     def uids(self) -> list[str]:
         return list(self._entries)
 
-    def counts(self) -> dict[str, int]:
-        out = {"active": 0, "backoff": 0, "unschedulable": 0, "in_flight": 0}
-        for entry in self._entries.values():
-            out[entry.where] += 1
-        return out
+    def counts(self) -> dict[Where, int]:
+        return dict(self._counts)
 
     def add(self, pod: PodInfo) -> None:
         """A pending pod appeared or changed. New pods go active; a parked pod whose spec, labels,
         requests or tolerations changed is retried (it may fit now); otherwise just refresh it."""
         entry = self._entries.get(pod.uid)
         if entry is None:
-            self._entries[pod.uid] = entry = QueuedPod(pod, "active", 0)
+            self._entries[pod.uid] = entry = QueuedPod(pod, "active", 0, queued_at=self.clock())
+            self._count("active", 1)
             self._push_active(entry)
             return
         changed = self.profile.pod_changed(entry.pod, pod)  # what some plugin reads
@@ -95,12 +98,14 @@ class SchedulingQueue:
         if entry is not None and entry.where == "in_flight":
             entry.pod = pod
 
-    def remove(self, uid: str) -> None:
-        """The pod was bound, deleted, or is no longer ours."""
+    def remove(self, uid: str) -> QueuedPod | None:
+        """The pod was bound, deleted, or is no longer ours. Returns its entry, if queued."""
         entry = self._entries.pop(uid, None)
         if entry is not None:
             self._set_where(entry, "in_flight")
+            self._count("in_flight", -1)
             self._compact()
+        return entry
 
     done = remove
 
@@ -208,7 +213,15 @@ class SchedulingQueue:
             self._parked_waiting_for_pods += (where == "unschedulable") - (
                 entry.where == "unschedulable"
             )
+        if where != entry.where:
+            self._count(entry.where, -1)
+            self._count(where, 1)
         entry.where = where
+
+    def _count(self, where: Where, delta: int) -> None:
+        self._counts[where] += delta
+        if self.on_count is not None:
+            self.on_count(where, self._counts[where])
 
     def _count_attempt(self, entry: QueuedPod) -> None:
         entry.attempts += 1

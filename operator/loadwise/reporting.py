@@ -47,6 +47,7 @@ class Reporter:
         self._available: dict[str, bool] = {}  # policy -> metrics available at last pass
         self._invalid_reported: set[tuple[str, int]] = set()  # (uid, generation)
         self._condition_generation = -1
+        self._gauged: set[str] = set()  # policies with per-policy gauges set
 
     async def run(self, interval: float) -> None:
         self.degradations.replay()
@@ -61,6 +62,11 @@ class Reporter:
     async def report_once(self) -> None:
         for obj in list(self.policies.objects.values()):
             await self._report_policy(obj)
+        valid = {name for name, obj in self.policies.objects.items() if not obj.error}
+        for name in self._gauged - valid:  # deleted or invalid: drop their series
+            obs.POLICY_METRICS_AVAILABLE.remove(name)
+            obs.POLICY_FRESH_NODES.remove(name)
+            self._gauged.discard(name)
         await self._report_operator()
 
     # --- SchedulingPolicy objects --------------------------------------------------------------
@@ -128,6 +134,9 @@ class Reporter:
         )
         fields["conditions_message"] = report.message
         fields["available"] = report.available
+        obs.POLICY_METRICS_AVAILABLE.labels(name).set(1 if report.available else 0)
+        obs.POLICY_FRESH_NODES.labels(name).set(report.fresh_nodes)
+        self._gauged.add(name)
         return fields
 
     # --- the operator itself -------------------------------------------------------------------

@@ -456,6 +456,8 @@ class Runtime:
                 ok = cache.last_error is None
                 obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
                 obs.SOURCE_UP.labels(name).set(1 if ok else 0)
+                if ok and cache.last_success is not None:
+                    obs.LAST_REFRESH.labels(name).set(cache.last_success)
                 obs.FRESH_NODES.labels(name).set(len(cache.samples))
                 obs.LEARNED_WORKLOADS.labels(name).set(cache.learned.workloads)
                 if ok:

@@ -26,10 +26,11 @@ from .framework.scoring import UsageProfiles
 from .framework.types import FROM_METADATA, PodInfo, is_terminal, parse_pod
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
-from .queue import SchedulingQueue
+from .queue import SchedulingQueue, Where
 from .state import ClusterState
 
 log = logging.getLogger(__name__)
+RESULTS = ("scheduled", "unschedulable", "error")
 
 
 def decision_record(decision: Decision) -> str:
@@ -50,6 +51,20 @@ def decision_record(decision: Decision) -> str:
 def _load(cpu: float, mem: float, age: float | None) -> str:
     where = f"metrics {age:.0f}s old" if age is not None else "requests"
     return f"cpu {cpu:.0%} mem {mem:.0%} by {where}"
+
+
+class _PolicyMetrics:
+    """One policy's labelled metrics, resolved once (a labels() lookup per pod adds up), and
+    created at 0 so rate() and dashboards see the series before the first event."""
+
+    __slots__ = ("all_hot", "by_metrics", "by_requests", "estimate", "hot")
+
+    def __init__(self, policy: str) -> None:
+        self.by_metrics = obs.PLACEMENTS.labels(policy, "metrics")
+        self.by_requests = obs.PLACEMENTS.labels(policy, "requests")
+        self.hot = obs.HOT_PASSED_OVER.labels(policy)
+        self.all_hot = obs.ALL_HOT.labels(policy)
+        self.estimate = obs.ESTIMATE_CPU.labels(policy)
 
 
 class Scheduler:
@@ -87,6 +102,21 @@ class Scheduler:
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
+        # kube-scheduler's metrics; the profile label is the scheduler name.
+        self._attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
+        self._attempt_seconds = {r: obs.ATTEMPT_SECONDS.labels(r, scheduler_name) for r in RESULTS}
+        self._bind_seconds = {
+            s: obs.EXTENSION_POINT_SECONDS.labels("Bind", s, scheduler_name)
+            for s in ("Success", "Error")
+        }
+        self._by_policy: dict[str, _PolicyMetrics] = {}
+        # Pods of ours waiting for their scheduling gates: not queued, but pending.
+        self._gated: set[str] = set()
+        self._pending = {q: obs.PENDING.labels(q) for q in obs.QUEUES}
+        queue.on_count = self._queue_changed  # the gauge follows every queue change
+        for where, count in queue.counts().items():
+            self._queue_changed(where, count)
+        self._pending["gated"].set(0)
 
     # --- watch events ------------------------------------------------------------------------
     def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -158,13 +188,16 @@ class Scheduler:
             return
         if pod.gated:
             self._forget_pod(uid)  # scheduling gates: wait until they are all removed
+            self._gated.add(uid)
+            self._pending["gated"].set(len(self._gated))
             return
+        self._ungate(uid)
         self.queue.add(pod)
 
     # --- relists: keys present in a fresh list; anything else was deleted unseen --------------
     def relisted_pods(self, uids: set[str]) -> int:
         """Forget pods a fresh list no longer shows; returns how many were dropped."""
-        gone_queued = [uid for uid in self.queue.uids() if uid not in uids]
+        gone_queued = [uid for uid in [*self.queue.uids(), *self._gated] if uid not in uids]
         for uid in gone_queued:
             self._forget_pod(uid)
         gone = set(self.state.pods) - uids
@@ -186,6 +219,17 @@ class Scheduler:
     def _forget_pod(self, uid: str) -> None:
         self.queue.remove(uid)
         self._reported.pop(uid, None)
+        self._ungate(uid)
+
+    def _ungate(self, uid: str) -> None:
+        if uid in self._gated:
+            self._gated.discard(uid)
+            self._pending["gated"].set(len(self._gated))
+
+    def _queue_changed(self, where: Where, count: int) -> None:
+        gauge = self._pending.get(where)  # in flight is not pending (nor in kube-scheduler)
+        if gauge is not None:
+            gauge.set(count)
 
     # --- policies ----------------------------------------------------------------------------
     def apply_policy(self, name: str, spec: Mapping[str, Any] | None) -> Policy:
@@ -217,7 +261,12 @@ class Scheduler:
                 try:
                     handed_off = self.schedule(pod)
                 except Exception:  # a bug must cost one attempt, never the loop
-                    log.exception("scheduling %s failed; retrying after backoff", pod.key)
+                    log.exception(
+                        "scheduling %s failed; retrying after backoff",
+                        pod.key,
+                        extra={"pod": pod.key},
+                    )
+                    self._attempts["error"].inc()
                     self.state.forget(pod.uid)
                     self.queue.backoff(pod.uid)
                 finally:
@@ -242,20 +291,47 @@ class Scheduler:
         result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)
         if result is None:  # an invalid pod: the full cycle says why
             result = schedule_one(pod, self.state, policy, samples, now, self.rng)
-        obs.CYCLE_SECONDS.observe(time.perf_counter() - started)
+        done = time.perf_counter()
+        obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):
+            self._observe_decision(result, samples)
             self.state.assume(pod, result.node)
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            self._spawn(self._bind(pod, result))
+            self._spawn(self._bind(pod, result, started))
             return True
-        obs.SCHEDULE_ATTEMPTS.labels("unschedulable").inc()
+        self._attempts["unschedulable"].inc()
+        self._attempt_seconds["unschedulable"].observe(done - started)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s unschedulable: %s; policy %s",
+                pod.key,
+                result.message,
+                policy.name,
+                extra={"pod": pod.key, "policy": policy.name},
+            )
         self.queue.park(pod.uid)
         if self._should_report(pod.uid, result.message):
             self._spawn(self._report_unschedulable(pod, result.message))
             return True
         return False
+
+    def _observe_decision(self, decision: Decision, samples: Mapping[str, NodeSample]) -> None:
+        metrics = self._by_policy.get(decision.policy)
+        if metrics is None:
+            metrics = self._by_policy[decision.policy] = _PolicyMetrics(decision.policy)
+        chosen = decision.chosen
+        sample = samples.get(chosen.node)
+        if chosen.source == "metrics" and sample is not None:
+            metrics.by_metrics.inc()
+            metrics.estimate.observe(max(0.0, chosen.cpu - sample.cpu))
+        else:
+            metrics.by_requests.inc()
+        if decision.hot_skipped:
+            metrics.hot.inc(decision.hot_skipped)
+        if decision.all_hot:
+            metrics.all_hot.inc()
 
     def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
         cache = self.caches.get(policy.spec.metrics.source)
@@ -280,26 +356,40 @@ class Scheduler:
         self._reported[uid] = (message, now)
         return True
 
-    async def _bind(self, pod: PodInfo, decision: Decision) -> None:
+    async def _bind(self, pod: PodInfo, decision: Decision, attempt_started: float) -> None:
+        """`attempt_started`: perf_counter at the start of the pod's cycle (the attempt's
+        duration is cycle plus bind, as kube-scheduler's)."""
         try:
             started = time.perf_counter()
             try:
                 result = await self.binder.bind(pod, decision.node)
             except Exception:  # Binder.bind classifies errors itself; this is the backstop
-                log.exception("bind of %s raised", pod.key)
+                log.exception("bind of %s raised", pod.key, extra={"pod": pod.key})
                 result = BindResult.ERROR
-            obs.BIND_SECONDS.observe(time.perf_counter() - started)
+            finished = time.perf_counter()
+            status = "Success" if result is BindResult.BOUND else "Error"
+            self._bind_seconds[status].observe(finished - started)
             if result is BindResult.BOUND:
                 pod.bind_landed = True  # a relist that no longer shows it may now drop it
                 by_policy = self.scheduled_by_policy
                 by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
-                self.queue.done(pod.uid)
+                entry = self.queue.done(pod.uid)
                 self._reported.pop(pod.uid, None)
-                obs.SCHEDULE_ATTEMPTS.labels("scheduled").inc()
-                obs.E2E_SECONDS.observe(max(0.0, time.time() - pod.created))
+                self._attempts["scheduled"].inc()
+                self._attempt_seconds["scheduled"].observe(finished - attempt_started)
+                if entry is not None:
+                    attempts = entry.attempts + 1  # the failed ones and this one
+                    obs.SLI_SECONDS.labels(str(attempts)).observe(
+                        max(0.0, self.queue.clock() - entry.queued_at)
+                    )
+                    obs.POD_ATTEMPTS.observe(attempts)
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug(
-                        "bound %s to %s: %s", pod.key, decision.node, decision_record(decision)
+                        "bound %s to %s: %s",
+                        pod.key,
+                        decision.node,
+                        decision_record(decision),
+                        extra={"pod": pod.key, "node": decision.node, "policy": decision.policy},
                     )
                 message = (
                     f"Successfully assigned {pod.key} to {decision.node}; "
@@ -311,7 +401,8 @@ class Scheduler:
                 self.state.forget(pod.uid)
                 self.queue.done(pod.uid)
             else:
-                obs.SCHEDULE_ATTEMPTS.labels("error").inc()
+                self._attempts["error"].inc()
+                self._attempt_seconds["error"].observe(finished - attempt_started)
                 self.state.forget(pod.uid)
                 self.queue.backoff(pod.uid)
         finally:
@@ -352,8 +443,7 @@ class Scheduler:
         return self.state.trim_placements(covered_until)
 
     def update_gauges(self) -> None:
-        for name, count in self.queue.counts().items():
-            obs.PENDING.labels(name).set(count)
+        """The accounting gauges (the pending gauge follows the queue as it changes)."""
         obs.ACCOUNTED_PODS.set(len(self.state.pods))
         obs.ACCOUNTED_CPU.set(self.state.accounted_cpu())
 

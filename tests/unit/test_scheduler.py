@@ -104,7 +104,7 @@ async def running(sched: Scheduler) -> AsyncIterator[asyncio.Task[Any]]:
 
 def unschedulable_attempts() -> float:
     value = REGISTRY.get_sample_value(
-        "loadwise_schedule_attempts_total", {"result": "unschedulable"}
+        "scheduler_schedule_attempts_total", {"result": "unschedulable", "profile": NAME}
     )
     return value or 0.0
 
