@@ -241,6 +241,7 @@ def start_loadwise(cluster: LocalCluster) -> subprocess.Popen[bytes]:
         LOADWISE_METRICS_LAG="6",
         LOADWISE_METRICS_INTERVAL="5",
         LOADWISE_HTTP_PORT="0",
+        LOADWISE_SECURE_PORT="0",
         LOADWISE_LOG_LEVEL=os.environ.get("LOADWISE_LOG_LEVEL", "WARNING"),
     )
     log = open(cluster.cp.workdir / "loadwise.log", "wb")  # noqa: SIM115 - lives with the process

@@ -94,6 +94,7 @@ class LocalCluster:
             "metrics_lag": 6.0,  # a 5 s rate window plus 1 s scrapes
             "http_port": 0,
             "http_host": "127.0.0.1",
+            "secure_port": 0,  # in-process operators share one host: no fixed HTTPS port
             # Election as in production, on a lease of its own: no operator waits for another's.
             "lease_name": f"loadwise-{os.getpid()}-{next(_leases)}",
         }

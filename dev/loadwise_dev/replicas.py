@@ -82,7 +82,8 @@ class Replica:
             KUBECONFIG=str(self.kubeconfig),
             LOADWISE_IDENTITY=self.identity,
             LOADWISE_HTTP_HOST="127.0.0.1",
-            LOADWISE_HTTP_PORT=str(self.http_port),
+            LOADWISE_HTTP_PORT=str(self.http_port),  # plain HTTP: the harness scrapes it
+            LOADWISE_SECURE_PORT="0",  # several replicas on one host
             **self.settings,
         )
 

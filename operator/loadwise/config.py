@@ -58,8 +58,9 @@ class Config(BaseModel):
     unschedulable_timeout: float = Field(60.0, gt=0, le=300)
     # Repeated FailedScheduling events for one pod with the same message are at most this often.
     failure_event_interval: float = Field(60.0, ge=0)
-    http_host: str = "0.0.0.0"  # in a pod: its own address; tests use 127.0.0.1
-    http_port: int = Field(8080, ge=0, le=65535)  # /metrics, /healthz; 0 disables
+    http_host: str = "0.0.0.0"  # HTTPS and plain HTTP ports; in a pod: all; tests: 127.0.0.1
+    # Plain, unauthenticated /metrics, /healthz, /readyz: local development only; 0 disables.
+    http_port: int = Field(0, ge=0, le=65535)
     # Relist pods and nodes this often to drop objects whose DELETED event was lost.
     reconcile_interval: float = Field(300.0, gt=0)
     log_level: str = "INFO"
@@ -138,3 +139,27 @@ class Config(BaseModel):
                 for e in exc.errors()
             )
             raise ValueError(f"invalid settings: {problems}") from None
+
+    # Served like kube-scheduler's secure port (loadwise.secure_serving).
+    secure_port: int = Field(
+        10259,
+        ge=0,
+        le=65535,
+        description="HTTPS port of /metrics, for a bearer token allowed to get the non-resource "
+        "URL /metrics (checked by TokenReview and SubjectAccessReview), and of /healthz and "
+        "/readyz, open to all; 0 disables",
+    )
+    tls_cert_file: str = Field(
+        "",
+        description="PEM certificate (chain) of the HTTPS port; empty: a self-signed one made "
+        "at start-up",
+    )
+    tls_private_key_file: str = Field("", description="PEM private key of tls_cert_file")
+
+    @model_validator(mode="after")
+    def _serving(self) -> Config:
+        if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
+            raise ValueError("tls_cert_file and tls_private_key_file go together")
+        if self.secure_port and self.secure_port == self.http_port:
+            raise ValueError("secure_port and http_port must differ")
+        return self

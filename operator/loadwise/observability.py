@@ -1,4 +1,4 @@
-"""The scheduler's own Prometheus metrics and a small HTTP endpoint (/metrics, /healthz).
+"""The scheduler's own Prometheus metrics (served by secure_serving).
 
 Where a metric means what a kube-scheduler metric means, it has kube-scheduler's name, labels
 and buckets (pkg/scheduler/metrics/metrics.go), so dashboards and alerts written for
@@ -10,17 +10,13 @@ policy. README "Metrics" lists them all.
 from __future__ import annotations
 
 import platform
-from collections.abc import Awaitable, Callable
 from importlib import metadata
 
-from aiohttp import web
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     Counter,
     Gauge,
     Histogram,
     disable_created_metrics,
-    generate_latest,
 )
 
 # kube-scheduler exposes no *_created series; they would only double what is scraped.
@@ -176,35 +172,3 @@ def version() -> str:
 BUILD_INFO.labels(version(), platform.python_version()).set(1)
 for _queue in QUEUES:
     PENDING.labels(_queue).set(0)
-
-
-async def _metrics(_: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-Check = Callable[[], tuple[bool, str]]
-
-
-async def start_http(host: str, port: int, health: Check, readiness: Check) -> web.AppRunner:
-    """/metrics; /healthz fails when a part that should run has died or stalled (a restart
-    helps); /readyz is true for the leader and for a synced standby. Both say why."""
-
-    def probe(check: Check) -> Callable[[web.Request], Awaitable[web.Response]]:
-        async def handle(_: web.Request) -> web.Response:
-            ok, why = check()
-            return web.Response(status=200 if ok else 503, text=why + "\n")
-
-        return handle
-
-    app = web.Application()
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/healthz", probe(health))
-    app.router.add_get("/readyz", probe(readiness))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner

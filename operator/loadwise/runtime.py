@@ -30,6 +30,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
 from . import observability as obs
+from . import secure_serving as serving
 from .binder import Binder
 from .config import Config
 from .degradations import Degradations
@@ -79,6 +80,7 @@ def metrics_sources(
             dimensions=config.prometheus_dimensions,
             pod_cpu_query=config.prometheus_pod_cpu_query,
             pod_memory_query=config.prometheus_pod_memory_query,
+            known_nodes=lambda: state.nodes.keys(),
         )
     if "metrics-server" in config.metrics_sources:
 
@@ -259,7 +261,7 @@ class Runtime:
         self.last_refresh = time.monotonic()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lead_task: asyncio.Task[None] | None = None
-        self._http: web.AppRunner | None = None
+        self._servers: list[web.AppRunner] = []  # the HTTPS and the plain HTTP port
 
     # --- start and stop ----------------------------------------------------------------------
     @classmethod
@@ -282,9 +284,23 @@ class Runtime:
                 state=state,
             )
             runtime = cls(config, api, transport, scheduler)
-            if config.http_port:  # first: a port taken fails start-up before anything runs
-                runtime._http = await obs.start_http(
-                    config.http_host, config.http_port, runtime.health, runtime.readiness
+            # First: a port taken fails start-up before anything runs.
+            if config.secure_port:
+                runtime._servers.append(
+                    await serving.serve(
+                        config.http_host,
+                        config.secure_port,
+                        runtime.health,
+                        runtime.readiness,
+                        auth=serving.DelegatedAuth(transport),
+                        tls=serving.server_tls(config.tls_cert_file, config.tls_private_key_file),
+                    )
+                )
+            if config.http_port:  # plain and open: local development only
+                runtime._servers.append(
+                    await serving.serve(
+                        config.http_host, config.http_port, runtime.health, runtime.readiness
+                    )
                 )
             await runtime._seed()
             await runtime.refresh_metrics()
@@ -358,8 +374,8 @@ class Runtime:
         for cache in self.scheduler.caches.values():
             if isinstance(cache.source, PrometheusSource):
                 await cache.source.close()
-        if self._http is not None:
-            await self._http.cleanup()
+        for server in self._servers:
+            await server.cleanup()
         await self.transport.close()
         await self.api.close()
 

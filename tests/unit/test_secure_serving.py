@@ -1,0 +1,197 @@
+"""The HTTPS endpoint over the FakeTransport's API server: who gets /metrics (a TokenReview, then
+a SubjectAccessReview for `get` on /metrics), what is cached and for how long, the probes open
+to all, the self-signed certificate (a client that trusts it verifies the host), the settings."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from loadwise import observability as obs
+from loadwise import secure_serving as serving
+from loadwise.config import Config
+
+from ..fakes import FakeTransport, Reply
+
+USERS = {"good": "prometheus", "nosy": "someone"}  # token -> user; prometheus may read
+
+
+def api(method: str, path: str, body: Mapping[str, Any] | None, _: Any) -> Reply:
+    assert method == "POST" and body is not None
+    spec = body["spec"]
+    if path == serving.TOKEN_REVIEWS:
+        user = USERS.get(spec["token"])
+        if user is None:
+            return 201, {"status": {"authenticated": False, "error": "invalid bearer token"}}
+        return 201, {
+            "status": {
+                "authenticated": True,
+                "user": {"username": user, "uid": f"uid-{user}", "groups": ["g1"]},
+            }
+        }
+    assert path == serving.ACCESS_REVIEWS
+    allowed = spec["user"] == "prometheus" and spec["nonResourceAttributes"] == {
+        "path": "/metrics",
+        "verb": "get",
+    }
+    return 201, {"status": {"allowed": allowed, "reason": "" if allowed else "no RBAC rule"}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.asynccontextmanager
+async def server(
+    fake: FakeTransport, clock: Clock | None = None, healthy: bool = True
+) -> AsyncIterator[str]:
+    port = free_port()
+    auth = serving.DelegatedAuth(fake, clock=clock or Clock())
+    runner = await serving.serve(
+        "127.0.0.1",
+        port,
+        lambda: (healthy, "ok" if healthy else "watch of /api/v1/pods silent for 200s"),
+        lambda: (True, "leader me"),
+        auth=auth,
+        tls=serving.server_tls(),
+    )
+    try:
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def get(url: str, token: str | None = None) -> tuple[int, str, Mapping[str, str]]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, headers=headers, ssl=False) as response,
+    ):
+        return response.status, await response.text(), response.headers
+
+
+async def test_metrics_need_a_token_the_api_server_accepts_with_get_on_metrics() -> None:
+    fake = FakeTransport(handler=api)
+    async with server(fake) as base:
+        status, text, headers = await get(f"{base}/metrics")
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+        assert not fake.calls  # no token, nothing to ask
+        assert (await get(f"{base}/metrics", "forged"))[0] == 401
+        status, text, _ = await get(f"{base}/metrics", "nosy")
+        assert status == 403
+        assert 'user "someone" cannot get path "/metrics": no RBAC rule' in text
+        status, text, _ = await get(f"{base}/metrics", "good")
+        assert status == 200
+        assert obs.LEADER._name in text  # the registry's metrics, as Prometheus reads them
+    reviews = fake.requests("POST", serving.ACCESS_REVIEWS)
+    (review,) = [c for c in reviews if c.body and c.body["spec"]["user"] == "prometheus"]
+    assert review.body == {
+        "spec": {
+            "user": "prometheus",
+            "uid": "uid-prometheus",
+            "groups": ["g1"],
+            "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
+        }
+    }
+
+
+async def test_the_probes_are_open_and_say_why() -> None:
+    fake = FakeTransport(handler=api)
+    async with server(fake, healthy=False) as base:
+        status, text, _ = await get(f"{base}/readyz")
+        assert (status, text) == (200, "leader me\n")
+        status, text, _ = await get(f"{base}/healthz")
+        assert (status, text) == (503, "watch of /api/v1/pods silent for 200s\n")
+    assert not fake.calls
+
+
+async def test_answers_are_cached_ten_seconds() -> None:
+    fake = FakeTransport(handler=api)
+    clock = Clock()
+    async with server(fake, clock) as base:
+        for _ in range(3):
+            assert (await get(f"{base}/metrics", "good"))[0] == 200
+            assert (await get(f"{base}/metrics", "nosy"))[0] == 403
+            assert (await get(f"{base}/metrics", "forged"))[0] == 401
+        assert len(fake.requests("POST", serving.TOKEN_REVIEWS)) == 3  # one per token
+        assert len(fake.requests("POST", serving.ACCESS_REVIEWS)) == 2  # one per user
+        clock.now = serving.CACHE_TTL + 0.1
+        assert (await get(f"{base}/metrics", "good"))[0] == 200
+        assert len(fake.requests("POST", serving.TOKEN_REVIEWS)) == 4
+        assert len(fake.requests("POST", serving.ACCESS_REVIEWS)) == 3
+
+
+async def test_a_review_the_api_server_refuses_or_misses_is_503_and_not_cached() -> None:
+    answers: list[Reply | BaseException] = [
+        (403, {"kind": "Status", "reason": "Forbidden"}),
+        aiohttp.ClientConnectionError("refused"),
+    ]
+
+    def flaky(method: str, path: str, body: Mapping[str, Any] | None, params: Any) -> Reply:
+        if answers:
+            answer = answers.pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+        return api(method, path, body, params)
+
+    fake = FakeTransport(handler=flaky)
+    async with server(fake) as base:
+        status, text, _ = await get(f"{base}/metrics", "good")
+        assert status == 503 and "system:auth-delegator" in text
+        status, text, _ = await get(f"{base}/metrics", "good")
+        assert status == 503 and "refused" in text
+        assert (await get(f"{base}/metrics", "good"))[0] == 200
+
+
+async def test_the_self_signed_certificate_names_localhost(tmp_path: Path) -> None:
+    cert, key = serving.self_signed_certificate(["localhost", "127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    port = free_port()
+    runner = await serving.serve(
+        "127.0.0.1",
+        port,
+        lambda: (True, "ok"),
+        lambda: (True, "ok"),
+        auth=serving.DelegatedAuth(FakeTransport(handler=api)),
+        tls=serving.server_tls(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
+    )
+    try:
+        trusting = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+        async with aiohttp.ClientSession() as session:
+            for host in ("localhost", "127.0.0.1"):
+                async with session.get(f"https://{host}:{port}/healthz", ssl=trusting) as r:
+                    assert r.status == 200
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                async with session.get(f"https://127.0.0.1:{port}/healthz", ssl=True):
+                    pass  # not trusted by the system's CAs
+    finally:
+        await runner.cleanup()
+
+
+def test_settings() -> None:
+    config = Config()
+    assert (config.secure_port, config.http_port) == (10259, 0)  # HTTPS only, by default
+    with pytest.raises(ValueError, match="go together"):
+        Config.from_env({"LOADWISE_TLS_CERT_FILE": "/tls.crt"})
+    with pytest.raises(ValueError, match="must differ"):
+        Config.from_env({"LOADWISE_HTTP_PORT": "10259"})
