@@ -22,6 +22,12 @@ from .learned import LearnedUsage, WorkloadOf
 
 log = logging.getLogger(__name__)
 
+
+class SourceError(RuntimeError):
+    """A metrics source's failure, worded for the user (it ends up in status conditions and
+    events as it is, without the exception's class name)."""
+
+
 # (namespace, pod name) -> (cpu millicores, memory bytes) in use.
 PodUsage = dict[tuple[str, str], tuple[int, int]]
 
@@ -145,4 +151,6 @@ class MetricsCache:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SourceError) and str(exc):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

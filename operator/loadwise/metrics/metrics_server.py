@@ -17,15 +17,44 @@ import aiohttp
 
 from ..resources import CPU, MEMORY, to_amount
 from ..transport import Http
-from .cache import NodeSample, PodUsage
+from .cache import NodeSample, PodUsage, SourceError
 
 PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
 PODS_PATH = "/apis/metrics.k8s.io/v1beta1/pods"
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 
-class MetricsServerError(RuntimeError):
+class MetricsServerError(SourceError):
     pass
+
+
+def http_error(status: int, body: bytes, what: str) -> MetricsServerError:
+    """An error a user can act on: what the status means for the aggregation layer, and the
+    API server's own message as text (a Status object's message, or the body decoded)."""
+    text = _message(body)
+    if status == 404:
+        hint = "is the metrics.k8s.io APIService installed?"
+    elif status == 503:
+        hint = "the metrics.k8s.io APIService is not available: is metrics-server running?"
+    elif status in (401, 403):
+        hint = f"the operator's ServiceAccount may not list {what}.metrics.k8s.io (RBAC)"
+    else:
+        hint = ""
+    detail = "; ".join(part for part in (hint, text) if part)
+    return MetricsServerError(f"listing {what} metrics failed with HTTP {status}: {detail}")
+
+
+def _message(body: bytes, limit: int = 200) -> str:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+        text = payload["message"]
+    else:
+        text = body.decode("utf-8", errors="replace")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_node_metrics(
@@ -109,11 +138,11 @@ class MetricsServerSource:
     async def fetch(self) -> dict[str, NodeSample]:
         status, body = await self.transport.request("GET", PATH, timeout=TIMEOUT)
         if status != 200:
-            raise MetricsServerError(f"HTTP {status}: {body[:200]!r}")
+            raise http_error(status, body, "node")
         return parse_node_metrics(json.loads(body), self.allocatable)
 
     async def fetch_pods(self) -> PodUsage:
         status, body = await self.transport.request("GET", PODS_PATH, timeout=TIMEOUT)
         if status != 200:
-            raise MetricsServerError(f"HTTP {status}: {body[:200]!r}")
+            raise http_error(status, body, "pod")
         return parse_pod_metrics(json.loads(body))

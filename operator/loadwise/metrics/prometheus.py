@@ -9,13 +9,14 @@ relabelling); pod defaults fit cAdvisor's container series (`namespace` and `pod
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
 
-from .cache import NodeSample, PodUsage
+from .cache import NodeSample, PodUsage, SourceError
 
 DEFAULT_CPU_QUERY = '1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
 DEFAULT_MEMORY_QUERY = (
@@ -33,7 +34,7 @@ _NAMESPACE_LABEL = "namespace"
 _POD_LABEL = "pod"
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(SourceError):
     pass
 
 
@@ -70,9 +71,15 @@ def parse_response(
     those named in `dimensions` become the sample's `extra`; a node needs cpu and memory."""
     partial: dict[str, dict[str, float]] = {}
     stamps: dict[str, float] = {}
+    unlabelled = 0  # series without the node label
+    other_labels: set[str] = set()
     for item in _vector(payload):
         try:
             labels = item["metric"]
+            if node_label not in labels and _RESOURCE_LABEL in labels:
+                unlabelled += 1
+                other_labels.update(k for k in labels if k not in (_RESOURCE_LABEL, "__name__"))
+                continue
             node = labels[node_label]
             resource = labels[_RESOURCE_LABEL]
             stamp = float(item["value"][0])
@@ -87,6 +94,16 @@ def parse_response(
             continue
         partial.setdefault(node, {})[resource] = min(1.0, max(0.0, value))
         stamps[node] = min(stamp, stamps.get(node, stamp))
+    if unlabelled and not partial:  # a wrong label, not stale samples: say so
+        have = (
+            f"they have {', '.join(sorted(other_labels))}"
+            if other_labels
+            else "they have no other label (does the query keep it, e.g. `by (node)`?)"
+        )
+        raise PrometheusError(
+            f"{unlabelled} series came back but none has the node label {node_label!r} "
+            f"(LOADWISE_PROMETHEUS_NODE_LABEL): {have}"
+        )
     samples = {}
     for node, values in partial.items():
         cpu, memory = values.pop("cpu", None), values.pop("memory", None)
@@ -134,7 +151,10 @@ class PrometheusSource:
         dimensions: Mapping[str, str] | None = None,
         pod_cpu_query: str = DEFAULT_POD_CPU_QUERY,
         pod_memory_query: str = DEFAULT_POD_MEMORY_QUERY,
+        known_nodes: Callable[[], Collection[str]] | None = None,
     ) -> None:
+        """`known_nodes`: the cluster's node names, to tell a node label holding something
+        else (an instance address) from nodes without samples."""
         self.url = url.rstrip("/") + "/api/v1/query"
         self.dimensions = dict(dimensions or {})
         self.query = combined_query(cpu_query, memory_query, self.dimensions)
@@ -143,11 +163,20 @@ class PrometheusSource:
         self.lag = lag
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
+        self.known_nodes = known_nodes
 
     async def fetch(self) -> dict[str, NodeSample]:
-        return parse_response(
+        samples = parse_response(
             await self._query(self.query), self.node_label, self.lag, self.dimensions
         )
+        known = self.known_nodes() if self.known_nodes is not None else ()
+        if samples and known and not any(name in known for name in samples):
+            raise PrometheusError(
+                f"no series' {self.node_label!r} label names a node of the cluster "
+                f"(LOADWISE_PROMETHEUS_NODE_LABEL): it holds values such as "
+                f"{_examples(samples)}; the nodes are such as {_examples(known)}"
+            )
+        return samples
 
     async def fetch_pods(self) -> PodUsage:
         return parse_pod_response(await self._query(self.pod_query))
@@ -157,10 +186,28 @@ class PrometheusSource:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
         async with self._session.post(self.url, data={"query": query}) as resp:
             if resp.status != 200:
-                text = (await resp.text())[:200]
-                raise PrometheusError(f"HTTP {resp.status}: {text}")
+                raise PrometheusError(f"HTTP {resp.status}: {_error_text(await resp.read())}")
             return await resp.json(content_type=None)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _examples(names: Collection[str], count: int = 3) -> str:
+    shown = sorted(names)[:count]
+    return ", ".join(shown) + (", ..." if len(names) > count else "")
+
+
+def _error_text(body: bytes, limit: int = 200) -> str:
+    """Prometheus' own `error` field of an error answer, else the body as text."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+        text = payload["error"]
+    else:
+        text = body.decode("utf-8", errors="replace")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
