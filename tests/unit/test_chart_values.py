@@ -1,0 +1,256 @@
+"""The Helm chart with the real helm binary (hack/ensure-tools installs it), no cluster: `helm lint
+--strict` is clean, it renders without --kube-version, values.schema.json covers every value and
+refuses bad ones, and what it renders is what the operator and Prometheus need."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadwise.config import Config
+from loadwise.policy import parse_spec
+from loadwise_dev.controlplane import helm_binary
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "loadwise"
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    # No kubeconfig: nothing here may need a cluster.
+    return subprocess.run(
+        [str(helm_binary()), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "KUBECONFIG": "/nonexistent"},
+    )
+
+
+def render(*sets: str) -> list[dict[str, Any]]:
+    args = [a for s in sets for a in ("--set", s)]
+    done = helm("template", "lw", str(CHART), "--namespace", "loadwise-system", *args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    (doc,) = (
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    )
+    return doc
+
+
+def test_helm_lint_strict_is_clean() -> None:
+    done = helm("lint", "--strict", str(CHART))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout
+
+
+def test_renders_without_a_kube_version() -> None:
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in render())
+    assert kinds == [
+        "ClusterRole/lw-loadwise",
+        "ClusterRole/lw-loadwise-metrics-reader",
+        "ClusterRoleBinding/lw-loadwise",
+        "ClusterRoleBinding/lw-loadwise-auth-delegator",
+        "Deployment/lw-loadwise",
+        "PodDisruptionBudget/lw-loadwise",
+        "Role/lw-loadwise-leader-election",
+        "RoleBinding/lw-loadwise-leader-election",
+        "SchedulingPolicy/default",
+        "Service/lw-loadwise",
+        "ServiceAccount/lw-loadwise",
+    ]
+
+
+def leaves(values: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key path of values.yaml down to scalars, lists and empty maps."""
+    paths = []
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            paths += leaves(value, (*prefix, key))
+        else:
+            paths.append((*prefix, key))
+    return paths
+
+
+def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for path in leaves(values):
+        node = SCHEMA
+        for key in path:
+            props = node.get("properties", {})
+            if key not in props:
+                # Free-form maps (labels, tlsConfig, resources) are described as a whole.
+                assert node.get("type") == "object", path
+                assert node.get("additionalProperties") is not False, path
+                break
+            node = props[key]
+        assert (
+            node.get("description") or node.get("type") or node.get("enum") or node.get("oneOf")
+        ), path
+    # Every map the chart defines refuses keys it does not know (a typo is an error).
+    for key in ("image", "leaderElection", "metrics", "serving", "serviceMonitor", "defaultPolicy"):
+        assert SCHEMA["properties"][key]["additionalProperties"] is False, key
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("replicas=-1", "/replicas"),
+        ("replicas=two", "/replicas"),
+        ("metrics.sources=graphite", "/metrics/sources"),
+        ("metrics.sources=prometheus\\,graphite", "/metrics/sources"),
+        ("metrics.refreshSeconds=ten", "/metrics/refreshSeconds"),
+        ("metrics.refreshSeconds=0", "/metrics/refreshSeconds"),
+        ("metrics.lagSeconds=-5", "/metrics/lagSeconds"),
+        ("metrics.prometheusUrl=prometheus:9090", "/metrics/prometheusUrl"),
+        ("metrics.prometheusUlr=http://x", "prometheusUlr"),
+        ("metrics.dimensions.GPU=q", "GPU"),
+        ("metrics.learnUsage=maybe", "/metrics/learnUsage"),
+        ("defaultPolicy.weights.cpu=-1", "/defaultPolicy/weights/cpu"),
+        ("defaultPolicy.weights.memory=101", "/defaultPolicy/weights/memory"),
+        ("leaderElection.leaseDurationSeconds=0", "/leaderElection/leaseDurationSeconds"),
+        ("leaderElection.enabled=false", "/replicas"),  # two replicas without election
+        ("leaderElection.retryPeriodSeconds=12", "retryPeriodSeconds < renewDeadlineSeconds"),
+        ("podDisruptionBudget.minAvailable=-1", "/podDisruptionBudget/minAvailable"),
+        ("bindConcurrency=0", "/bindConcurrency"),
+        ("logLevel=LOUD", "/logLevel"),
+        ("schedulerName=default-scheduler", "/schedulerName"),
+        ("schedulerName=Not_A_Name", "/schedulerName"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("serving.securePort=0", "/serving/securePort"),
+        ("serving.securePort=70000", "/serving/securePort"),
+        ("service.port=-1", "/service/port"),
+        ("serviceMonitor.enabled=yes", "/serviceMonitor/enabled"),
+        ("serviceMonitor.interval=30", "/serviceMonitor/interval"),
+        ("networkPolicy.metricsFrom=all", "/networkPolicy/metricsFrom"),
+        ("priorityClassName=7", None),  # --set makes 7 a number
+        ("replica=3", "replica"),
+    ],
+)
+def test_bad_values_are_refused(setting: str, complaint: str | None) -> None:
+    done = helm("template", "lw", str(CHART), "--set", setting)
+    assert done.returncode != 0, f"{setting} was accepted"
+    assert complaint is None or complaint in done.stderr, done.stderr
+
+
+def test_two_sources_a_single_unelected_replica_and_a_percentage_render() -> None:
+    docs = render(
+        "metrics.sources=prometheus\\,metrics-server",
+        "replicas=1",
+        "leaderElection.enabled=false",
+        "podDisruptionBudget.minAvailable=50%",
+        "metrics.dimensions.gpu=avg by (node) (DCGM_FI_DEV_GPU_UTIL)",
+    )
+    env = container_env(one(docs, "Deployment"))
+    assert env["LOADWISE_METRICS_SOURCES"] == "prometheus,metrics-server"
+    assert env["LOADWISE_LEADER_ELECT"] == "false"
+
+
+def container_env(deployment: dict[str, Any]) -> dict[str, str]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_the_deployment_serves_https_only_with_open_probes_and_valid_settings() -> None:
+    deployment = one(render(), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["ports"] == [{"name": "https-metrics", "containerPort": 10259}]
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
+        get = container[probe]["httpGet"]
+        assert (get["path"], get["port"], get["scheme"]) == (path, "https-metrics", "HTTPS")
+    env = container_env(deployment)
+    assert (env["LOADWISE_SECURE_PORT"], env["LOADWISE_HTTP_PORT"]) == ("10259", "0")
+    # Every variable the chart sets is a setting the operator knows, with a valid value
+    # (unknown LOADWISE_* variables are refused at start-up).
+    config = Config.from_env(env)
+    assert (config.secure_port, config.http_port, config.tls_cert_file) == (10259, 0, "")
+    assert "priorityClassName" not in pod
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "prometheus.io/scrape" not in str(deployment)  # plain scraping would get a 401
+
+
+def test_a_tls_secret_and_a_priority_class() -> None:
+    deployment = one(
+        render("serving.tlsSecretName=lw-tls", "priorityClassName=system-cluster-critical"),
+        "Deployment",
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert {"name": "tls", "secret": {"secretName": "lw-tls"}} in pod["volumes"]
+    config = Config.from_env(container_env(deployment))
+    assert config.tls_cert_file == "/etc/loadwise/tls/tls.crt"
+    assert config.tls_private_key_file == "/etc/loadwise/tls/tls.key"
+
+
+def test_metrics_access_rbac_and_the_service_monitor() -> None:
+    docs = render()
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]  # off by default
+    delegator = one(docs, "ClusterRoleBinding", "lw-loadwise-auth-delegator")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    assert delegator["subjects"] == [
+        {"kind": "ServiceAccount", "name": "lw-loadwise", "namespace": "loadwise-system"}
+    ]
+    reader = one(docs, "ClusterRole", "lw-loadwise-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+    docs = render(
+        "serviceMonitor.enabled=true",
+        "serviceMonitor.labels.release=kps",
+        "serviceMonitor.prometheusServiceAccount.name=prom",
+        "serviceMonitor.prometheusServiceAccount.namespace=monitoring",
+    )
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["port"] == "https-metrics"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}  # self-signed by default
+    service = one(docs, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert service["spec"]["ports"][0]["name"] == "https-metrics"
+    binding = one(docs, "ClusterRoleBinding", "lw-loadwise-metrics-reader")
+    assert binding["roleRef"]["name"] == "lw-loadwise-metrics-reader"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prom", "namespace": "monitoring"}
+    ]
+    done = helm(
+        "template", "lw", str(CHART), "--set", "serviceMonitor.enabled=true",
+        "--set", "service.enabled=false",
+    )  # fmt: skip
+    assert done.returncode != 0 and "needs service.enabled" in done.stderr
+
+
+def test_network_policy() -> None:
+    assert not [d for d in render() if d["kind"] == "NetworkPolicy"]
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    done = helm(
+        "template", "lw", str(CHART), "--set", "networkPolicy.enabled=true",
+        "--set-json", f"networkPolicy.metricsFrom=[{json.dumps(peer)}]",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    policy = one([d for d in yaml.safe_load_all(done.stdout) if d], "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"port": "https-metrics", "protocol": "TCP"}], "from": [peer]}
+    ]
+
+
+def test_the_default_policy_is_a_fallback() -> None:
+    policy = one(render("defaultPolicy.weights.cpu=3"), "SchedulingPolicy")
+    spec = parse_spec(policy["spec"])
+    assert spec.fallback and spec.weights.cpu == 3
+    assert not [d for d in render("defaultPolicy.create=false") if d["kind"] == "SchedulingPolicy"]
