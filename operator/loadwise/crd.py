@@ -135,6 +135,11 @@ def build_crd() -> dict[str, Any]:
                             "type": "string",
                             "jsonPath": ".status.conditions[?(@.type=='Ready')].status",
                         },
+                        {  # Ready says the spec is in use; this, whether scoring is load-aware
+                            "name": "Metrics-Available",
+                            "type": "string",
+                            "jsonPath": ".status.conditions[?(@.type=='MetricsAvailable')].status",
+                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {
@@ -149,6 +154,9 @@ def build_crd() -> dict[str, Any]:
                                 "spec": {
                                     **spec_schema,
                                     "description": SchedulingPolicySpec.__doc__,
+                                    # A policy without spec is stored (and shown by kubectl
+                                    # get -o yaml) with every default filled in by the server.
+                                    "default": {},
                                 },
                                 "status": {
                                     **status_schema,

@@ -86,10 +86,13 @@ class LabelSelectorRequirement(_Model):
 
 
 class LabelSelector(_Model):
-    """Selects pods by label; an empty selector selects every pod."""
+    """Selects objects by label (pods for podSelector, their namespaces for namespaceSelector);
+    an empty selector selects all."""
 
     match_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict, description="Labels the pod must carry with exactly these values."
+        default_factory=dict,
+        description="Labels the object (the pod, or for namespaceSelector its namespace) must "
+        "carry with exactly these values.",
     )
     match_expressions: list[LabelSelectorRequirement] = Field(
         default_factory=list, max_length=64, description="Requirements that must all hold."
@@ -286,10 +289,15 @@ class SchedulingPolicySpec(_Model):
 
 
 class Condition(_Model):
-    type: str = Field(description="Ready or Invalid.")
+    type: str = Field(
+        description="Ready (the spec is valid and in use) or MetricsAvailable (the policy's "
+        "metrics source gives fresh samples, so scoring is load-aware)."
+    )
     status: Literal["True", "False", "Unknown"]
-    reason: str = ""
-    message: str = ""
+    reason: str = Field(
+        "", description="Ready: Valid or Invalid. MetricsAvailable: Fresh or Degraded."
+    )
+    message: str = Field("", description="Why, in words: the problem or the figures.")
     last_transition_time: str = Field("", description="RFC 3339 time of the last change.")
 
 
