@@ -1,22 +1,32 @@
 """e2e: `helm install` the chart into the local control plane, then run the operator with the
 chart's ServiceAccount token and the settings its Deployment renders. No kubelet runs here, so
 the Deployment's pod itself never starts; the operator runs in-process with exactly its identity,
-which proves the ClusterRole is sufficient. A fixed expected rule list keeps it minimal."""
+which proves the ClusterRole is sufficient. A fixed expected rule list keeps it minimal.
+
+The same identity serves /metrics as kube-scheduler does (TokenReview and SubjectAccessReview
+through the chart's system:auth-delegator binding): real tokens are refused or let through by
+the real API server's RBAC, and a real Prometheus scrapes it as the chart's ServiceMonitor says.
+`helm uninstall --wait` returns promptly with the operator running and with it stopped."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
 from loadwise.config import Config
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
-from loadwise_dev.controlplane import helm_binary, kubeconfig, pinned_versions
-from loadwise_dev.kube import Kube
+from loadwise_dev.controlplane import free_port, helm_binary, kubeconfig, pinned_versions
+from loadwise_dev.kube import Kube, KubeError
+from loadwise_dev.prometheus_server import Prometheus
 
 from .conftest import POLICIES
 from .util import wait_bound, wait_event
@@ -104,30 +114,99 @@ def cluster_role_rules(rendered: str) -> list[dict[str, Any]]:
     return rules
 
 
-async def test_helm_install_then_schedule_with_the_charts_service_account(
+UNINSTALL_BOUND = 30.0  # seconds; `helm uninstall --wait` took 1-3 s here
+
+
+async def install(cluster: LocalCluster, *sets: str) -> str:
+    """`helm install` with the test cluster's Prometheus; returns helm's output (the NOTES)."""
+    assert cluster.prometheus is not None
+    values = [
+        f"metrics.prometheusUrl={cluster.prometheus.url}",
+        "metrics.lagSeconds=6",
+        "serviceMonitor.prometheusServiceAccount.name=scraper",
+        *sets,
+    ]
+    args = [a for v in values for a in ("--set", v)]
+    return await helm(
+        cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+        *args,
+    )  # fmt: skip
+
+
+async def uninstall_within_bound(cluster: LocalCluster) -> float:
+    started = time.monotonic()
+    await helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s")
+    elapsed = time.monotonic() - started
+    assert elapsed < UNINSTALL_BOUND, f"helm uninstall --wait took {elapsed:.1f}s"
+    return elapsed
+
+
+async def service_account_token(kube: Kube, name: str) -> str:
+    with contextlib.suppress(KubeError):  # 409: made by an earlier test
+        await kube.create(
+            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": name}}
+        )
+    token = await kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    value: str = token["status"]["token"]
+    return value
+
+
+async def charts_operator(
+    cluster: LocalCluster, kube: Kube, tmp_path: Path, secure_port: int = 0
+) -> tuple[Config, Path]:
+    """The settings the chart's Deployment renders (with the simulation's CPU window, loopback
+    ports) and a kubeconfig with its ServiceAccount's token."""
+    deployment = await kube.get(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-loadwise"
+    )
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    config = Config.from_env(env).model_copy(
+        update={
+            "secure_port": secure_port,
+            "http_host": "127.0.0.1",
+            "prometheus_cpu_query": cluster.operator_config().prometheus_cpu_query,
+            "metrics_interval": 1.0,
+        }
+    )
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    sa_kubeconfig = tmp_path / "sa.kubeconfig"
+    sa_kubeconfig.write_text(
+        kubeconfig(cluster.cp.server, cluster.cp.ca_file, await service_account_token(kube, sa))
+    )
+    return config, sa_kubeconfig
+
+
+async def get(url: str, token: str | None = None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, headers=headers, ssl=False) as response,
+    ):
+        return response.status, await response.text()
+
+
+async def policy_ready(kube: Kube, name: str) -> bool:
+    status = (await kube.get(f"{POLICIES}/{name}")).get("status") or {}
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or ()
+    )
+
+
+async def test_helm_install_then_schedule_and_serve_with_the_charts_service_account(
     kube: Kube, local_cluster: LocalCluster, ns: str, tmp_path: Path
 ) -> None:
-    assert local_cluster.prometheus is not None
     await local_cluster.add_node(kube, "n1", cpu_usage=0.7)
     await local_cluster.add_node(kube, "n2", cpu_usage=0.2)
     await local_cluster.wait_metrics({"n1": 0.7, "n2": 0.2})
-    await helm(
-        local_cluster,
-        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-        "--set", f"metrics.prometheusUrl={local_cluster.prometheus.url}",
-        "--set", "metrics.lagSeconds=6",
-    )  # fmt: skip
+    notes = await install(local_cluster)
+    assert "schedulerName: loadwise-scheduler" in notes  # NOTES.txt: how to opt a pod in
     try:
         role = await kube.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-loadwise")
         assert role["rules"] == EXPECTED_RULES
-
-        deployment = await kube.get(
-            f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-loadwise"
-        )
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
-        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-        assert env["LOADWISE_LEADER_ELECT"] == "true"
-        assert deployment["spec"]["replicas"] == 2
         lease_role = await kube.get(
             f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles/"
             f"{RELEASE}-loadwise-leader-election"
@@ -136,40 +215,40 @@ async def test_helm_install_then_schedule_with_the_charts_service_account(
         await kube.get(
             f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/{RELEASE}-loadwise"
         )
-        # The chart's settings, with the simulation's CPU window; no HTTP port in-process.
-        config = Config.from_env(env).model_copy(
-            update={
-                "http_port": 0,
-                "prometheus_cpu_query": local_cluster.operator_config().prometheus_cpu_query,
-                "metrics_interval": 1.0,
-            }
-        )
-        sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-        token = await kube.create(
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{sa}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        )
-        sa_kubeconfig = tmp_path / "sa.kubeconfig"
-        sa_kubeconfig.write_text(
-            kubeconfig(local_cluster.cp.server, local_cluster.cp.ca_file, token["status"]["token"])
-        )
+        await kube.get(f"/api/v1/namespaces/{NAMESPACE}/services/{RELEASE}-loadwise")
+        port = free_port()
+        config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path, port)
+        assert config.leader_elect and config.http_port == 0  # the chart opens no plain port
+        scraper = await service_account_token(kube, "scraper")  # bound by the chart
+        nosy = await service_account_token(kube, "nosy")  # a valid token, no permission
 
         async with running_operator(config, sa_kubeconfig):
+            base = f"https://127.0.0.1:{port}"
+            assert (await get(f"{base}/healthz"))[0] == 200  # probes: no token
+            assert (await get(f"{base}/readyz"))[0] == 200
+            status, text = await get(f"{base}/metrics")
+            assert status == 401, text
+            status, text = await get(f"{base}/metrics", nosy)
+            assert status == 403, text
+            assert f'"system:serviceaccount:{NAMESPACE}:nosy" cannot get path "/metrics"' in text
+            status, text = await get(f"{base}/metrics", scraper)
+            assert status == 200, text
+            assert "loadwise_leader" in text
+            await prometheus_scrapes_as_the_service_monitor_says(
+                local_cluster, port, {"scraper": scraper, "nosy": nosy}, tmp_path
+            )
+
             await kube.create(
                 f"/api/v1/namespaces/{ns}/pods", manifests.pod("chart-pod", namespace=ns)
             )
             assert (await wait_bound(kube, ns, ["chart-pod"]))["chart-pod"] == "n2"
-            await wait_event(kube, ns, "chart-pod", "Scheduled")
+            scheduled = await wait_event(kube, ns, "chart-pod", "Scheduled")
+            assert scheduled["message"].endswith("; policy default")
             await kube.create(
                 f"/api/v1/namespaces/{ns}/pods", manifests.pod("too-big", namespace=ns, cpu="64")
             )
             await wait_event(kube, ns, "too-big", "FailedScheduling")
-
-            async def policy_ready() -> bool:
-                status = (await kube.get(f"{POLICIES}/default")).get("status") or {}
-                return any(c["status"] == "True" for c in status.get("conditions") or ())
-
-            await wait_for(policy_ready, 15, what="chart's default policy Ready")
+            await wait_for(lambda: policy_ready(kube, "default"), 15, what="default Ready")
 
             async def marked() -> dict[str, Any] | None:
                 # The event is written first, then the condition: wait for the second write.
@@ -183,11 +262,105 @@ async def test_helm_install_then_schedule_with_the_charts_service_account(
                 f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}-loadwise"
             )
             assert lease["spec"]["holderIdentity"]  # it leads through the chart's Role
+
+            # A user's catch-all policy governs every pod, whatever its name: "web" sorts after
+            # "default", and before `fallback` the chart's policy won it by name.
+            await kube.create(
+                POLICIES,
+                {"apiVersion": "loadwise.io/v1alpha1", "kind": "SchedulingPolicy",
+                 "metadata": {"name": "web"}, "spec": {}},
+            )  # fmt: skip
+            await wait_for(lambda: policy_ready(kube, "web"), 15, what="web Ready")
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("web-1", namespace=ns))
+            scheduled = await wait_event(kube, ns, "web-1", "Scheduled")
+            assert scheduled["message"].endswith("; policy web")
+
             policy = await kube.get(f"{POLICIES}/default")
             assert not policy["metadata"].get("finalizers")  # nothing can hold a deletion
-            await helm(local_cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
-            # No finalizer: the release's policy goes with it, uninstall never hangs.
+            await uninstall_within_bound(local_cluster)  # while the operator runs
+            # No finalizer: the release's policy goes with it; the user's stays.
             assert not await kube.exists(f"{POLICIES}/default")
+            assert await kube.exists(f"{POLICIES}/web")
+    finally:
+        await helm(
+            local_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", check=False
+        )
+
+
+async def prometheus_scrapes_as_the_service_monitor_says(
+    cluster: LocalCluster, port: int, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    """A real Prometheus configured as the Prometheus Operator turns the chart's ServiceMonitor
+    endpoint into a scrape job (scheme, path, bearer token file, TLS settings): with the token
+    of an account the chart bound to the metrics-reader role the target is up and loadwise's
+    series arrive; with another account's token the target is down."""
+    rendered = await helm(
+        cluster, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        "--set", "serviceMonitor.enabled=true",
+    )  # fmt: skip
+    monitor = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["bearerTokenFile"]  # the Prometheus pod's own token; here: each account's
+    jobs = []
+    for name, token in tokens.items():
+        token_file = tmp_path / f"{name}.token"
+        token_file.write_text(token)
+        jobs.append(
+            {
+                "job_name": name,
+                "scheme": endpoint["scheme"],
+                "metrics_path": endpoint["path"],
+                "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
+                "tls_config": {"insecure_skip_verify": endpoint["tlsConfig"]["insecureSkipVerify"]},
+                "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+            }
+        )
+    prometheus = await asyncio.to_thread(Prometheus([]).start)
+    try:
+        config = {"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}
+        (prometheus.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        assert prometheus.process is not None
+        prometheus.process.send_signal(signal.SIGHUP)  # reload the configuration
+
+        async def scraped() -> dict[str, float] | None:
+            answer = await asyncio.to_thread(prometheus.query, "up")
+            ups = {r["metric"]["job"]: float(r["value"][1]) for r in answer["data"]["result"]}
+            return ups if set(ups) == set(tokens) else None
+
+        assert await wait_for(scraped, 30, interval=0.5, what="both jobs scraped") == {
+            "scraper": 1.0,
+            "nosy": 0.0,
+        }
+        answer = await asyncio.to_thread(prometheus.query, 'loadwise_leader{job="scraper"}')
+        assert answer["data"]["result"], "loadwise's series did not arrive"
+    finally:
+        await asyncio.to_thread(prometheus.stop)
+
+
+async def test_helm_uninstall_returns_while_the_operator_is_down(
+    kube: Kube, local_cluster: LocalCluster, clean: None, tmp_path: Path
+) -> None:
+    """The operator has read and written the release's policy, then stops: nothing it left
+    behind (finalizers, owner references) may hold `helm uninstall --wait`."""
+    await install(local_cluster)
+    try:
+        # An operator stopped after its release was uninstalled (the other test) could not
+        # release its Lease: do not wait out that lease here.
+        with contextlib.suppress(KubeError):
+            await kube.delete(
+                f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{RELEASE}-loadwise"
+            )
+        config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path)
+        async with running_operator(config, sa_kubeconfig):
+            await wait_for(lambda: policy_ready(kube, "default"), 15, what="default Ready")
+        await uninstall_within_bound(local_cluster)
+        for path in (
+            f"{POLICIES}/default",
+            f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-loadwise",
+            f"/api/v1/namespaces/{NAMESPACE}/services/{RELEASE}-loadwise",
+            f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{RELEASE}-loadwise-auth-delegator",
+        ):
+            assert not await kube.exists(path), path
     finally:
         await helm(
             local_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", check=False
