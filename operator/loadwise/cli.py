@@ -1,32 +1,76 @@
-"""The `loadwise` command: run the operator, run the demo, print the CRD."""
+"""The `loadwise` command: run the operator, explain a decision, print the CRD; from a clone,
+also the demo and the local cluster (`loadwise dev`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
+import textwrap
+from typing import Any
 
 import kopf
 
-from . import crd
-from .config import Config
+from . import crd, logs
+from .access import AccessError, preflight
+from .config import Config, settings
 from .handlers import build_registry
 
+RUN_EPILOG = """\
+Every setting is an environment variable (shown with its default) and a flag; a flag overrides
+its variable. An unknown LOADWISE_* variable is an error.
+"""
 
-def run(config: Config) -> None:
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # kopf logs every handled pod event at DEBUG/INFO: keep it quiet on the hot path.
-    logging.getLogger("kopf").setLevel(logging.WARNING)
+
+def run(config: Config) -> int:
+    logs.setup(config.log_level, config.log_format)
+    try:
+        asyncio.run(preflight(config))
+    except AccessError as exc:
+        print(f"loadwise: {exc}", file=sys.stderr)
+        return 1
     asyncio.run(kopf.operator(registry=build_registry(config), clusterwide=True, standalone=True))
+    return 0
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps at spaces only: URLs, PromQL and names like loadwise-scheduler stay whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(
+            " ".join(text.split()), width, break_on_hyphens=False, break_long_words=False
+        )
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per Config field, its help made from the field's description."""
+    group = parser.add_argument_group("settings")
+    for s in settings():
+        text = f"{s.description} [{s.variable}, default {s.default}]".replace("%", "%%")
+        if s.is_bool:
+            group.add_argument(
+                s.flag, dest=s.field, action=argparse.BooleanOptionalAction, help=text
+            )
+        else:
+            group.add_argument(s.flag, dest=s.field, metavar="VALUE", help=text)
+
+
+def setting_flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {s.field: getattr(args, s.field, None) for s in settings()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="loadwise", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="run the scheduler (settings from LOADWISE_* env vars)")
+    run_parser = sub.add_parser(
+        "run",
+        usage="loadwise run [--SETTING VALUE ...]",
+        help="run the scheduler (settings: LOADWISE_* variables or flags; see run --help)",
+        description="Run the scheduler.",
+        formatter_class=_HelpFormatter,
+        epilog=RUN_EPILOG,
+    )
+    add_setting_flags(run_parser)
     demo = sub.add_parser("demo", help="local control plane + Prometheus + operator, end to end")
     demo.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
     sub.add_parser("crd", help="print the SchedulingPolicy CRD generated from the model")
@@ -34,7 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         "explain", help="dry run: every node's verdict and score for NAMESPACE/POD"
     )
     explain.add_argument("pod", metavar="NAMESPACE/POD")
-    args = parser.parse_args(argv)
+    sub.add_parser(
+        "dev",
+        help="a local cluster to try loadwise with kubectl: dev up|down|status|load (from a clone)",
+        add_help=False,
+    )
+    args, rest = parser.parse_known_args(argv)
+    if args.command != "dev" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "crd":
         sys.stdout.write(crd.render())
         return 0
@@ -42,21 +93,21 @@ def main(argv: list[str] | None = None) -> int:
         from .explain import main as explain_main
 
         return explain_main(args.pod)
-    if args.command == "demo":
+    if args.command in ("demo", "dev"):
         try:  # the development harness is not in the wheel or the image
             from loadwise_dev.demo import main as demo_main
+            from loadwise_dev.devcluster import main as dev_main
         except ImportError:
             print(
-                "loadwise demo needs the development harness (loadwise_dev): run `make demo` "
-                "from a clone of the repository",
+                f"loadwise {args.command} needs the development harness (loadwise_dev): run it "
+                "from a clone of the repository (`make demo`, `make cluster`)",
                 file=sys.stderr,
             )
             return 2
-        return demo_main(keep=args.keep)
+        return demo_main(keep=args.keep) if args.command == "demo" else dev_main(rest)
     try:
-        config = Config.from_env()
+        config = Config.from_env(flags=setting_flags(args))
     except ValueError as exc:
-        print(exc, file=sys.stderr)
+        print(f"loadwise: {exc}", file=sys.stderr)
         return 2
-    run(config)
-    return 0
+    return run(config)

@@ -1,11 +1,17 @@
-"""Operator settings, read from LOADWISE_* environment variables (the chart sets them)."""
+"""Operator settings, read from LOADWISE_* environment variables (the chart sets them) or flags.
+
+The model below is the only list of settings: `loadwise run --help`, the flags and the check for
+unknown LOADWISE_* variables are all made from it, so a setting is documented where it is defined.
+"""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import (
@@ -16,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticUndefined
 
 from .metrics.prometheus import (
     DEFAULT_CPU_QUERY,
@@ -27,59 +34,163 @@ from .metrics.prometheus import (
 PREFIX = "LOADWISE_"
 _DIMENSION_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
+# LOADWISE_* variables that are not operator settings: read by hack/ensure-tools and the
+# development harness (dev/), and exported by `hack/ensure-tools --print-env`.
+TOOLING_VARIABLES = frozenset(
+    {
+        "LOADWISE_CACHE",
+        "LOADWISE_K8S_BIN",
+        "LOADWISE_KEEP_LOGS",
+        "LOADWISE_VENV",
+        "LOADWISE_DEV_STATE",
+    }
+)
+
 
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    scheduler_name: str = Field("loadwise-scheduler", min_length=1)
-    # Enabled node-metrics sources; each policy picks one (spec.metrics.source). Empty: none.
-    metrics_sources: tuple[Literal["prometheus", "metrics-server"], ...] = ("prometheus",)
-    prometheus_url: str = "http://prometheus-server.monitoring.svc"
-    prometheus_cpu_query: str = DEFAULT_CPU_QUERY
-    prometheus_memory_query: str = DEFAULT_MEMORY_QUERY
-    prometheus_node_label: str = "node"
-    # Further node dimensions: name -> PromQL giving per-node utilisation 0..1 with the node
-    # label (JSON object in the environment), e.g. {"disk-io": "..."}.
-    prometheus_dimensions: dict[str, str] = Field(default_factory=dict)
-    # Per-pod usage, for learned per-workload estimates: series labelled namespace and pod;
-    # CPU in cores, memory in bytes.
-    prometheus_pod_cpu_query: str = Field(DEFAULT_POD_CPU_QUERY, min_length=1)
-    prometheus_pod_memory_query: str = Field(DEFAULT_POD_MEMORY_QUERY, min_length=1)
-    # Learn what each workload's pods really use (one more metrics request per refresh).
-    learn_usage: bool = True
-    prometheus_timeout: float = Field(5.0, gt=0)
-    # How long before a query a placement must be to show fully in its figures: the rate
-    # window plus the scrape interval (default query: 1m window, node-exporter at 15 s).
-    metrics_lag: float = Field(75.0, ge=0)
-    metrics_interval: float = Field(10.0, gt=0)
-    bind_concurrency: int = Field(64, ge=1, le=4096)
-    initial_backoff: float = Field(1.0, gt=0)
-    max_backoff: float = Field(10.0, gt=0)
-    unschedulable_timeout: float = Field(60.0, gt=0, le=300)
-    # Repeated FailedScheduling events for one pod with the same message are at most this often.
-    failure_event_interval: float = Field(60.0, ge=0)
-    http_host: str = "0.0.0.0"  # HTTPS and plain HTTP ports; in a pod: all; tests: 127.0.0.1
-    # Plain, unauthenticated /metrics, /healthz, /readyz: local development only; 0 disables.
-    http_port: int = Field(0, ge=0, le=65535)
-    # Relist pods and nodes this often to drop objects whose DELETED event was lost.
-    reconcile_interval: float = Field(300.0, gt=0)
-    log_level: str = "INFO"
-    # Leader election on a coordination.k8s.io Lease, with kube-scheduler's defaults. Every
-    # replica keeps its state warm; only the leader schedules and writes.
-    leader_elect: bool = True
-    lease_name: str = Field("loadwise-scheduler", min_length=1)
-    lease_namespace: str = Field("default", min_length=1)  # the chart: the release namespace
-    lease_duration: float = Field(15.0, gt=0)
-    renew_deadline: float = Field(10.0, gt=0)
-    retry_period: float = Field(2.0, gt=0)
-    identity: str = ""  # this replica's name in the Lease; default: pod name or hostname + random
-    # The operator's own Pod (the chart sets both from the downward API): operator-level
-    # Warning events and the loadwise.io/Degraded condition go on it.
-    pod_name: str = ""
-    pod_namespace: str = ""
-    # How often the API server is probed (GET /readyz on a fresh connection): a failed probe
-    # is how a silent network black hole is told apart from a quiet cluster.
-    api_probe_interval: float = Field(2.0, gt=0)
+    scheduler_name: str = Field(
+        "loadwise-scheduler",
+        min_length=1,
+        description="pods whose spec.schedulerName is this are scheduled by loadwise",
+    )
+    metrics_sources: tuple[Literal["prometheus", "metrics-server"], ...] = Field(
+        ("prometheus",),
+        description="node-metrics sources to enable, comma-separated (prometheus, "
+        "metrics-server; 'none' or empty: none); each policy picks one",
+    )
+    prometheus_url: str = Field(
+        "http://prometheus-server.monitoring.svc", description="Prometheus base URL"
+    )
+    prometheus_cpu_query: str = Field(
+        DEFAULT_CPU_QUERY,
+        description="PromQL giving each node's CPU utilisation 0..1, labelled by the node label",
+    )
+    prometheus_memory_query: str = Field(
+        DEFAULT_MEMORY_QUERY,
+        description="PromQL giving each node's memory utilisation 0..1, labelled by the node label",
+    )
+    prometheus_node_label: str = Field(
+        "node", description="the label in the query results that holds the Node's name"
+    )
+    prometheus_dimensions: dict[str, str] = Field(
+        default_factory=dict,
+        description="further node dimensions as a JSON object of name -> PromQL (utilisation "
+        '0..1 with the node label), e.g. {"gpu": "avg by (node) (DCGM_FI_DEV_GPU_UTIL) / 100"}',
+    )
+    prometheus_pod_cpu_query: str = Field(
+        DEFAULT_POD_CPU_QUERY,
+        min_length=1,
+        description="PromQL giving each pod's CPU use in cores, labelled namespace and pod "
+        "(for learned per-workload estimates)",
+    )
+    prometheus_pod_memory_query: str = Field(
+        DEFAULT_POD_MEMORY_QUERY,
+        min_length=1,
+        description="PromQL giving each pod's memory use in bytes, labelled namespace and pod",
+    )
+    learn_usage: bool = Field(
+        True,
+        description="learn what each workload's pods really use and estimate new pods by it "
+        "(one more metrics request per refresh)",
+    )
+    prometheus_timeout: float = Field(
+        5.0, gt=0, description="seconds before a Prometheus query is given up"
+    )
+    metrics_lag: float = Field(
+        75.0,
+        ge=0,
+        description="seconds before a query a placement must be to show fully in its figures: "
+        "the rate window plus the scrape interval (default query: 1m window, 15 s scrapes)",
+    )
+    metrics_interval: float = Field(
+        10.0, gt=0, description="seconds between node-metrics refreshes"
+    )
+    bind_concurrency: int = Field(64, ge=1, le=4096, description="bindings in flight at once")
+    initial_backoff: float = Field(
+        1.0, gt=0, description="seconds before a pod whose bind failed is retried (doubling)"
+    )
+    max_backoff: float = Field(10.0, gt=0, description="longest retry backoff, seconds")
+    unschedulable_timeout: float = Field(
+        60.0,
+        gt=0,
+        le=300,
+        description="seconds an unschedulable pod stays parked without a cluster event before "
+        "it is tried again",
+    )
+    failure_event_interval: float = Field(
+        60.0,
+        ge=0,
+        description="seconds between repeated identical FailedScheduling events for one pod",
+    )
+    http_host: str = Field(
+        "0.0.0.0",
+        description="address the HTTPS (secure_port) and plain HTTP ports listen on (in a "
+        "pod: all)",
+    )
+    http_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="plain-HTTP port of /metrics, /healthz and /readyz with no authentication, "
+        "for local development only (see secure_port); 0 disables",
+    )
+    reconcile_interval: float = Field(
+        300.0,
+        gt=0,
+        description="seconds between relists of pods and nodes (drops objects whose DELETED "
+        "event was lost)",
+    )
+    log_level: str = Field(
+        "INFO",
+        description="Python log level: DEBUG, INFO, WARNING, ERROR; DEBUG adds a line per pod "
+        "decision (bound, unschedulable)",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="text, or json: one object per line with ts, level, logger, msg and "
+        "fields such as pod, node and policy",
+    )
+    leader_elect: bool = Field(
+        True,
+        description="elect a leader on a coordination.k8s.io Lease (every replica keeps its "
+        "state warm; only the leader schedules and writes)",
+    )
+    lease_name: str = Field(
+        "loadwise-scheduler", min_length=1, description="name of the leader-election Lease"
+    )
+    lease_namespace: str = Field(
+        "default",
+        min_length=1,
+        description="namespace of the leader-election Lease (the chart: the release namespace)",
+    )
+    lease_duration: float = Field(
+        15.0, gt=0, description="seconds a leader's Lease holds without renewal"
+    )
+    renew_deadline: float = Field(
+        10.0, gt=0, description="seconds the leader keeps trying to renew before it steps down"
+    )
+    retry_period: float = Field(
+        2.0, gt=0, description="seconds between attempts to acquire or renew the Lease"
+    )
+    identity: str = Field(
+        "",
+        description="this replica's name in the Lease (default: pod name, else hostname "
+        "plus a random suffix)",
+    )
+    pod_name: str = Field(
+        "",
+        description="the operator's own Pod (the chart sets it from the downward API): "
+        "operator-level Warning events and the loadwise.io/Degraded condition go on it",
+    )
+    pod_namespace: str = Field("", description="the operator's own Pod's namespace")
+    api_probe_interval: float = Field(
+        2.0,
+        gt=0,
+        description="seconds between API server probes (GET /readyz on a fresh connection), "
+        "which tell a network black hole from a quiet cluster",
+    )
 
     @model_validator(mode="after")
     def _election_timing(self) -> Config:
@@ -122,23 +233,36 @@ class Config(BaseModel):
         return value
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None
+    ) -> Config:
+        """Settings from LOADWISE_* variables, each overridden by a flag's value (by field
+        name) when given. Unknown LOADWISE_* variables are refused: a typo would otherwise
+        leave its setting at the default without a word."""
         env = os.environ if env is None else env
-        values = {
-            name: env[PREFIX + name.upper()]
-            for name in cls.model_fields
-            if PREFIX + name.upper() in env
+        unknown = unknown_variables(env)
+        if unknown:
+            raise ValueError("; ".join(unknown))
+        values: dict[str, Any] = {
+            name: env[env_name(name)] for name in cls.model_fields if env_name(name) in env
         }
+        given = {name: value for name, value in (flags or {}).items() if value is not None}
+        values.update(given)
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}"
+                f"{_origin(str(e['loc'][0]), given)}: {e['msg']}"
                 if e["loc"]
                 else f"{PREFIX}*: {e['msg']}"
                 for e in exc.errors()
             )
             raise ValueError(f"invalid settings: {problems}") from None
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as the LOADWISE_* variables `from_env` reads back (the dev cluster
+        and tests start `loadwise run` processes with them)."""
+        return {env_name(name): _env_value(getattr(self, name)) for name in type(self).model_fields}
 
     # Served like kube-scheduler's secure port (loadwise.secure_serving).
     secure_port: int = Field(
@@ -163,3 +287,64 @@ class Config(BaseModel):
         if self.secure_port and self.secure_port == self.http_port:
             raise ValueError("secure_port and http_port must differ")
         return self
+
+
+def env_name(field: str) -> str:
+    return PREFIX + field.upper()
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _origin(field: str, flags: Mapping[str, Any]) -> str:
+    return flag_name(field) if field in flags else env_name(field)
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """One message per LOADWISE_* variable that names no setting, with the closest names."""
+    known = [env_name(name) for name in Config.model_fields]
+    problems = []
+    for variable in sorted(env):
+        if not variable.startswith(PREFIX) or variable in known or variable in TOOLING_VARIABLES:
+            continue
+        close = difflib.get_close_matches(variable, known, n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(f"unknown setting {variable}{hint}; `loadwise run --help` lists them")
+    return problems
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as `loadwise run --help` shows it."""
+
+    field: str
+    variable: str
+    flag: str
+    default: str
+    description: str
+    is_bool: bool
+
+
+def settings() -> Iterator[Setting]:
+    """Every setting of Config, in definition order, from the model itself."""
+    for name, info in Config.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        yield Setting(
+            field=name,
+            variable=env_name(name),
+            flag=flag_name(name),
+            default="(none)" if default is PydanticUndefined else _env_value(default) or '""',
+            description=info.description or "",
+            is_bool=info.annotation is bool,
+        )

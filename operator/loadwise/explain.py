@@ -4,6 +4,10 @@ It lists nodes, pods, namespaces and policies, refreshes the configured metrics 
 (same LOADWISE_* settings as the operator), and runs the operator's own cycle for the pod
 without binding: why each node was refused, each feasible node's load figures and score, and
 the choice. A pod that is already bound is explained as if it were being placed now.
+
+When the policy's metrics source cannot be read with these settings (run from a laptop, the
+default Prometheus URL is a cluster-internal name), every node is scored by requests alone,
+which is not what the operator sees: the output then starts with a WARNING line saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .access import AccessError, connect
 from .binder import Binder
 from .config import Config
 from .framework.context import CycleContext
@@ -26,9 +31,9 @@ from .framework.types import PodInfo, parse_pod
 from .informer import Informer
 from .policy import GROUP, PLURAL, VERSION, Policy
 from .queue import SchedulingQueue
-from .runtime import api_client, metrics_caches, workload_informers
+from .runtime import metrics_caches, workload_informers
 from .scheduler import Scheduler
-from .transport import Transport
+from .transport import ApiError, Transport
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,32 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
         summary = f"{pod.key} -> {result.node} (policy {policy.name}, score {result.score:.0f})"
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
-    return rows, f"{summary}\n{estimate_line(pod, policy, learned)}"
+    summary = f"{summary}\n{estimate_line(pod, policy, learned)}"
+    warning = metrics_warning(scheduler, policy)
+    return rows, f"{warning}\n{summary}" if warning else summary
+
+
+def metrics_warning(scheduler: Scheduler, policy: Policy) -> str | None:
+    """A WARNING line when the policy's metrics source gave nothing here: the figures below are
+    then requests alone, and the operator (with its own settings) may well see load."""
+    source = policy.spec.metrics.source
+    cache = scheduler.caches.get(source)
+    consequence = (
+        f"every node below is scored by requests alone, which is not what the operator sees "
+        f"if it reads {source}; run explain with the operator's LOADWISE_* settings"
+    )
+    if cache is None:
+        return (
+            f"WARNING: policy {policy.name} reads metrics from {source}, which is not enabled "
+            f"in LOADWISE_METRICS_SOURCES here: {consequence}"
+        )
+    if cache.last_success is None:
+        where = getattr(cache.source, "url", "") or source
+        return (
+            f"WARNING: cannot read metrics from {source} ({where}): {cache.last_error}; "
+            f"{consequence} (e.g. LOADWISE_PROMETHEUS_URL through kubectl port-forward)"
+        )
+    return None
 
 
 def estimate_line(pod: PodInfo, policy: Policy, learned: UsageProfiles | None) -> str:
@@ -109,7 +139,7 @@ async def _explain(target: str, config: Config) -> str:
     namespace, _, name = target.partition("/")
     if not name:
         raise ValueError("expected NAMESPACE/POD")
-    api = await api_client(pool_size=8)
+    api = await connect(pool_size=8)
     transport = Transport(api, pool_size=8)
     try:
         scheduler = Scheduler(
@@ -159,7 +189,7 @@ def main(target: str) -> int:
     try:
         config = Config.from_env()
         print(asyncio.run(_explain(target, config)))
-    except (ValueError, LookupError) as exc:
+    except (ValueError, LookupError, AccessError, ApiError) as exc:
         print(f"loadwise explain: {exc}", file=sys.stderr)
         return 2
     return 0
