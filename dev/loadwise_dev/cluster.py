@@ -153,8 +153,12 @@ class LocalCluster:
 
 
 @contextlib.asynccontextmanager
-async def running_operator(config: Config, kubeconfig: Path) -> AsyncIterator[Runtime]:
-    """The operator, exactly as `loadwise run` builds it, inside this event loop."""
+async def running_operator(
+    config: Config, kubeconfig: Path, on_exit: Callable[[], None] | None = None
+) -> AsyncIterator[Runtime]:
+    """The operator, exactly as `loadwise run` builds it, inside this event loop. kopf takes
+    SIGINT and SIGTERM and stops by itself: `on_exit` is called when it has stopped, so a
+    caller waiting for that is not left waiting for ever."""
     os.environ["KUBECONFIG"] = str(kubeconfig)
     memo = kopf.Memo()
     stop = asyncio.Event()
@@ -169,6 +173,8 @@ async def running_operator(config: Config, kubeconfig: Path) -> AsyncIterator[Ru
             ready_flag=ready,
         )
     )
+    if on_exit is not None:
+        task.add_done_callback(lambda _: on_exit())
 
     async def started() -> bool:
         if task.done():

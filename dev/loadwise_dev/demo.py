@@ -8,7 +8,6 @@ submits pods with `schedulerName: loadwise-scheduler`, and prints where each lan
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -27,6 +26,13 @@ NODES = {  # name: (cpu usage, memory usage) reported through Prometheus
 }
 PODS = 12
 POLICY = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
+LEGEND = """\
+score: 0..100 per node, the best node 100 after normalising; 80% from measured load (CPU
+  weighted 2, memory 1) and 20% from requests. Each pod's line shows the chosen node's figures.
+hot threshold: a node above 80% CPU or 90% memory gets no new pods while a cooler one fits.
+estimate: a pod placed since the node's last Prometheus sample (and the pod being placed) counts
+  as 1.5 x its CPU and 1 x its memory requests in the node's load until a sample shows it, so a
+  burst does not herd onto the node that looked idlest."""
 
 
 def _say(text: str) -> None:
@@ -66,13 +72,15 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
             events = await wait_for(
                 lambda: _scheduled_events(kube, names), 10, what="Scheduled events"
             )
-        _say(f"\nall {PODS} pods bound in {elapsed:.2f}s\n")
-        _say(f"{'POD':<9} {'NODE':<8} WHY (from the pod's Scheduled event)")
+        _say(f"\nall {PODS} pods bound in {elapsed:.2f}s, in this order:\n")
+        _say(LEGEND)
+        _say(f"\n{'POD':<9} {'NODE':<8} WHY (from the pod's Scheduled event)")
         placed: dict[str, int] = dict.fromkeys(NODES, 0)
-        for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
-            name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+        node_of = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        for name in sorted(names, key=lambda n: events[n][0]):
+            node = node_of[name]
             placed[node] += 1
-            why = events.get(name, "").split("; ", 1)[-1]
+            why = events[name][1].split("; ", 1)[-1]
             _say(f"{name:<9} {node:<8} {why}")
         _say(f"\n{'NODE':<8} {'CPU BEFORE':>10} {'MEM BEFORE':>10} {'PODS PLACED':>11}")
         for name, (cpu, mem) in NODES.items():
@@ -86,19 +94,32 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
             _say(
                 f"\nstill running (operator included): export KUBECONFIG={cluster.cp.kubeconfig}"
                 "\nthen try kubectl get schedpol, kubectl describe pod demo-00; Ctrl-C stops all"
+                "\n(`make cluster` gives a cluster to keep, with a walk-through in the README)"
             )
-            async with running_operator(cluster.operator_config(), cluster.cp.kubeconfig):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.Event().wait()
+            # kopf owns SIGINT and SIGTERM while it runs: its stopping is the signal to finish.
+            stopped = asyncio.Event()
+            async with running_operator(
+                cluster.operator_config(), cluster.cp.kubeconfig, on_exit=stopped.set
+            ):
+                await stopped.wait()
 
 
-async def _scheduled_events(kube: Kube, names: list[str]) -> dict[str, str] | None:
+async def _scheduled_events(kube: Kube, names: list[str]) -> dict[str, tuple[int, str]] | None:
+    """pod -> (when, message) of its Scheduled event. Events are named `<pod>.<hex ns>`, the
+    time the scheduler wrote it (right after the bind), finer than their timestamps' seconds."""
     events = {
-        e["involvedObject"]["name"]: e["message"]
+        e["involvedObject"]["name"]: (_written(e), e["message"])
         for e in await kube.list("/api/v1/namespaces/default/events")
         if e["reason"] == "Scheduled"
     }
     return events if all(n in events for n in names) else None
+
+
+def _written(event: dict[str, Any]) -> int:
+    try:
+        return int(str(event["metadata"]["name"]).rsplit(".", 1)[1], 16)
+    except (IndexError, ValueError):
+        return 0
 
 
 def main(keep: bool = False) -> int:

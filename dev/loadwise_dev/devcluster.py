@@ -1,0 +1,549 @@
+"""`loadwise dev up|down|status|load`: a local cluster to try loadwise with kubectl.
+
+`up` starts a supervisor process in a session of its own, which runs everything `loadwise demo`
+runs (etcd, kube-apiserver, kube-controller-manager, Prometheus scraping simulated nodes, the
+CRD and a policy) plus `loadwise run` as a real process, and keeps it all up. What it started
+(PIDs with their start times, temporary directories) is written to a state directory outside
+the repository, so `down` works from any shell, even after the supervisor was killed. In the
+foreground, Ctrl-C runs `down`; with `-d`, `up` returns once the operator leads.
+
+Simulated nodes have no kubelet and no node-exporter: their usage is what their annotations say
+(`sim.loadwise.io/cpu-load`, `sim.loadwise.io/memory-load`, percent), published as node-exporter
+series; `loadwise dev load NODE CPU [MEMORY]` sets them, and so does `kubectl annotate`. A node
+without them has no metrics (it is scored by requests, as a node without node-exporter would be).
+Pods that declare their usage (`sim.loadwise.io/cpu`, `sim.loadwise.io/memory` annotations) add
+it to their node once bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from loadwise.config import Config
+from loadwise.resources import to_amount
+
+from . import manifests
+from .cluster import LocalCluster, wait_for
+from .controlplane import free_port, k8s_bin_dir
+from .demo import NODES, POLICY
+from .exporter import UsageExporter
+from .kube import Kube
+from .usage import UsageFeeder
+
+STATE_VARIABLE = "LOADWISE_DEV_STATE"
+CPU_LOAD = "sim.loadwise.io/cpu-load"
+MEMORY_LOAD = "sim.loadwise.io/memory-load"
+LEASE = "loadwise-scheduler"
+START_TIMEOUT = 180.0
+STOP_TIMEOUT = 45.0
+
+
+def state_dir() -> Path:
+    explicit = os.environ.get(STATE_VARIABLE)
+    if explicit:
+        return Path(explicit)
+    cache = Path(os.environ.get("LOADWISE_CACHE", Path.home() / ".cache" / "loadwise"))
+    return cache / "dev-cluster"
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+# --- processes ----------------------------------------------------------------------------------
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with the
+    PID it names one process, so a PID reused since is never signalled. None: no such process
+    (or a zombie, which is as good as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def alive(pid: int, started: str | None) -> bool:
+    now = start_time(pid)
+    return now is not None and (started is None or now == started)
+
+
+def _signal(pid: int, started: str | None, sig: int) -> None:
+    if alive(pid, started):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+# --- state --------------------------------------------------------------------------------------
+def read_state(directory: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads((directory / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_state(directory: Path, state: dict[str, Any]) -> None:
+    tmp = directory / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(directory / "state.json")  # readers never see half a file
+
+
+def supervisor_of(directory: Path) -> tuple[int, str | None] | None:
+    """(pid, start time) of the supervisor, from the file `up` writes when it spawns it."""
+    try:
+        pid_text, _, started = (directory / "supervisor.pid").read_text().partition(" ")
+        return int(pid_text), started.strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+# --- the supervisor -----------------------------------------------------------------------------
+class Supervisor:
+    """Runs the cluster and the operator until SIGTERM or SIGINT, then stops all of it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.cluster: LocalCluster | None = None
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.state: dict[str, Any] = {"ready": False, "processes": {}, "dirs": []}
+
+    def record(self, **values: Any) -> None:
+        self.state.update(values)
+        write_state(self.directory, self.state)
+
+    def record_process(self, name: str, pid: int) -> None:
+        self.state["processes"][name] = {"pid": pid, "started": start_time(pid)}
+        write_state(self.directory, self.state)
+
+    def run(self) -> int:
+        def stop_now(signum: int, _: FrameType | None) -> None:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+        # Until the event loop takes over the signals, a signal unwinds start-up through the
+        # finally below, which stops whatever has started.
+        signal.signal(signal.SIGTERM, stop_now)
+        signal.signal(signal.SIGINT, stop_now)
+        try:
+            self.cluster = LocalCluster()
+            self.record(dirs=[str(self.cluster.cp.workdir)])
+            self.cluster.start()
+            cp, prometheus = self.cluster.cp, self.cluster.prometheus
+            assert prometheus is not None
+            for name, proc in cp.processes.items():
+                self.record_process(name, proc.pid)
+            assert prometheus.process is not None
+            self.record_process("prometheus", prometheus.process.pid)
+            etcd_data = str(getattr(cp, "_etcd_data", ""))
+            kubeconfig = self.directory / "kubeconfig"
+            kubeconfig.write_text(cp.kubeconfig.read_text())
+            kubeconfig.chmod(0o600)
+            self.record(
+                dirs=[str(cp.workdir), etcd_data, str(prometheus.workdir)],
+                server=cp.server,
+                token=cp.token,
+                ca_file=str(self.directory / "ca.crt"),
+                kubeconfig=str(kubeconfig),
+                prometheus=prometheus.url,
+            )
+            shutil.copy(cp.ca_file, self.directory / "ca.crt")
+            asyncio.run(self._serve())
+            return 0
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return 0
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping is not interrupted
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            started = time.monotonic()
+            self._stop_operator()
+            _say(f"operator stopped in {time.monotonic() - started:.1f}s")
+            if self.cluster is not None:
+                started = time.monotonic()
+                self.cluster.stop()
+                _say(f"control plane and Prometheus stopped in {time.monotonic() - started:.1f}s")
+            self.record(ready=False, stopped=True)
+
+    async def _serve(self) -> None:
+        """Start-up, then watch over the operator; SIGTERM or SIGINT cancels this task wherever
+        it is (start-up included), and the finally clauses stop what was started."""
+        assert self.cluster is not None
+        cluster = self.cluster
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        async with cluster.kube() as kube:
+            await cluster.install_crd(kube)
+            await kube.create(POLICY, manifests.policy("default", cpu=2, memory=1))
+            for name, (cpu, mem) in NODES.items():
+                body = manifests.node(name)
+                body["metadata"]["annotations"] = {
+                    CPU_LOAD: f"{cpu * 100:g}",
+                    MEMORY_LOAD: f"{mem * 100:g}",
+                }
+                await kube.create("/api/v1/nodes", body)
+            await apply_loads(kube, cluster.exporter)
+            await cluster.wait_namespace(kube, "default")
+            self._start_operator(cluster)
+            await self._wait_leader(kube)
+            feeder = UsageFeeder(kube, cluster.exporter)
+            await feeder.start()
+            loads = asyncio.create_task(self._follow_loads(kube, cluster.exporter))
+            self.record(ready=True)
+            try:
+                while True:
+                    await asyncio.sleep(1.0)
+                    if self.operator is not None and self.operator.poll() is not None:
+                        self.record(operator_exit=self.operator.returncode)
+            finally:
+                loads.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loads
+                await feeder.stop()
+
+    def _start_operator(self, cluster: LocalCluster) -> None:
+        overrides: dict[str, Any] = {"lease_name": LEASE, "http_port": free_port()}
+        if "secure_port" in Config.model_fields:  # HTTPS /metrics: a free port, not 10259
+            overrides["secure_port"] = free_port()
+        config = cluster.operator_config(**overrides)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOADWISE_")}
+        env.update(config.to_env())
+        env["KUBECONFIG"] = str(cluster.cp.kubeconfig)
+        # The same settings for the user's shell, so `loadwise explain` reads what the operator
+        # reads (the default Prometheus URL is a cluster-internal name).
+        exports = {**config.to_env(), "KUBECONFIG": str(self.directory / "kubeconfig")}
+        (self.directory / "operator.env").write_text(
+            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(exports.items()))
+        )
+        log = open(self.directory / "operator.log", "ab")  # noqa: SIM115 - lives with the process
+        self.operator = subprocess.Popen(
+            [sys.executable, "-m", "loadwise", "run"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        self.record_process("operator", self.operator.pid)
+        self.record(operator_http=f"http://127.0.0.1:{config.http_port}")
+
+    async def _wait_leader(self, kube: Kube) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}"
+
+        async def leading() -> bool:
+            if self.operator is not None and self.operator.poll() is not None:
+                log = (self.directory / "operator.log").read_text(errors="replace")
+                raise RuntimeError(f"loadwise run exited: {log.strip()[-600:]}")
+            if not await kube.exists(path):
+                return False
+            lease = await kube.get(path)
+            return bool((lease.get("spec") or {}).get("holderIdentity"))
+
+        await wait_for(leading, 60, interval=0.3, what="the operator to lead")
+
+    def _stop_operator(self) -> None:
+        proc = self.operator
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()  # kopf stops gracefully: the Lease is released
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    @staticmethod
+    async def _follow_loads(kube: Kube, exporter: UsageExporter) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(Exception):  # the API server restarting: next second
+                await apply_loads(kube, exporter)
+
+
+async def apply_loads(kube: Kube, exporter: UsageExporter) -> None:
+    """Each node's load annotations into the exporter; nodes without them (or gone) leave it."""
+    nodes = await kube.list("/api/v1/nodes")
+    published = set()
+    for node in nodes:
+        name = node["metadata"]["name"]
+        annotations = node["metadata"].get("annotations") or {}
+        if CPU_LOAD not in annotations:
+            continue
+        try:
+            cpu = float(annotations[CPU_LOAD]) / 100
+            memory = float(annotations.get(MEMORY_LOAD, "0")) / 100
+            capacity = (node.get("status") or {}).get("capacity") or {}
+            exporter.set_usage(
+                name,
+                min(max(cpu, 0.0), 1.0),
+                min(max(memory, 0.0), 1.0),
+                to_amount("memory", capacity.get("memory", "16Gi")),
+                to_amount("cpu", capacity.get("cpu", "4")),
+            )
+        except ValueError:
+            continue  # an annotation that is not a number: no metrics for that node
+        published.add(name)
+    for name in set(exporter.utilisation()) - published:
+        exporter.remove(name)
+
+
+# --- commands -----------------------------------------------------------------------------------
+def _running(directory: Path) -> tuple[int, str | None] | None:
+    supervisor = supervisor_of(directory)
+    if supervisor is not None and alive(*supervisor):
+        return supervisor
+    return None
+
+
+def up(directory: Path, detach: bool) -> int:
+    running = _running(directory)
+    if running is not None:
+        _say(f"a dev cluster is already running (supervisor pid {running[0]}, {directory}):")
+        _say("see `loadwise dev status`, or stop it with `loadwise dev down`")
+        return 1
+    if directory.exists():  # left by a supervisor that died: clean up after it first
+        down(directory, quiet=True)
+    directory.mkdir(parents=True, mode=0o700)
+    _say("starting etcd, kube-apiserver, kube-controller-manager, Prometheus and loadwise")
+    started = time.monotonic()
+    log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - lives with the process
+    env = dict(os.environ, **{STATE_VARIABLE: str(directory)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadwise_dev.devcluster", "serve", str(directory)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # the terminal's Ctrl-C reaches `up`, which stops it in order
+        env=env,
+    )
+    log.close()
+    (directory / "supervisor.pid").write_text(f"{proc.pid} {start_time(proc.pid) or ''}")
+    interrupted: list[int] = []
+
+    def interrupt(signum: int, _: FrameType | None) -> None:
+        interrupted.append(signum)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    if not detach:
+        signal.signal(signal.SIGHUP, interrupt)  # the terminal closed
+    deadline = time.monotonic() + START_TIMEOUT
+    while not interrupted:
+        state = read_state(directory) or {}
+        if state.get("ready"):
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = "exited" if proc.poll() is not None else f"not ready after {START_TIMEOUT:.0f}s"
+            tail = (directory / "supervisor.log").read_text(errors="replace").strip()[-2000:]
+            _say(f"the dev cluster {why}:\n{tail}")
+            down(directory, quiet=True, child=proc)
+            return 1
+        time.sleep(0.2)
+    if interrupted:
+        _say("interrupted: stopping everything")
+        down(directory, child=proc)
+        return 130
+    _say(f"ready in {time.monotonic() - started:.1f}s\n")
+    _say(describe(directory, read_state(directory) or {}))
+    if detach:
+        _say("\nstop it with `loadwise dev down` (from any shell)")
+        return 0
+    _say("\nCtrl-C (or `loadwise dev down` from another shell) stops everything")
+    while not interrupted:
+        if proc.poll() is not None:  # stopped by `down` elsewhere, or crashed
+            break
+        time.sleep(0.5)
+    down(directory, child=proc)
+    return 0
+
+
+def describe(directory: Path, state: dict[str, Any]) -> str:
+    kubectl = k8s_bin_dir() / "kubectl"
+    lines = [
+        "use it with kubectl:",
+        f"  export KUBECONFIG={state.get('kubeconfig', directory / 'kubeconfig')}",
+        f"  export PATH={kubectl.parent}:$PATH   # the pinned kubectl, built by hack/ensure-tools"
+        if kubectl.exists()
+        else "  (kubectl missing: run hack/ensure-tools, which builds the pinned one)",
+        f"API server {state.get('server', '?')}, Prometheus {state.get('prometheus', '?')}, "
+        f"loadwise /metrics {state.get('operator_http', '?')}/metrics",
+        f"loadwise explain with the operator's settings: . {directory}/operator.env",
+        f"logs: {directory}/operator.log, {directory}/supervisor.log",
+        "try: kubectl get nodes,schedpol; loadwise dev load node-6 95; loadwise dev status",
+    ]
+    return "\n".join(lines)
+
+
+def down(directory: Path, quiet: bool = False, child: subprocess.Popen[bytes] | None = None) -> int:
+    """Stop the supervisor (it stops the rest in order); then make sure: every recorded process
+    is killed if still there, every recorded directory removed, and the state directory too."""
+    state = read_state(directory)
+    supervisor = supervisor_of(directory)
+    if state is None and supervisor is None:
+        if not quiet:
+            _say(f"no dev cluster recorded in {directory}")
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+        return 0
+    if supervisor is not None and alive(*supervisor):
+        if not quiet:
+            _say(f"stopping the dev cluster (supervisor pid {supervisor[0]})")
+        _signal(*supervisor, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while alive(*supervisor) and time.monotonic() < deadline:
+            if child is not None:
+                child.poll()  # our own child: reap it, or it stays a zombie
+            time.sleep(0.2)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(1)
+    leftovers = []
+    recorded = dict((state or {}).get("processes") or {})
+    if supervisor is not None:
+        recorded["supervisor"] = {"pid": supervisor[0], "started": supervisor[1]}
+    for name, info in recorded.items():
+        if alive(info["pid"], info.get("started")):
+            leftovers.append(name)
+            _signal(info["pid"], info.get("started"), signal.SIGKILL)
+    if child is not None and child.poll() is None:
+        child.kill()
+        child.wait()
+    for path in (state or {}).get("dirs") or ():
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+    if os.environ.get("LOADWISE_KEEP_LOGS"):
+        if not quiet:
+            _say(f"logs kept in {directory} (LOADWISE_KEEP_LOGS)")
+        (directory / "state.json").unlink(missing_ok=True)
+        (directory / "supervisor.pid").unlink(missing_ok=True)
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+    if not quiet:
+        if leftovers:
+            _say(f"killed what outlived the supervisor: {', '.join(leftovers)}")
+        _say("stopped everything; temporary directories removed")
+    return 0
+
+
+def status(directory: Path) -> int:
+    state = read_state(directory)
+    running = _running(directory)
+    if state is None or running is None:
+        _say(f"no dev cluster running ({directory}); start one with `loadwise dev up`")
+        return 1
+    lines = [f"dev cluster: {'ready' if state.get('ready') else 'starting'} ({directory})"]
+    dead = []
+    for name, info in (state.get("processes") or {}).items():
+        up_now = alive(info["pid"], info.get("started"))
+        lines.append(f"  {name:<24} pid {info['pid']:<8} {'running' if up_now else 'NOT RUNNING'}")
+        if not up_now:
+            dead.append(name)
+    _say("\n".join(lines))
+    if state.get("ready"):
+        _say(describe(directory, state))
+        with contextlib.suppress(Exception):
+            _say(asyncio.run(_nodes_table(state)))
+    return 1 if dead else 0
+
+
+def _kube(state: dict[str, Any]) -> Kube:
+    return Kube(state["server"], state["token"], Path(state["ca_file"]), pool=4)
+
+
+async def _nodes_table(state: dict[str, Any]) -> str:
+    async with _kube(state) as kube:
+        nodes = await kube.list("/api/v1/nodes")
+        pods = await kube.list("/api/v1/pods")
+    placed: dict[str, int] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            placed[node] = placed.get(node, 0) + 1
+    lines = [f"\n{'NODE':<20} {'CPU LOAD':>8} {'MEM LOAD':>8} {'PODS':>5}"]
+    for node in nodes:
+        name = node["metadata"]["name"]
+        annotations = node["metadata"].get("annotations") or {}
+        cpu = annotations.get(CPU_LOAD)
+        mem = annotations.get(MEMORY_LOAD)
+        lines.append(
+            f"{name:<20} {cpu + '%' if cpu else '-':>8} {mem + '%' if mem else '-':>8} "
+            f"{placed.get(name, 0):>5}"
+        )
+    return "\n".join(lines)
+
+
+async def _set_load(state: dict[str, Any], node: str, cpu: float, memory: float | None) -> None:
+    annotations = {CPU_LOAD: f"{cpu:g}"}
+    if memory is not None:
+        annotations[MEMORY_LOAD] = f"{memory:g}"
+    async with _kube(state) as kube:
+        await kube.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"annotations": annotations}})
+
+
+def load(directory: Path, node: str, cpu: float, memory: float | None) -> int:
+    state = read_state(directory)
+    if state is None or _running(directory) is None or not state.get("ready"):
+        _say(f"no dev cluster running ({directory}); start one with `loadwise dev up`")
+        return 1
+    for what, value in (("cpu", cpu), ("memory", memory)):
+        if value is not None and not 0 <= value <= 100:
+            _say(f"{what} load {value:g} is not a percentage (0..100)")
+            return 2
+    try:
+        asyncio.run(_set_load(state, node, cpu, memory))
+    except Exception as exc:
+        _say(f"cannot set the load of {node}: {exc}")
+        return 1
+    shown = f"cpu {cpu:g}%" + (f", memory {memory:g}%" if memory is not None else "")
+    _say(f"{node}: {shown} from now on (Prometheus shows it fully within about 6 s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="loadwise dev",
+        description="A local cluster to try loadwise with kubectl. State (PIDs, kubeconfig, "
+        f"logs) in ${STATE_VARIABLE} or {state_dir()}.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_parser = sub.add_parser("up", help="start it; Ctrl-C stops everything")
+    up_parser.add_argument(
+        "-d", "--detach", action="store_true", help="return once it is up; stop with `down`"
+    )
+    sub.add_parser("down", help="stop every process and remove every temporary directory")
+    sub.add_parser("status", help="what runs, the KUBECONFIG line, nodes and their load")
+    load_parser = sub.add_parser("load", help="set a simulated node's usage, in percent")
+    load_parser.add_argument("node")
+    load_parser.add_argument("cpu", type=float, help="CPU usage, percent")
+    load_parser.add_argument("memory", type=float, nargs="?", help="memory usage, percent")
+    serve = sub.add_parser("serve", help=argparse.SUPPRESS)
+    serve.add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+    directory = state_dir()
+    if args.command == "serve":
+        return Supervisor(args.directory).run()
+    if args.command == "up":
+        return up(directory, args.detach)
+    if args.command == "down":
+        return down(directory)
+    if args.command == "status":
+        return status(directory)
+    return load(directory, args.node, args.cpu, args.memory)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""`loadwise dev up/down` and `loadwise demo --keep` as a user runs them: real processes, kubectl
+against the cluster, and nothing left behind (every started PID gone, every temporary directory
+removed) whether it is stopped by `down` from another shell or by Ctrl-C in the foreground."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from loadwise_dev.controlplane import k8s_bin_dir
+from loadwise_dev.devcluster import alive, read_state, start_time, supervisor_of
+from loadwise_dev.prometheus_server import SIM_CPU_QUERY
+
+pytestmark = pytest.mark.cluster
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: hello
+spec:
+  schedulerName: loadwise-scheduler
+  containers:
+  - name: main
+    image: registry.k8s.io/pause:3.10
+    resources:
+      requests: {cpu: 500m, memory: 512Mi}
+"""
+
+
+def loadwise(
+    *args: str, env: dict[str, str], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadwise", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def kubectl(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(k8s_bin_dir() / "kubectl"), *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def started_processes(state_dir: Path) -> dict[str, tuple[int, str | None]]:
+    """name -> (pid, start time) of everything the dev cluster recorded, supervisor included."""
+    state = read_state(state_dir)
+    assert state is not None
+    found = {name: (p["pid"], p["started"]) for name, p in state["processes"].items()}
+    supervisor = supervisor_of(state_dir)
+    assert supervisor is not None
+    found["supervisor"] = supervisor
+    return found
+
+
+def assert_all_gone(processes: dict[str, tuple[int, str | None]], dirs: list[str]) -> None:
+    deadline = time.monotonic() + 10  # init reaps the supervisor's orphans a moment later
+    while time.monotonic() < deadline and any(alive(*p) for p in processes.values()):
+        time.sleep(0.2)
+    assert [n for n, p in processes.items() if alive(*p)] == []
+    assert [d for d in dirs if d and os.path.exists(d)] == []
+
+
+def prometheus_cpu(url: str) -> dict[str, float]:
+    query = url + "/api/v1/query?" + urllib.parse.urlencode({"query": SIM_CPU_QUERY})
+    with urllib.request.urlopen(query, timeout=5) as resp:
+        answer: Any = json.loads(resp.read())
+    return {r["metric"]["node"]: float(r["value"][1]) for r in answer["data"]["result"]}
+
+
+def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir))
+    env.pop("KUBECONFIG", None)
+    try:
+        up = loadwise("dev", "up", "--detach", env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"export KUBECONFIG={state_dir / 'kubeconfig'}" in up.stdout
+        assert f"export PATH={k8s_bin_dir()}:$PATH" in up.stdout
+        processes = started_processes(state_dir)
+        assert set(processes) == {
+            "etcd", "kube-apiserver", "kube-controller-manager", "prometheus", "operator",
+            "supervisor",
+        }  # fmt: skip
+        state = read_state(state_dir)
+        assert state is not None
+        dirs = [*state["dirs"], str(state_dir)]
+        assert all(os.path.isdir(d) for d in dirs)
+        # A second `up` refuses while one runs.
+        again = loadwise("dev", "up", "--detach", env=env)
+        assert again.returncode == 1 and "already running" in again.stdout
+
+        user = dict(env, KUBECONFIG=str(state_dir / "kubeconfig"))
+        assert "default" in kubectl("get", "schedpol", env=user)
+        kubectl("apply", "-f", "-", env=user, stdin=POD)
+        deadline = time.monotonic() + 30
+        node = ""
+        while not node and time.monotonic() < deadline:
+            node = kubectl("get", "pod", "hello", "-o", "jsonpath={.spec.nodeName}", env=user)
+            time.sleep(0.3)
+        assert node in {"node-4", "node-5", "node-6"}  # the three coolest of the six
+        described = kubectl("describe", "pod", "hello", env=user)
+        assert re.search(r"Scheduled .*loadwise-scheduler .*Successfully assigned", described)
+
+        # The load of a node is settable, and Prometheus follows.
+        load = loadwise("dev", "load", "node-1", "12.5", "30", env=env)
+        assert load.returncode == 0, load.stdout
+        deadline = time.monotonic() + 30
+        while abs(prometheus_cpu(state["prometheus"]).get("node-1", 0) - 0.125) > 0.02:
+            assert time.monotonic() < deadline, prometheus_cpu(state["prometheus"])
+            time.sleep(0.5)
+        status = loadwise("dev", "status", env=env)
+        assert status.returncode == 0, status.stdout
+        assert re.search(r"node-1\s+12.5%\s+30%", status.stdout)
+        # `explain` with the operator's settings reads its Prometheus: no warning.
+        settings = (state_dir / "operator.env").read_text()
+        explain_env = dict(user)
+        for line in settings.splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            explain_env[key] = value.strip("'")
+        explained = loadwise("explain", "default/hello", env=explain_env, timeout=60)
+        assert explained.returncode == 0, explained.stderr
+        assert not explained.stdout.startswith("WARNING") and "metrics" in explained.stdout
+    finally:
+        down = loadwise("dev", "down", env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopped everything" in down.stdout
+    assert_all_gone(processes, dirs)
+    assert loadwise("dev", "status", env=env).returncode == 1
+
+
+def _read_until(stream: IO[str], marker: str, timeout: float) -> str:
+    """Lines from `stream` until one contains `marker` (the child's output is line-buffered)."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    raise AssertionError(f"no {marker!r} in:\n{''.join(seen)}")
+
+
+def test_ctrl_c_on_the_foreground_dev_up_stops_everything(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir), PYTHONUNBUFFERED="1")
+    # Its own process group, as a shell gives a foreground job: Ctrl-C signals the group.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadwise", "dev", "up"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        _read_until(proc.stdout, "Ctrl-C", 240)
+        processes = started_processes(state_dir)
+        state = read_state(state_dir)
+        assert state is not None
+        dirs = [*state["dirs"], str(state_dir)]
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:  # the test failed: leave nothing behind
+            proc.kill()
+            loadwise("dev", "down", env=env)
+    assert proc.returncode == 0, rest
+    assert "stopped everything" in rest
+    assert_all_gone(processes, dirs)
+
+
+def _children(pid: int) -> dict[int, str | None]:
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found[int(entry.name)] = start_time(int(entry.name))
+    return found
+
+
+def test_ctrl_c_ends_demo_keep_and_its_control_plane(tmp_path: Path) -> None:
+    """It used to hang: kopf took the SIGINT and the demo waited for ever; only SIGKILL ended
+    it, and etcd, kube-apiserver, the controller-manager and Prometheus were orphaned."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadwise", "demo", "--keep"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        output = _read_until(proc.stdout, "still running", 240)
+        workdir = re.search(r"export KUBECONFIG=(\S+)/admin.kubeconfig", output)
+        assert workdir is not None
+        children = _children(proc.pid)
+        assert len(children) >= 4  # etcd, kube-apiserver, kube-controller-manager, Prometheus
+        time.sleep(2)  # the kept operator has started
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, rest
+    assert "stopped everything" in rest
+    assert_all_gone({str(p): (p, s) for p, s in children.items()}, [workdir.group(1)])
