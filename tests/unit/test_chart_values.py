@@ -45,8 +45,21 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     return doc
 
 
-def test_helm_lint_strict_is_clean() -> None:
-    done = helm("lint", "--strict", str(CHART))
+EVERY_OPTION = [
+    "serviceMonitor.enabled=true",
+    "serviceMonitor.prometheusServiceAccount.name=prom",
+    "networkPolicy.enabled=true",
+    "serving.tlsSecretName=lw-tls",
+    "priorityClassName=system-cluster-critical",
+    "replicas=1",
+    "leaderElection.enabled=false",
+    "metrics.sources=prometheus\\,metrics-server",
+]
+
+
+@pytest.mark.parametrize("sets", [[], EVERY_OPTION], ids=["defaults", "every-option"])
+def test_helm_lint_strict_is_clean(sets: list[str]) -> None:
+    done = helm("lint", "--strict", str(CHART), *(a for s in sets for a in ("--set", s)))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout
 
