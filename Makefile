@@ -4,13 +4,18 @@
 SHELL := /bin/bash
 ENV = eval "$$(hack/ensure-tools --print-env)"
 
-.PHONY: tools demo test lint unit crd
+.PHONY: tools demo cluster test lint unit crd
 
 tools:
 	hack/ensure-tools
 
 demo:
 	@$(ENV) && loadwise demo
+
+# A local cluster to use with kubectl, in the foreground: Ctrl-C stops everything. From another
+# shell: `loadwise dev status|load|down` (`loadwise dev up -d` starts it in the background).
+cluster:
+	@$(ENV) && loadwise dev up
 
 test:
 	@$(ENV) && ruff check operator dev tests bench && ruff format --check operator dev tests bench && mypy \
@@ -25,3 +30,9 @@ lint:
 
 crd:
 	@$(ENV) && python -m loadwise.crd --write
+
+# The operator's image, built on this machine without a Docker engine (podman; the Debian base is
+# cached outside the repo): prints the build time and sizes; the OCI archive is in build/image/.
+.PHONY: image
+image:
+	@$(ENV) && hack/build-image
