@@ -53,5 +53,6 @@ def setup(level: str, fmt: LogFormat = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.captureWarnings(True)  # Python warnings too: no line outside the format
     # kopf logs every handled pod event at DEBUG/INFO: keep it quiet on the hot path.
     logging.getLogger("kopf").setLevel(logging.WARNING)
