@@ -1,15 +1,52 @@
-# The loadwise operator image: small, non-root, the console script as entrypoint.
-FROM python:3.11-slim AS build
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator ./operator
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The loadwise operator image: non-root (uid 10001), runs on a read-only root filesystem, the
+# `loadwise` console script as entrypoint and `run` as its command.
+#
+#   docker build -t loadwise .   # on the public Python base below
+#   make image                   # without a Docker engine: hack/build-image builds a Debian
+#                                # bookworm base with mmdebstrap and passes it as BASE (podman)
+#
+# BASE: any Debian-like image with python3 >= 3.11, its venv module, groupadd and useradd.
+ARG BASE=python:3.11-slim
 
-FROM python:3.11-slim
-RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin loadwise
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels loadwise && rm -rf /wheels
-USER 10001
+FROM ${BASE} AS build
+# A CA bundle file for pip, for builds behind a TLS-intercepting proxy (hack/build-image mounts
+# the host's bundle there); empty: pip's own.
+ARG PIP_CERT=
+WORKDIR /src
+# A virtualenv, not the system site-packages: Debian's python3 has no pip, and one directory
+# is all the runtime stage copies.
+RUN python3 -m venv /opt/loadwise
+# The dependencies (and the build backend) first, in a layer of their own that only a change to
+# pyproject.toml rebuilds; a code change rebuilds only the last step. The build-isolation-free
+# install keeps that step off the network. pip reads PIP_CERT from the environment; an empty one
+# would be read as a path.
+COPY pyproject.toml ./
+RUN if [ -n "$PIP_CERT" ]; then export PIP_CERT; else unset PIP_CERT; fi \
+ && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
+      print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' \
+      > /tmp/requirements.txt \
+ && /opt/loadwise/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
+      --requirement /tmp/requirements.txt
+COPY README.md ./
+COPY operator ./operator
+# pip and setuptools leave the venv: nothing installs anything at run time.
+RUN /opt/loadwise/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
+      --no-deps --no-build-isolation /src \
+ && /opt/loadwise/bin/python -m pip uninstall --yes --disable-pip-version-check pip setuptools
+
+FROM ${BASE}
+LABEL org.opencontainers.image.title="loadwise" \
+      org.opencontainers.image.description="A load-aware secondary scheduler for Kubernetes" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --gid 10001 loadwise \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin loadwise
+# Byte code was compiled by pip at install: nothing is written at run time.
+COPY --from=build /opt/loadwise /opt/loadwise
+ENV PATH=/opt/loadwise/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["loadwise"]
 CMD ["run"]
