@@ -533,12 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     load_parser.add_argument("node")
     load_parser.add_argument("cpu", type=float, help="CPU usage, percent")
     load_parser.add_argument("memory", type=float, nargs="?", help="memory usage, percent")
-    serve = sub.add_parser("serve", help=argparse.SUPPRESS)
-    serve.add_argument("directory", type=Path)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"] and len(argv) == 2:  # the supervisor, as `up` starts it
+        return Supervisor(Path(argv[1])).run()
     args = parser.parse_args(argv)
     directory = state_dir()
-    if args.command == "serve":
-        return Supervisor(args.directory).run()
     if args.command == "up":
         return up(directory, args.detach)
     if args.command == "down":

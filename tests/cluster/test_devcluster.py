@@ -147,6 +147,7 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
         down = loadwise("dev", "down", env=env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped everything" in down.stdout
+    assert "outlived" not in down.stdout  # the supervisor stopped it all by itself
     assert_all_gone(processes, dirs)
     assert loadwise("dev", "status", env=env).returncode == 1
 
@@ -191,7 +192,7 @@ def test_ctrl_c_on_the_foreground_dev_up_stops_everything(tmp_path: Path) -> Non
             proc.kill()
             loadwise("dev", "down", env=env)
     assert proc.returncode == 0, rest
-    assert "stopped everything" in rest
+    assert "stopped everything" in rest and "outlived" not in rest
     assert_all_gone(processes, dirs)
 
 
