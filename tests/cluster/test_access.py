@@ -16,7 +16,7 @@ import pytest
 from loadwise.explain import _explain
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster
-from loadwise_dev.controlplane import kubeconfig
+from loadwise_dev.controlplane import kubeconfig, make_pki
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES
@@ -84,6 +84,21 @@ async def test_a_rejected_token_is_one_line_401(
     line = assert_one_line(err)
     assert line.startswith(f"loadwise: the API server at {local_cluster.cp.server} rejected")
     assert "(401 Unauthorized)" in line and f"KUBECONFIG={bad}" in line
+
+
+async def test_a_server_certificate_from_another_ca_is_one_line(
+    local_cluster: LocalCluster, kube: Kube, tmp_path: Path
+) -> None:
+    await asyncio.to_thread(make_pki, tmp_path / "other")
+    stranger = tmp_path / "other-ca"
+    stranger.write_text(
+        kubeconfig(local_cluster.cp.server, tmp_path / "other" / "ca.crt", local_cluster.cp.token)
+    )
+    code, err, _ = await asyncio.to_thread(run_operator, stranger)
+    assert code == 1
+    line = assert_one_line(err)
+    assert line.startswith(f"loadwise: cannot verify the API server at {local_cluster.cp.server}")
+    assert "CERTIFICATE_VERIFY_FAILED" in line
 
 
 async def test_missing_permissions_are_named_in_one_403_line(
