@@ -225,6 +225,10 @@ def test_ctrl_c_ends_demo_keep_and_its_control_plane(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         output = _read_until(proc.stdout, "still running", 240)
+        # Pods in the order they were scheduled, after a legend of the figures they show.
+        assert "in this order:" in output
+        assert all(f"\n{word}:" in output for word in ("score", "hot threshold", "estimate"))
+        assert len(re.findall(r"^demo-\d\d\s+node-\d\s+score ", output, re.MULTILINE)) == 12
         workdir = re.search(r"export KUBECONFIG=(\S+)/admin.kubeconfig", output)
         assert workdir is not None
         children = _children(proc.pid)
