@@ -11,7 +11,9 @@ All handlers are `async`: kopf runs sync handlers in threads, and our state is s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -59,13 +61,27 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:500]
 
 
+def in_cluster(info: kopf.ConnectionInfo | None) -> kopf.ConnectionInfo | None:
+    """kopf's service-account login at the address a kubelet puts in KUBERNETES_SERVICE_HOST and
+    _PORT, which client-go's InClusterConfig and our own client (runtime.api_client) use, instead
+    of kopf's fixed https://kubernetes.default.svc: a pod on the host network (DNS policy
+    Default) cannot resolve that name, and kopf then fails every request it makes."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT")
+    if info is None or not host or not port:
+        return info
+    return dataclasses.replace(
+        info, server=f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    )
+
+
 def build_registry(config: Config) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         # In a pod: the service account; elsewhere: $KUBECONFIG or ~/.kube/config.
-        info = kopf.login_with_service_account(**kwargs)
+        info = in_cluster(kopf.login_with_service_account(**kwargs))
         return info or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.startup(registry=registry)
