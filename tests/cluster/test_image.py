@@ -218,3 +218,9 @@ async def check_container(kube: Kube, ns: str, container: str, secure_port: int)
     _, code, _ = await podman("container", "inspect", "--format", "{{.State.ExitCode}}", container)
     assert code.strip() == "0", code
     assert stopped_in < 20, f"took {stopped_in:.1f} s to stop"
+    # And it ran without an error: kopf's own requests reached the API server too (its
+    # service-account login used to go to https://kubernetes.default.svc, which the host network
+    # cannot resolve, and logged an ERROR per attempt).
+    _, out, err = await podman("logs", container)
+    errors = [line for line in (out + err).splitlines() if " ERROR " in line or '"ERROR"' in line]
+    assert not errors, "\n".join(errors)
