@@ -311,12 +311,29 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
+def service_link(variable: str, env: Mapping[str, str]) -> bool:
+    """Whether the kubelet made `variable` for a Service (enableServiceLinks, on by default): a
+    Service named loadwise, e.g. the chart's, gives every pod in its namespace LOADWISE_PORT,
+    LOADWISE_SERVICE_HOST, LOADWISE_PORT_10259_TCP_ADDR and so on. Recognised only beside the
+    same Service's *_SERVICE_HOST, which the kubelet always sets with them."""
+    for host in env:
+        if host.startswith(PREFIX) and host.endswith("_SERVICE_HOST"):
+            service = host.removesuffix("_SERVICE_HOST")
+            if variable == host or variable == f"{service}_PORT":
+                return True
+            if variable.startswith((f"{service}_SERVICE_PORT", f"{service}_PORT_")):
+                return True
+    return False
+
+
 def unknown_variables(env: Mapping[str, str]) -> list[str]:
     """One message per LOADWISE_* variable that names no setting, with the closest names."""
     known = [env_name(name) for name in Config.model_fields]
     problems = []
     for variable in sorted(env):
         if not variable.startswith(PREFIX) or variable in known or variable in TOOLING_VARIABLES:
+            continue
+        if service_link(variable, env):
             continue
         close = difflib.get_close_matches(variable, known, n=1, cutoff=0.8)
         hint = f" (did you mean {close[0]}?)" if close else ""

@@ -57,6 +57,28 @@ def test_tooling_variables_and_other_prefixes_are_not_settings_but_allowed() -> 
     assert Config.from_env(env) == Config()
 
 
+def test_service_links_of_a_service_named_loadwise_are_not_settings() -> None:
+    """The kubelet gives every pod these for the chart's Service `loadwise` (and one named
+    loadwise-metrics): refusing them would stop the operator in its own namespace."""
+    links = {
+        "LOADWISE_SERVICE_HOST": "10.96.0.10",
+        "LOADWISE_SERVICE_PORT": "10259",
+        "LOADWISE_SERVICE_PORT_HTTPS_METRICS": "10259",
+        "LOADWISE_PORT": "tcp://10.96.0.10:10259",
+        "LOADWISE_PORT_10259_TCP": "tcp://10.96.0.10:10259",
+        "LOADWISE_PORT_10259_TCP_PROTO": "tcp",
+        "LOADWISE_PORT_10259_TCP_PORT": "10259",
+        "LOADWISE_PORT_10259_TCP_ADDR": "10.96.0.10",
+        "LOADWISE_METRICS_SERVICE_HOST": "10.96.0.11",
+        "LOADWISE_METRICS_PORT": "tcp://10.96.0.11:443",
+    }
+    assert unknown_variables(links) == []
+    assert Config.from_env(links) == Config()
+    # Without the Service's host variable the same names are typos like any other.
+    alone = {k: v for k, v in links.items() if not k.endswith("_SERVICE_HOST")}
+    assert len(unknown_variables(alone)) == len(alone)
+
+
 def test_flags_override_variables_and_errors_name_their_origin() -> None:
     env = {"LOADWISE_METRICS_INTERVAL": "5", "LOADWISE_PROMETHEUS_URL": "http://a"}
     config = Config.from_env(env, flags={"metrics_interval": "7", "prometheus_url": None})
