@@ -147,6 +147,15 @@ class FakeTransport:
             raise ApiError(status, data)
         return orjson.loads(data)
 
+    async def get_list(
+        self, path: str, params: Mapping[str, str], on_item: Callable[[Any], None]
+    ) -> Mapping[str, Any]:
+        page = await self.get_json(path, params)
+        for item in page.get("items") or ():
+            on_item(item)
+        meta: Mapping[str, Any] = page.get("metadata") or {}
+        return meta
+
     @contextlib.asynccontextmanager
     async def stream(
         self, path: str, params: Mapping[str, str], read_timeout: float
@@ -197,6 +206,11 @@ class Intercepted:
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         return await self.inner.get_json(path, params)
+
+    async def get_list(
+        self, path: str, params: Mapping[str, str], on_item: Callable[[Any], None]
+    ) -> Mapping[str, Any]:
+        return await self.inner.get_list(path, params, on_item)
 
     def stream(
         self, path: str, params: Mapping[str, str], read_timeout: float

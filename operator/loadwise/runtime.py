@@ -266,6 +266,7 @@ class Runtime:
     # --- start and stop ----------------------------------------------------------------------
     @classmethod
     async def start(cls, config: Config) -> Runtime:
+        log.debug("start-up began %.2fs after process start", _since_process_start())
         api = await api_client(pool_size=1)  # configuration and credentials; requests: transport
         runtime: Runtime | None = None
         try:
@@ -322,14 +323,16 @@ class Runtime:
 
     async def _seed(self) -> None:
         # Concurrently: each list feeds its own kind, and the state accepts them in any order.
-        lists = asyncio.gather(*(informer.list() for informer in self.informers))
+        began = time.monotonic()
+        lists = asyncio.gather(*(informer.list(from_cache=True) for informer in self.informers))
         keys, _ = await asyncio.gather(lists, self.policies.seed())
         log.info(
             "seeded state with %d namespaces, %d nodes, %d pods, %d services and workload "
-            "controllers, and %d SchedulingPolicies",
+            "controllers, and %d SchedulingPolicies in %.2fs",
             *(len(k) for k in keys[:3]),
             sum(len(k) for k in keys[3:]),
             len(self.policies.objects),
+            time.monotonic() - began,
         )
 
     def _start_tasks(self) -> None:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -23,9 +23,12 @@ import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from .liststream import ListSplitter
+
 # (connect, total) seconds for single requests: kubernetes-asyncio otherwise sends none, and a
 # hung call would hold a bind slot and its reservation forever.
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=5)
+LIST_READ_TIMEOUT = 30.0  # a streamed list: longest wait for its next bytes
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 AUTH_REFRESH = 10.0  # seconds between asking the client configuration for fresh credentials
 
@@ -64,6 +67,13 @@ class Http(Protocol):
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         """The decoded body of a 200; anything else raises ApiError."""
+        ...
+
+    async def get_list(
+        self, path: str, params: Mapping[str, str], on_item: Callable[[Any], None]
+    ) -> Mapping[str, Any]:
+        """A list's metadata; its items go to `on_item` while the response still streams in.
+        ValueError if the response cannot be split so (then list with get_json)."""
         ...
 
     def stream(
@@ -163,6 +173,19 @@ class Transport:
         if status != 200:
             raise ApiError(status, data)
         return orjson.loads(data)
+
+    async def get_list(
+        self, path: str, params: Mapping[str, str], on_item: Callable[[Any], None]
+    ) -> Mapping[str, Any]:
+        splitter = ListSplitter()
+        async with self.stream(path, params, LIST_READ_TIMEOUT) as resp:
+            async for chunk in resp.content.iter_any():
+                for item in splitter.feed(chunk):
+                    on_item(item)
+        for item in splitter.finish():
+            on_item(item)
+        assert splitter.metadata is not None  # finish() raises otherwise
+        return splitter.metadata
 
     @contextlib.asynccontextmanager
     async def stream(
