@@ -105,7 +105,48 @@ def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
     """Effective pod requests: max(sum of app containers + sidecars, each init container's peak),
     plus pod overhead. Sidecars are init containers with restartPolicy Always: they keep running,
     so they add to every later init container and to the app containers.
+
+    Pods of one workload repeat one shape: the result is cached by the resources alone (start-up
+    parses every pod in the cluster), and shared, so it is never mutated.
     """
+    try:
+        key = (
+            _shape(spec.get("containers")),
+            _shape(spec.get("initContainers")),
+            tuple((spec.get("overhead") or {}).items()),
+        )
+        hash(key)
+    except (TypeError, AttributeError):  # odd values: computed (and refused) the long way
+        return _pod_requests(spec)
+    cached = _BY_SHAPE.get(key)
+    if cached is None:
+        cached = _pod_requests(spec)
+        if len(_BY_SHAPE) >= _SHAPES_KEPT:
+            _BY_SHAPE.clear()
+        _BY_SHAPE[key] = cached
+    return cached
+
+
+_SHAPES_KEPT = 4096
+_BY_SHAPE: dict[tuple[Any, ...], PodRequests] = {}
+
+
+def _shape(containers: Any) -> tuple[Any, ...]:
+    """What of a container list the requests depend on, hashable."""
+    shape = []
+    for container in containers or ():
+        resources = container.get("resources") or {}
+        shape.append(
+            (
+                container.get("restartPolicy"),
+                tuple((resources.get("requests") or {}).items()),
+                tuple((resources.get("limits") or {}).items()),
+            )
+        )
+    return tuple(shape)
+
+
+def _pod_requests(spec: Mapping[str, Any]) -> PodRequests:
     total = _effective(spec, nonzero=False)
     scored = _effective(spec, nonzero=True) if _misses_requests(spec) else total
     return PodRequests(total, (scored.get(CPU, 0), scored.get(MEMORY, 0)))

@@ -169,7 +169,7 @@ class Scheduler:
                 and all(getattr(known, f) == read(meta) for f, read in self._placed_from_metadata)
             ):
                 return  # cheap path: most pod events are status churn
-            pod = parse_pod(raw)
+            pod = parse_pod(raw, placed=True)
             changed = known is None or self.profile.placed_changed(known, pod)
             if self.state.observe_bound(pod, terminal):
                 self.queue.move_all_to_active()

@@ -146,3 +146,44 @@ def test_trimming_the_placement_log_drops_only_what_no_read_needs() -> None:
     assert state.trim_placements(lambda node: 120.0) == 2  # `old` is covered, `gone` is gone
     assert [p.uid for p in state.placed_since("n", 120.0)] == [new.uid]
     assert [p.uid for p in state.placed_since("n", 0.0)] == [new.uid]
+
+
+def test_a_placed_pod_is_parsed_with_every_field_plugins_read_of_placed_pods() -> None:
+    """Placed pods skip their own filters' inputs at parse time (start-up parses every pod in
+    the cluster); whatever a plugin declares it reads of placed pods must still be there."""
+    from loadwise.framework.profile import DEFAULT_PROFILE
+    from loadwise.framework.types import parse_pod
+
+    term = {
+        "labelSelector": {"matchLabels": {"app": "db"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    raw = manifests.pod("full", labels={"app": "db"})
+    raw["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "db",
+            "uid": "u",
+            "controller": True,
+        }
+    ]
+    raw["metadata"]["uid"] = "uid-full"
+    spec = raw["spec"]
+    spec["nodeName"] = "n1"
+    spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    spec["tolerations"] = [{"key": "k", "operator": "Exists"}]
+    spec["nodeSelector"] = {"disk": "ssd"}
+    spec["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+    ]
+    spec["affinity"] = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]},
+    }
+    full, placed = parse_pod(raw), parse_pod(raw, placed=True)
+    assert DEFAULT_PROFILE.placed_fields
+    for field in DEFAULT_PROFILE.placed_fields:
+        assert getattr(placed, field) == getattr(full, field), field
+    assert full.anti_affinity_terms and full.host_ports and full.owner is not None
+    assert full.tolerations and not placed.tolerations  # the part that is skipped

@@ -135,7 +135,11 @@ def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
     return node
 
 
-def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
+def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
+    """`placed`: the pod is on a node, so only what accounting and the plugins read of placed
+    pods (Profile.placed_fields) is parsed; its own filters' inputs (tolerations, node
+    affinity, spread, gates, volumes) stay empty. Start-up parses every pod in the cluster,
+    and the default tolerations alone were a fifth of that."""
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     pod = PodInfo(
@@ -158,20 +162,23 @@ def parse_pod(raw: Mapping[str, Any]) -> PodInfo:
     except (ValueError, TypeError, AttributeError) as exc:
         pod.invalid_reason = f"invalid resource requests: {exc}"
     try:
-        _parse_placement(pod, spec)
+        _parse_placement(pod, spec, placed)
     except (ValueError, TypeError, AttributeError) as exc:
         pod.invalid_reason = f"invalid scheduling constraints: {exc}"
     return pod
 
 
-def _parse_placement(pod: PodInfo, spec: Mapping[str, Any]) -> None:
+def _parse_placement(pod: PodInfo, spec: Mapping[str, Any], placed: bool) -> None:
     """The parts of a spec the filters read. Cheap when absent, as on most pods."""
-    pod.gated = bool(spec.get("schedulingGates"))
     pod.host_ports = host_ports(spec)
     affinity = spec.get("affinity")
     if affinity:
-        pod.affinity_terms = required_terms(spec, "podAffinity", pod.namespace)
         pod.anti_affinity_terms = required_terms(spec, "podAntiAffinity", pod.namespace)
+    if placed:
+        return
+    pod.gated = bool(spec.get("schedulingGates"))
+    if affinity:
+        pod.affinity_terms = required_terms(spec, "podAffinity", pod.namespace)
         pod.preferred_node_affinity = parse_preferred_node_affinity(spec)
     if affinity or spec.get("nodeSelector"):
         pod.node_affinity = parse_required_node_affinity(spec)
