@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import orjson
-
+from .liststream import decode
 from .transport import ApiError, Http
 
 log = logging.getLogger(__name__)
@@ -255,7 +254,7 @@ class Informer:
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         if line:
-                            self._dispatch(orjson.loads(line))
+                            self._dispatch(decode(line))
             self.last_progress = time.monotonic()  # the server ended the watch: alive
         except ApiError as exc:
             if exc.status == 410:

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadwise.liststream import ListSplitter
+from loadwise.liststream import ListSplitter, decode
 
 TRICKY = ['},{"metadata":', '"items":[', "]}", '\\"', "{", "}", ",", "é"]
 text = st.one_of(st.text(max_size=12), st.sampled_from(TRICKY))
 plain = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), text),
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), text),
     lambda inner: st.one_of(
         st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "b", "spec"]), inner)
     ),
@@ -88,3 +88,74 @@ def test_continue_token_and_an_empty_list() -> None:
 def test_what_is_not_a_whole_list_is_refused(body: bytes) -> None:
     with pytest.raises(ValueError):
         split(body, [])
+
+
+# --- decode: managedFields left out, nothing else changed ------------------------------------
+managed = st.lists(
+    st.fixed_dictionaries(
+        {
+            "manager": text,
+            "operation": st.sampled_from(["Update", "Apply"]),
+            "fieldsV1": st.dictionaries(
+                st.sampled_from(["f:metadata", "f:spec", 'k:{"name":"a"}', "."]),
+                st.dictionaries(st.sampled_from(["f:x", "."]), st.just({}), max_size=2),
+                max_size=3,
+            ),
+        }
+    ),
+    max_size=2,
+)
+meta = st.fixed_dictionaries(
+    {"name": text}, optional={"finalizers": st.lists(text, max_size=2), "managedFields": managed}
+)
+obj = st.fixed_dictionaries(
+    {"metadata": meta},
+    optional={
+        "spec": st.fixed_dictionaries(
+            {}, optional={"template": st.fixed_dictionaries({"metadata": meta, "spec": plain})}
+        ),
+        "data": plain,
+    },
+)
+
+
+def without_one_managed_fields(value: Any) -> list[Any]:
+    """`value` with one managedFields key removed, for each place one is."""
+    out = []
+    if isinstance(value, dict):
+        if "managedFields" in value:
+            out.append({k: v for k, v in value.items() if k != "managedFields"})
+        for key, inner in value.items():
+            out += [{**value, key: changed} for changed in without_one_managed_fields(inner)]
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            out += [
+                [*value[:i], changed, *value[i + 1 :]]
+                for changed in without_one_managed_fields(inner)
+            ]
+    return out
+
+
+@given(
+    st.one_of(obj, st.lists(obj, max_size=3), st.fixed_dictionaries({"type": text, "object": obj}))
+)
+def test_decode_leaves_out_a_managed_fields_and_changes_nothing_else(value: Any) -> None:
+    got = decode(orjson.dumps(value))
+    assert got == value or got in without_one_managed_fields(value)
+
+
+def test_decode_leaves_out_a_pods_managed_fields() -> None:
+    pod = {
+        "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"manager": "m"}]},
+        "spec": {"nodeName": "n"},
+        "status": {},
+    }
+    assert decode(orjson.dumps(pod)) == {
+        "metadata": {"name": "p", "labels": {"a": "b"}},
+        "spec": {"nodeName": "n"},
+        "status": {},
+    }
+    # An object without spec followed by one with it, in one array: never merged.
+    first = {"metadata": {"name": "cm", "managedFields": [{"manager": "m"}]}, "data": {}}
+    second = {"metadata": {"name": "p", "finalizers": ["f"]}, "spec": {}}
+    assert decode(orjson.dumps([first, second])) == [first, second]
