@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib.util
 import itertools
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from loadwise.framework.podaffinity import weighted_terms
 from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
@@ -49,11 +51,28 @@ def owned_by_replicaset(raw: dict[str, Any], name: str = "rs") -> dict[str, Any]
 
 def recount_anti_terms(state: ClusterState) -> dict[Any, Counter[str]]:
     """Placed pods' anti-affinity terms, each with its pods per value of its key, from scratch."""
-    out: dict[Any, Counter[str]] = {}
+    return {
+        term: counts
+        for (term, _), counts in _recount(
+            state, lambda p: ((t, 1) for t in p.anti_affinity_terms)
+        ).items()
+    }
+
+
+def recount_weighted_terms(state: ClusterState) -> list[tuple[Any, int, Counter[str]]]:
+    """Placed pods' scoring affinity terms, each with its weight and its pods per value of its
+    key, from scratch."""
+    return [(t, w, counts) for (t, w), counts in _recount(state, weighted_terms).items()]
+
+
+def _recount(
+    state: ClusterState, terms_of: Callable[[Any], Iterable[tuple[Any, int]]]
+) -> dict[tuple[Any, int], Counter[str]]:
+    out: dict[tuple[Any, int], Counter[str]] = {}
     for pod in state.pods.values():
         node = state.nodes.get(pod.node_name)
-        for term in pod.anti_affinity_terms:
-            per_value = out.setdefault(term, Counter())
+        for term, weight in terms_of(pod):
+            per_value = out.setdefault((term, weight), Counter())
             if node is not None and term.topology_key in node.labels:
                 per_value[node.labels[term.topology_key]] += 1
     return out

@@ -15,7 +15,7 @@ changes labels or taints.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .framework.podaffinity import AffinityTerm
@@ -124,22 +124,24 @@ class MatchCounts:
 
 
 class PlacedTerms:
-    """Placed pods' required anti-affinity terms: for each distinct term, how many placed pods
-    carry it per node and per value of its topology key, so a cycle matches the incoming pod
-    once per term rather than once per placed pod, and reads counts per domain."""
+    """Placed pods' terms of one kind (`terms_of`: required anti-affinity; or the weighted terms
+    that score): for each distinct (term, weight), how many placed pods carry it per node and
+    per value of its topology key, so a cycle matches the incoming pod once per term rather
+    than once per placed pod, and reads counts per domain."""
 
-    def __init__(self) -> None:
-        self._terms: dict[AffinityTerm, _Tracked] = {}
+    def __init__(self, terms_of: Callable[[PodInfo], Iterable[tuple[AffinityTerm, int]]]) -> None:
+        self._terms_of = terms_of
+        self._terms: dict[tuple[AffinityTerm, int], _Tracked] = {}
 
     def added(self, pod: PodInfo, node: NodeInfo | None) -> None:
-        for term in pod.anti_affinity_terms:
+        for term in self._terms_of(pod):
             tracked = self._terms.get(term)
             if tracked is None:
                 tracked = self._terms[term] = _Tracked({})
             tracked.update(node, pod.node_name, 1)
 
     def removed(self, pod: PodInfo, node: NodeInfo | None) -> None:
-        for term in pod.anti_affinity_terms:
+        for term in self._terms_of(pod):
             tracked = self._terms.get(term)
             if tracked is not None:
                 tracked.update(node, pod.node_name, -1)
@@ -148,10 +150,10 @@ class PlacedTerms:
 
     def per_domain(
         self, nodes: Mapping[str, NodeInfo]
-    ) -> Iterator[tuple[AffinityTerm, Mapping[str, int]]]:
-        """Each term with its placed pods per value of its topology key (existing nodes that
-        have the key)."""
-        for term, tracked in self._terms.items():
+    ) -> Iterator[tuple[AffinityTerm, int, Mapping[str, int]]]:
+        """Each term and weight with its placed pods per value of its topology key (existing
+        nodes that have the key)."""
+        for (term, weight), tracked in self._terms.items():
             key = term.topology_key
             scope = NodeScope(frozenset({key}))
             counts = tracked.per_domain.get((key, scope))
@@ -161,7 +163,7 @@ class PlacedTerms:
                     node = nodes.get(name)
                     if node is not None and key in node.labels:
                         counts[node.labels[key]] += carrying
-            yield term, counts
+            yield term, weight, counts
 
     def nodes_changed(self) -> None:
         for tracked in self._terms.values():

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from .framework.podaffinity import AffinityTerm
+from .framework.podaffinity import AffinityTerm, weighted_terms
 from .framework.profile import DEFAULT_PROFILE
 from .framework.spread import NodeScope
 from .framework.taints import PREFER_NO_SCHEDULE
@@ -64,7 +64,9 @@ class ClusterState:
         # Matching pods per node for the selectors spread and affinity use (match_counts.py),
         # and topology values per node scope, dropped when a node's labels or taints change.
         self._matches = MatchCounts()
-        self._anti_terms = PlacedTerms()
+        self._anti_terms = PlacedTerms(_anti_terms_of)
+        self._weighted_terms = PlacedTerms(weighted_terms)  # they score (InterPodAffinity)
+        self.weighted_affinity_pods: set[str] = set()  # placed pods carrying such terms
         self._topology: dict[NodeScope, dict[str, set[str]]] = {}
 
     def _touch(self, node_name: str) -> None:
@@ -82,6 +84,7 @@ class ClusterState:
             self._topology.clear()
             self._matches.nodes_changed()
             self._anti_terms.nodes_changed()
+            self._weighted_terms.nodes_changed()
         self.nodes[node.name] = node
         if any(t.effect == PREFER_NO_SCHEDULE for t in node.taints):
             self.prefer_no_schedule.add(node.name)
@@ -95,6 +98,7 @@ class ClusterState:
             self._topology.clear()
             self._matches.nodes_changed()
             self._anti_terms.nodes_changed()
+            self._weighted_terms.nodes_changed()
         self.prefer_no_schedule.discard(name)
         self._touch(name)
 
@@ -155,6 +159,9 @@ class ClusterState:
         self._matches.removed(pod, self.namespaces, node)
         if pod.anti_affinity_terms:
             self._anti_terms.removed(pod, node)
+        if uid in self.weighted_affinity_pods:
+            self._weighted_terms.removed(pod, node)
+            self.weighted_affinity_pods.discard(uid)
         load = self.loads.get(pod.node_name)
         if load is not None and uid in load.pods:
             load.pods.discard(uid)
@@ -174,6 +181,9 @@ class ClusterState:
         self._matches.added(pod, self.namespaces, node)
         if pod.anti_affinity_terms:
             self._anti_terms.added(pod, node)
+        if pod.affinity_terms or pod.preferred_affinity_terms or pod.preferred_anti_affinity_terms:
+            self._weighted_terms.added(pod, node)
+            self.weighted_affinity_pods.add(pod.uid)
         load = self.loads.get(pod.node_name)
         if load is None:
             load = self.loads[pod.node_name] = NodeLoad()
@@ -259,7 +269,13 @@ class ClusterState:
     def anti_affinity_domains(self) -> Iterator[tuple[AffinityTerm, Mapping[str, int]]]:
         """Placed pods' required anti-affinity terms, each with how many placed pods carry it
         per value of its topology key (see match_counts.py)."""
-        return self._anti_terms.per_domain(self.nodes)
+        return ((term, counts) for term, _, counts in self._anti_terms.per_domain(self.nodes))
+
+    def weighted_affinity_domains(self) -> Iterator[tuple[AffinityTerm, int, Mapping[str, int]]]:
+        """Placed pods' affinity terms that score (required affinity, preferred affinity and
+        anti-affinity), each with its weight and how many placed pods carry it per value of its
+        topology key."""
+        return self._weighted_terms.per_domain(self.nodes)
 
     def topology_values(self, scope: NodeScope) -> Mapping[str, Set[str]]:
         """For each of the scope's keys, its values on the nodes in the scope (cached until a
@@ -321,3 +337,7 @@ class ClusterState:
 
 def _shrank(before: Mapping[str, int], after: Mapping[str, int]) -> bool:
     return any(after.get(name, 0) < amount for name, amount in before.items())
+
+
+def _anti_terms_of(pod: PodInfo) -> Iterator[tuple[AffinityTerm, int]]:
+    return ((term, 1) for term in pod.anti_affinity_terms)

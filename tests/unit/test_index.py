@@ -25,7 +25,7 @@ from loadwise.policy import Policy, parse_spec
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
 
-from ..helpers import owned_by_replicaset, pod_info, recount_anti_terms
+from ..helpers import owned_by_replicaset, pod_info, recount_anti_terms, recount_weighted_terms
 
 POLICIES = [
     Policy("even", parse_spec({})),
@@ -134,6 +134,17 @@ def random_heavy_pod(rng: random.Random, i: int) -> PodInfo:
     if rng.random() < 0.2:
         term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "zone"}
         affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if rng.random() < 0.2:  # preferred, by zone or host, for its own app or the other
+            key = rng.choice(["zone", "kubernetes.io/hostname"])
+            selector = {"matchLabels": {"app": rng.choice("xy")}}
+            weighted = {
+                "weight": rng.choice([1, 10, 100]),
+                "podAffinityTerm": {"labelSelector": selector, "topologyKey": key},
+            }
+            affinity.setdefault(kind, {})["preferredDuringSchedulingIgnoredDuringExecution"] = [
+                weighted
+            ]
     if affinity:
         spec["affinity"] = affinity
     return parse_pod(raw)
@@ -165,6 +176,9 @@ class Recounted:
 
     def anti_affinity_domains(self) -> list[tuple[Any, Counter[str]]]:
         return list(recount_anti_terms(self._state).items())
+
+    def weighted_affinity_domains(self) -> list[tuple[Any, int, Counter[str]]]:
+        return recount_weighted_terms(self._state)
 
     def topology_values(self, scope: NodeScope) -> dict[str, set[str]]:
         nodes = [n for n in self._state.nodes.values() if scope.includes(n)]

@@ -59,6 +59,18 @@ class CycleContext:
         return podaffinity.prefilter(pod, self.state)
 
     @cached_property
+    def affinity_preference(self) -> podaffinity.TopologyScores | None:
+        """InterPodAffinity's scores per topology value; None when no term applies."""
+        pod = self.pod
+        if not (
+            pod.preferred_affinity_terms
+            or pod.preferred_anti_affinity_terms
+            or self.state.weighted_affinity_pods
+        ):
+            return None
+        return podaffinity.preference_scores(pod, self.state)
+
+    @cached_property
     def hard_spread(self) -> spread.SpreadCounts | None:
         hard = [c for c in self.pod.spread if c.hard]
         return spread.count(self.pod, self.state, hard) if hard else None

@@ -77,6 +77,67 @@ def required_terms(spec: Mapping[str, Any], kind: str, namespace: str) -> tuple[
     return parse_terms(section.get("requiredDuringSchedulingIgnoredDuringExecution"), namespace)
 
 
+def preferred_terms(
+    spec: Mapping[str, Any], kind: str, namespace: str
+) -> tuple[tuple[int, AffinityTerm], ...]:
+    """kind: podAffinity or podAntiAffinity; (weight, term) pairs."""
+    section = (spec.get("affinity") or {}).get(kind) or {}
+    weighted = section.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    return tuple(
+        (int(w.get("weight") or 0), parse_terms([w.get("podAffinityTerm") or {}], namespace)[0])
+        for w in weighted
+    )
+
+
+# kube-scheduler's hardPodAffinityWeight: a placed pod's required affinity term that the
+# incoming pod matches draws it like a preferred term of this weight.
+HARD_POD_AFFINITY_WEIGHT = 1
+
+
+def weighted_terms(pod: PodInfo) -> Iterable[tuple[AffinityTerm, int]]:
+    """A placed pod's terms that draw (positive) or push away (negative) a pod they match."""
+    for term in pod.affinity_terms:
+        yield term, HARD_POD_AFFINITY_WEIGHT
+    for weight, term in pod.preferred_affinity_terms:
+        yield term, weight
+    for weight, term in pod.preferred_anti_affinity_terms:
+        yield term, -weight
+
+
+TopologyScores = dict[str, dict[str, int]]  # topology key -> value -> summed weights
+
+
+def preference_scores(pod: PodInfo, state: ClusterView) -> TopologyScores | None:
+    """kube-scheduler's InterPodAffinity PreScore: per topology value, the weights of the pod's
+    preferred (anti-)affinity terms times the placed pods they match there, plus the placed
+    pods' required affinity (hardPodAffinityWeight) and preferred (anti-)affinity terms that
+    match the pod. None when nothing applies (the plugin is skipped). Counts come from the
+    cluster state per domain, so this is O(terms x domains), not O(pods)."""
+    scores: TopologyScores = {}
+
+    def add(key: str, per_value: Mapping[str, int], weight: int) -> None:
+        into = scores.setdefault(key, {})
+        for value, n in per_value.items():
+            if n:  # only nodes with the key count (the scope), so "" is a real value
+                into[value] = into.get(value, 0) + weight * n
+
+    for sign, terms in ((1, pod.preferred_affinity_terms), (-1, pod.preferred_anti_affinity_terms)):
+        for weight, term in terms:
+            key = term.topology_key
+            scope = NodeScope(frozenset({key}))
+            add(key, state.matching_domains(TermsMatch((term,)), key, scope), sign * weight)
+    ns_labels = state.namespaces
+    for term, weight, per_value in state.weighted_affinity_domains():
+        if per_value and term.matches(pod.namespace, pod.labels, ns_labels):
+            add(term.topology_key, per_value, weight)
+    return scores or None
+
+
+def preference_score(scores: TopologyScores, node: NodeInfo) -> int:
+    labels = node.labels
+    return sum(per_value.get(labels[key], 0) for key, per_value in scores.items() if key in labels)
+
+
 PerValue = tuple[str, Mapping[str, int]]  # a topology key, matching pods per value of it
 
 

@@ -192,6 +192,7 @@ LOAD_WEIGHT = 4
 TAINT_WEIGHT = 3
 NODE_AFFINITY_WEIGHT = 2
 SPREAD_WEIGHT = 2
+INTER_POD_AFFINITY_WEIGHT = 2
 
 
 def reverse_normalize(raw: list[float]) -> list[float]:

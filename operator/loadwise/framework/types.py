@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..resources import PodRequests, parse_resource_list, pod_requests
-from .podaffinity import AffinityTerm, required_terms
+from .podaffinity import AffinityTerm, preferred_terms, required_terms
 from .selectors import (
     NodeSelectorTerm,
     RequiredNodeAffinity,
@@ -95,6 +95,8 @@ class PodInfo:
     preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
     affinity_terms: tuple[AffinityTerm, ...] = ()
     anti_affinity_terms: tuple[AffinityTerm, ...] = ()
+    preferred_affinity_terms: tuple[tuple[int, AffinityTerm], ...] = ()
+    preferred_anti_affinity_terms: tuple[tuple[int, AffinityTerm], ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     owner: Owner | None = None
@@ -172,13 +174,16 @@ def _parse_placement(pod: PodInfo, spec: Mapping[str, Any], placed: bool) -> Non
     """The parts of a spec the filters read. Cheap when absent, as on most pods."""
     pod.host_ports = host_ports(spec)
     affinity = spec.get("affinity")
-    if affinity:
-        pod.anti_affinity_terms = required_terms(spec, "podAntiAffinity", pod.namespace)
+    if affinity:  # read of placed pods too: their terms act on the incoming pod
+        namespace = pod.namespace
+        pod.affinity_terms = required_terms(spec, "podAffinity", namespace)
+        pod.anti_affinity_terms = required_terms(spec, "podAntiAffinity", namespace)
+        pod.preferred_affinity_terms = preferred_terms(spec, "podAffinity", namespace)
+        pod.preferred_anti_affinity_terms = preferred_terms(spec, "podAntiAffinity", namespace)
     if placed:
         return
     pod.gated = bool(spec.get("schedulingGates"))
     if affinity:
-        pod.affinity_terms = required_terms(spec, "podAffinity", pod.namespace)
         pod.preferred_node_affinity = parse_preferred_node_affinity(spec)
     if affinity or spec.get("nodeSelector"):
         pod.node_affinity = parse_required_node_affinity(spec)

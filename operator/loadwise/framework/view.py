@@ -60,6 +60,11 @@ class ClusterView(Protocol):
         ...
 
     @property
+    def weighted_affinity_pods(self) -> Set[str]:
+        """UIDs of placed pods with affinity terms that score (weighted_affinity_domains)."""
+        ...
+
+    @property
     def prefer_no_schedule(self) -> Set[str]:
         """Names of nodes with a PreferNoSchedule taint."""
         ...
@@ -96,6 +101,12 @@ class ClusterView(Protocol):
     def anti_affinity_domains(self) -> Iterable[tuple[AffinityTerm, Mapping[str, int]]]:
         """Placed pods' required anti-affinity terms, each with how many placed pods carry it
         per value of its topology key (on existing nodes with the key); kept incrementally."""
+        ...
+
+    def weighted_affinity_domains(self) -> Iterable[tuple[AffinityTerm, int, Mapping[str, int]]]:
+        """Placed pods' scoring terms (required affinity at hardPodAffinityWeight, preferred
+        affinity, preferred anti-affinity negated), each with its weight and how many placed
+        pods carry it per value of its topology key; kept incrementally."""
         ...
 
     def topology_values(self, scope: NodeScope) -> Mapping[str, Set[str]]:

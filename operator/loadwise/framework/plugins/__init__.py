@@ -7,7 +7,7 @@ declares its inputs (see ../plugin.py), and one line in DEFAULT_PLUGINS.
 from __future__ import annotations
 
 from ..plugin import Plugin
-from .inter_pod_affinity import InterPodAffinity
+from .inter_pod_affinity import InterPodAffinity, PodAffinityPreference
 from .label_spread import SpreadByLabels
 from .load_aware import LoadAware
 from .node_affinity import NodeAffinity, PreferredNodeAffinity
@@ -33,5 +33,6 @@ DEFAULT_PLUGINS: tuple[Plugin, ...] = (
     PreferNoSchedule(),
     PreferredNodeAffinity(),
     SpreadPreference(),
+    PodAffinityPreference(),
     SpreadByLabels(),
 )

@@ -1,11 +1,15 @@
 """InterPodAffinity: required pod affinity and anti-affinity by topology key (namespaces,
-namespaceSelector), and placed pods' anti-affinity against the incoming pod."""
+namespaceSelector), and placed pods' anti-affinity against the incoming pod; preferred pod
+affinity and anti-affinity (both ways) as a preference, scored as kube-scheduler scores it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .. import podaffinity
 from ..context import CycleContext
-from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, Signature
+from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, ScorePlugin, Signature
+from ..scoring import INTER_POD_AFFINITY_WEIGHT, MAX_SCORE
 from ..types import NodeInfo, PodInfo
 
 
@@ -39,3 +43,40 @@ class InterPodAffinity(FilterPlugin):
             return None
         reason = podaffinity.filter_node(ctx.pod, node, counts, ctx.state.namespaces)
         return [reason] if reason else None
+
+
+class PodAffinityPreference(ScorePlugin):
+    """kube-scheduler's InterPodAffinity Score and NormalizeScore: per topology value, the
+    weights of the pod's preferred terms times the placed pods they match there, minus those of
+    its preferred anti-affinity terms, plus placed pods' required affinity (weight 1) and
+    preferred (anti-)affinity terms that match the pod; scaled to 0..100 between the lowest and
+    highest node (truncated, as kube-scheduler does)."""
+
+    name = "InterPodAffinityScore"
+    inputs = Inputs(
+        pod=("preferred_affinity_terms", "preferred_anti_affinity_terms", "labels", "namespace"),
+        node=("labels",),
+        placed=(
+            "labels",
+            "namespace",
+            "affinity_terms",
+            "preferred_affinity_terms",
+            "preferred_anti_affinity_terms",
+        ),
+        namespaces=True,
+    )
+    node_local = False
+    weight = INTER_POD_AFFINITY_WEIGHT
+
+    def sign(self, ctx: CycleContext) -> Signature:
+        return UNSIGNABLE if ctx.affinity_preference is not None else ()
+
+    def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
+        scores = ctx.affinity_preference
+        if scores is None:
+            return None
+        raw = [podaffinity.preference_score(scores, node) for node in nodes]
+        low, high = min(raw, default=0), max(raw, default=0)
+        if high <= low:
+            return [0.0 for _ in raw]
+        return [float(int(MAX_SCORE * (r - low) / (high - low))) for r in raw]
