@@ -1,11 +1,15 @@
-"""The scaling table: bench/throughput (backlog) at several cluster sizes, one row per run.
+"""Scaling and per-workload tables: bench/throughput at several cluster sizes and workloads,
+one row per runner per run.
 
 bench/scaling [--nodes 100,500,1000,5000] [--pods 5000] [--memory 1000:20000,5000:50000]
+              [--workloads basic,...] [--mode backlog|burst] [--pin]
               [--runners kube-scheduler,loadwise] [--markdown PATH]
 
-Each size is its own `bench/throughput --mode backlog` run (a fresh control plane). The memory
-rows add already-bound pods (nodes:existing), which both schedulers must list and hold. JSON of
-every run goes to bench/out/scaling-*.json; the table is printed as Markdown.
+Each (size, workload) is its own `bench/throughput` run (a fresh control plane and nodes). The
+memory rows add already-bound pods (nodes:existing), which both schedulers must list and hold;
+they run the first workload only. JSON of every run goes to bench/out/scaling-*.json; the table
+is printed as Markdown, with loadwise's pods/s over kube-scheduler's and over the ceiling's of
+the same run.
 """
 
 from __future__ import annotations
@@ -21,16 +25,21 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 
 
-def run(nodes: int, pods: int, existing: int, runners: str) -> dict[str, Any]:
-    path = OUT / f"scaling-{nodes}n-{pods}p-{existing}e.json"
+def run(
+    nodes: int, pods: int, existing: int, workload: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    pinned = "-pinned" if args.pin else ""
+    path = OUT / f"scaling-{args.mode}-{workload}-{nodes}n-{pods}p-{existing}e{pinned}.json"
     command = [
         str(ROOT / "bench" / "throughput"),
-        "--mode=backlog",
+        f"--mode={args.mode}",
         f"--nodes={nodes}",
         f"--pods={pods}",
         f"--existing-pods={existing}",
-        f"--runners={runners}",
+        f"--workload={workload}",
+        f"--runners={args.runners}",
         f"--json={path}",
+        *(["--pin"] if args.pin else []),
     ]
     print("+", " ".join(command[1:]), file=sys.stderr, flush=True)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -38,13 +47,25 @@ def run(nodes: int, pods: int, existing: int, runners: str) -> dict[str, Any]:
     return data
 
 
+HEADER = [
+    "| nodes | existing pods | pods | workload | runner | pods/s | loadwise / ks | loadwise / "
+    "ceiling | violations | CPU ms per pod while binding | first bind s | drain s | peak RSS MiB |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+]
+
+
 def rows(data: dict[str, Any]) -> list[str]:
     out = []
     for name, result in data["runners"].items():
+        ours = name == "loadwise"
         out.append(
-            f"| {data['nodes']} | {data['existing_pods']} | {data['pods']} | {name} "
-            f"| {result.get('pods_per_s')} | {result.get('sched_cpu_ms_per_pod')} "
-            f"| {result.get('first_bind_s')} | {result.get('peak_rss_mb')} |"
+            f"| {data['nodes']} | {data['existing_pods']} | {data['pods']} "
+            f"| {data.get('workload', 'basic')} | {name} | {result.get('pods_per_s')} "
+            f"| {data.get('ratio_vs_kube_scheduler') if ours else ''} "
+            f"| {data.get('ratio_vs_ceiling') if ours else ''} "
+            f"| {(result.get('checks') or {}).get('violations')} "
+            f"| {result.get('sched_cpu_ms_per_pod')} | {result.get('first_bind_s')} "
+            f"| {result.get('drain_s')} | {result.get('peak_rss_mb')} |"
         )
     return out
 
@@ -56,24 +77,27 @@ def main() -> int:
     parser.add_argument("--nodes", default="100,500,1000,5000")
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--memory", default="1000:20000,5000:50000")
+    parser.add_argument("--workloads", default="basic")
+    parser.add_argument("--mode", choices=("backlog", "burst"), default="backlog")
+    parser.add_argument("--pin", action="store_true")
     parser.add_argument("--runners", default="kube-scheduler,loadwise")
     parser.add_argument("--markdown", help="also write the table to this file")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    plan = [(int(n), 0) for n in args.nodes.split(",") if n]
-    plan += [(int(n), int(e)) for n, e in (m.split(":") for m in args.memory.split(",") if m)]
-    table = [
-        "| nodes | existing pods | pods | runner | pods/s | CPU ms per pod while binding "
-        "| first bind s | peak RSS MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    workloads = [w for w in args.workloads.split(",") if w]
+    plan = [(int(n), 0, w) for n in args.nodes.split(",") if n for w in workloads]
+    plan += [
+        (int(n), int(e), workloads[0])
+        for n, e in (m.split(":") for m in args.memory.split(",") if m)
     ]
-    for nodes, existing in plan:
-        table += rows(run(nodes, args.pods, existing, args.runners))
-        print("\n".join(table[-2:]), file=sys.stderr, flush=True)
-    text = "\n".join(table) + "\n"
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
+    table = list(HEADER)
+    for nodes, existing, workload in plan:
+        data = run(nodes, args.pods, existing, workload, args)
+        table += rows(data)
+        print("\n".join(table[-len(data["runners"]) :]), file=sys.stderr, flush=True)
+        if args.markdown:  # after each run: a partial table survives an interrupted one
+            Path(args.markdown).write_text("\n".join(table) + "\n")
+    print("\n".join(table))
     return 0
 
 
