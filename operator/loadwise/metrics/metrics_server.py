@@ -17,6 +17,7 @@ import aiohttp
 
 from ..resources import CPU, MEMORY, to_amount
 from ..transport import Http
+from .answers import error_text
 from .cache import NodeSample, PodUsage, SourceError
 
 PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
@@ -31,7 +32,7 @@ class MetricsServerError(SourceError):
 def http_error(status: int, body: bytes, what: str) -> MetricsServerError:
     """An error a user can act on: what the status means for the aggregation layer, and the
     API server's own message as text (a Status object's message, or the body decoded)."""
-    text = _message(body)
+    text = error_text(body, "message")
     if status == 404:
         hint = "is the metrics.k8s.io APIService installed?"
     elif status == 503:
@@ -42,19 +43,6 @@ def http_error(status: int, body: bytes, what: str) -> MetricsServerError:
         hint = ""
     detail = "; ".join(part for part in (hint, text) if part)
     return MetricsServerError(f"listing {what} metrics failed with HTTP {status}: {detail}")
-
-
-def _message(body: bytes, limit: int = 200) -> str:
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        payload = None
-    if isinstance(payload, dict) and isinstance(payload.get("message"), str):
-        text = payload["message"]
-    else:
-        text = body.decode("utf-8", errors="replace")
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_node_metrics(

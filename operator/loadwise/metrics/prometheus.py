@@ -9,13 +9,13 @@ relabelling); pod defaults fit cAdvisor's container series (`namespace` and `pod
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
 
+from .answers import error_text
 from .cache import NodeSample, PodUsage, SourceError
 
 DEFAULT_CPU_QUERY = '1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
@@ -186,7 +186,9 @@ class PrometheusSource:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
         async with self._session.post(self.url, data={"query": query}) as resp:
             if resp.status != 200:
-                raise PrometheusError(f"HTTP {resp.status}: {_error_text(await resp.read())}")
+                raise PrometheusError(
+                    f"HTTP {resp.status}: {error_text(await resp.read(), 'error')}"
+                )
             return await resp.json(content_type=None)
 
     async def close(self) -> None:
@@ -197,17 +199,3 @@ class PrometheusSource:
 def _examples(names: Collection[str], count: int = 3) -> str:
     shown = sorted(names)[:count]
     return ", ".join(shown) + (", ..." if len(names) > count else "")
-
-
-def _error_text(body: bytes, limit: int = 200) -> str:
-    """Prometheus' own `error` field of an error answer, else the body as text."""
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        payload = None
-    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
-        text = payload["error"]
-    else:
-        text = body.decode("utf-8", errors="replace")
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
