@@ -13,41 +13,82 @@ import json
 import logging
 import os
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from kubernetes_asyncio import client
 
 from .config import Config
+from .logs import one_line
 from .runtime import api_client
 from .transport import Transport
 
 log = logging.getLogger(__name__)
 
-# (verb, group, resource, subresource): what start-up and scheduling need (the chart's
-# ClusterRole grants these and more); Leases are checked in the lease namespace.
-NEEDED: tuple[tuple[str, str, str, str], ...] = (
+
+@dataclass(frozen=True)
+class Permission:
+    """One API permission loadwise uses. `when`: needed always, only with leader election (in
+    the Lease's namespace), or only with the metrics-server source enabled."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+    when: Literal["always", "leader_elect", "metrics_server"] = "always"
+
+    def describe(self) -> str:
+        name = f"{self.resource}.{self.group}" if self.group else self.resource
+        return (
+            f"{self.verb} {name}/{self.subresource}" if self.subresource else f"{self.verb} {name}"
+        )
+
+
+# Every permission loadwise uses, in the order a refusal names them: the preflight check asks
+# one SelfSubjectAccessReview for each that applies, and tests/unit/test_chart_values.py checks
+# the chart's ClusterRole and Lease Role grant each one (and nothing this table lacks, but for
+# the few reads it lists there).
+PERMISSIONS: tuple[Permission, ...] = (
     *(
-        (verb, group, resource, "")
+        Permission(verb, group, resource)
         for resource, group in (
-            ("nodes", ""),
+            ("nodes", ""),  # the state (informers)
             ("pods", ""),
-            ("namespaces", ""),
-            ("services", ""),
+            ("namespaces", ""),  # labels for affinity's namespaceSelector
+            ("services", ""),  # selectors for default topology spreading
             ("replicationcontrollers", ""),
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
-            ("schedulingpolicies", "loadwise.io"),
+            ("schedulingpolicies", "loadwise.io"),  # policywatch
         )
         for verb in ("list", "watch")
     ),
-    ("create", "", "pods", "binding"),
-    ("create", "", "events", ""),
+    Permission("create", "", "pods", "binding"),  # binder
+    Permission("patch", "", "pods", "status"),  # PodScheduled; the operator's Degraded condition
+    Permission("create", "", "events", ""),
+    Permission("patch", "loadwise.io", "schedulingpolicies"),  # drops the pre-0.3 finalizer
+    Permission("patch", "loadwise.io", "schedulingpolicies", "status"),  # reporting
+    *(
+        Permission(verb, "coordination.k8s.io", "leases", when="leader_elect")  # leader.py
+        for verb in ("get", "list", "watch", "create", "update")  # list/watch: standby's watch
+    ),
+    *(
+        Permission("list", "metrics.k8s.io", resource, when="metrics_server")
+        for resource in ("nodes", "pods")
+    ),
 )
-LEASES: tuple[tuple[str, str, str, str], ...] = tuple(
-    (verb, "coordination.k8s.io", "leases", "") for verb in ("get", "create", "update")
-)
+
+
+def needed(config: Config) -> list[Permission]:
+    """The permissions `config` makes loadwise use."""
+    applies = {
+        "always": True,
+        "leader_elect": config.leader_elect,
+        "metrics_server": "metrics-server" in config.metrics_sources,
+    }
+    return [p for p in PERMISSIONS if applies[p.when]]
 
 
 class AccessError(Exception):
@@ -85,7 +126,7 @@ async def connect(pool_size: int) -> client.ApiClient:
     try:
         return await api_client(pool_size)
     except Exception as exc:  # kubernetes-asyncio's ConfigException, YAML errors, bad base64
-        raise AccessError(f"cannot use {credentials_source()}: {_one_line(exc)}") from None
+        raise AccessError(f"cannot use {credentials_source()}: {one_line(exc)}") from None
 
 
 async def check_access(config: Config, api: client.ApiClient) -> None:
@@ -107,14 +148,13 @@ async def check_access(config: Config, api: client.ApiClient) -> None:
             )
         user = _decode(body).get("status", {}).get("userInfo", {}).get("username", "")
         user = user or "these credentials"
-        needed = NEEDED + (LEASES if config.leader_elect else ())
+        checks = needed(config)
         answers = await asyncio.gather(
-            *(_allowed(transport, check, config.lease_namespace) for check in needed)
+            *(_allowed(transport, check, config.lease_namespace) for check in checks)
         )
     except (ssl.SSLError, aiohttp.ClientConnectorCertificateError) as exc:
         raise AccessError(
-            f"cannot verify the API server at {server} with {credentials_source()}: "
-            f"{_one_line(exc)}"
+            f"cannot verify the API server at {server} with {credentials_source()}: {one_line(exc)}"
         ) from None
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         log.warning("API server at %s not reachable yet (%s): start-up retries", server, exc)
@@ -122,7 +162,7 @@ async def check_access(config: Config, api: client.ApiClient) -> None:
     finally:
         await transport.close()
     denied = [
-        _describe(check) for check, allowed in zip(needed, answers, strict=True) if not allowed
+        check.describe() for check, allowed in zip(checks, answers, strict=True) if not allowed
     ]
     if denied:
         shown = ", ".join(denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
@@ -132,12 +172,15 @@ async def check_access(config: Config, api: client.ApiClient) -> None:
         )
 
 
-async def _allowed(transport: Transport, check: tuple[str, str, str, str], namespace: str) -> bool:
-    verb, group, resource, subresource = check
-    attributes: dict[str, str] = {"verb": verb, "group": group, "resource": resource}
-    if subresource:
-        attributes["subresource"] = subresource
-    if resource == "leases":
+async def _allowed(transport: Transport, check: Permission, namespace: str) -> bool:
+    attributes: dict[str, str] = {
+        "verb": check.verb,
+        "group": check.group,
+        "resource": check.resource,
+    }
+    if check.subresource:
+        attributes["subresource"] = check.subresource
+    if check.when == "leader_elect":  # the Lease's Role is in its namespace only
         attributes["namespace"] = namespace
     status, body = await transport.request(
         "POST",
@@ -155,23 +198,12 @@ async def _allowed(transport: Transport, check: tuple[str, str, str, str], names
     return bool(_decode(body).get("status", {}).get("allowed"))
 
 
-def _describe(check: tuple[str, str, str, str]) -> str:
-    verb, group, resource, subresource = check
-    name = f"{resource}.{group}" if group else resource
-    return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
-
-
 def _decode(body: bytes) -> dict[str, Any]:
     try:
         value = json.loads(body)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return " ".join(text.split())[:400]
 
 
 async def preflight(config: Config) -> None:

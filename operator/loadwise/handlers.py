@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 
 from .config import Config
+from .logs import one_line
 from .runtime import Runtime, report_startup_failure
 
 log = logging.getLogger(__name__)
@@ -47,18 +48,13 @@ async def start_runtime(config: Config) -> Runtime:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            why = _one_line(exc)
+            why = one_line(exc)
             log.error("start-up failed: %s; retrying in %.0fs", why, delay)
             if why != reported:  # one event per distinct reason, not one every retry
                 reported = why
                 await report_startup_failure(config, f"start-up failed, retrying: {why}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_CAP)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return " ".join(text.split())[:500]
 
 
 def in_cluster(info: kopf.ConnectionInfo | None) -> kopf.ConnectionInfo | None:

@@ -48,6 +48,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """An exception as one line of at most `limit` characters, with its type: what a start-up
+    failure or a configuration error prints and posts (events, stderr)."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(text.split())[:limit]
+
+
 def setup(level: str, fmt: LogFormat = "text") -> None:
     """Configure the root logger for `loadwise run` (replacing any earlier configuration)."""
     handler = logging.StreamHandler(sys.stderr)
