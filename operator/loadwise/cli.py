@@ -15,6 +15,7 @@ from . import crd, logs
 from .access import AccessError, preflight
 from .config import Config, settings
 from .handlers import build_registry
+from .secure_serving import server_tls
 
 RUN_EPILOG = """\
 Every setting is an environment variable (shown with its default) and a flag; a flag overrides
@@ -24,6 +25,10 @@ its variable. An unknown LOADWISE_* variable is an error.
 
 def run(config: Config) -> int:
     logs.setup(config.log_level, config.log_format)
+    problem = tls_problem(config)
+    if problem is not None:
+        print(f"loadwise: {problem}", file=sys.stderr)
+        return 1
     try:
         asyncio.run(preflight(config))
     except AccessError as exc:
@@ -31,6 +36,21 @@ def run(config: Config) -> int:
         return 1
     asyncio.run(kopf.operator(registry=build_registry(config), clusterwide=True, standalone=True))
     return 0
+
+
+def tls_problem(config: Config) -> str | None:
+    """Why the HTTPS port cannot use the given certificate and key, if it cannot. Checked
+    before kopf starts: Runtime.start would fail on it at every retry, for ever."""
+    if not (config.secure_port and config.tls_cert_file):
+        return None
+    try:
+        server_tls(config.tls_cert_file, config.tls_private_key_file)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        return (
+            f"cannot serve HTTPS with {config.tls_cert_file} and "
+            f"{config.tls_private_key_file}: {logs.one_line(exc)}"
+        )
+    return None
 
 
 class _HelpFormatter(argparse.HelpFormatter):

@@ -114,7 +114,13 @@ class DelegatedAuth:
         if status != 201:
             hint = " (is the ServiceAccount bound to system:auth-delegator?)"
             raise ReviewUnavailable(f"{kind} answered HTTP {status}{hint if status == 403 else ''}")
-        answer: dict[str, Any] = orjson.loads(body).get("status") or {}
+        try:
+            decoded = orjson.loads(body)
+        except ValueError:  # an empty or cut body: the review did not answer
+            decoded = None
+        answer = decoded.get("status") or {} if isinstance(decoded, dict) else None
+        if not isinstance(answer, dict):
+            raise ReviewUnavailable(f"{kind} answered HTTP {status} without a review status")
         return answer
 
     async def authenticate(self, token: str) -> User | None:

@@ -5,7 +5,6 @@ to all, the self-signed certificate (a client that trusts it verifies the host),
 from __future__ import annotations
 
 import contextlib
-import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -14,9 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from loadwise import cli
 from loadwise import observability as obs
 from loadwise import secure_serving as serving
 from loadwise.config import Config
+from loadwise_dev.controlplane import free_port
 
 from ..fakes import FakeTransport, Reply
 
@@ -42,13 +43,6 @@ def api(method: str, path: str, body: Mapping[str, Any] | None, _: Any) -> Reply
         "verb": "get",
     }
     return 201, {"status": {"allowed": allowed, "reason": "" if allowed else "no RBAC rule"}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Clock:
@@ -162,6 +156,20 @@ async def test_a_review_the_api_server_refuses_or_misses_is_503_and_not_cached()
         assert (await get(f"{base}/metrics", "good"))[0] == 200
 
 
+@pytest.mark.parametrize("body", [b"", b"<html>502</html>", b"[]", b'{"status": "yes"}'])
+async def test_a_review_answered_without_a_json_status_is_503(body: bytes) -> None:
+    """A proxy's empty or HTML answer with a 2xx code: 503 like any review that did not
+    answer, not an unhandled exception (a 500 with a traceback in the log)."""
+    fake = FakeTransport(handler=lambda *_: (201, body))
+    async with server(fake) as base:
+        status, text, _ = await get(f"{base}/metrics", "good")
+        assert status == 503
+        assert (
+            text
+            == "cannot check the request: tokenreviews answered HTTP 201 without a review status\n"
+        )
+
+
 async def test_the_self_signed_certificate_names_localhost(tmp_path: Path) -> None:
     cert, key = serving.self_signed_certificate(["localhost", "127.0.0.1"])
     (tmp_path / "tls.crt").write_bytes(cert)
@@ -195,3 +203,37 @@ def test_settings() -> None:
         Config.from_env({"LOADWISE_TLS_CERT_FILE": "/tls.crt"})
     with pytest.raises(ValueError, match="must differ"):
         Config.from_env({"LOADWISE_HTTP_PORT": "10259"})
+
+
+def test_unusable_certificate_files_stop_run_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before kopf starts: in Runtime.start the same error was retried every 5 s for
+    ever. Nothing else runs (no preflight, no kopf)."""
+
+    def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("must not be reached")
+
+    monkeypatch.setattr(cli, "preflight", never)
+    monkeypatch.setattr(cli.kopf, "operator", never)
+    cert, key = serving.self_signed_certificate(["localhost"])
+    _, other_key = serving.self_signed_certificate(["localhost"])
+    files = {"cert": cert, "key": key, "other": other_key, "junk": b"not PEM"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    for cert_file, key_file, why in (
+        ("junk", "key", "SSLError"),
+        ("cert", "junk", "SSLError"),
+        ("cert", "other", "KEY_VALUES_MISMATCH"),
+        ("missing", "key", "FileNotFoundError"),
+    ):
+        config = Config(
+            tls_cert_file=str(tmp_path / cert_file), tls_private_key_file=str(tmp_path / key_file)
+        )
+        assert cli.run(config) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert err.startswith(
+            f"loadwise: cannot serve HTTPS with {tmp_path / cert_file} and {tmp_path / key_file}: "
+        )
+        assert why in err
