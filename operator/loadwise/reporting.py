@@ -50,14 +50,27 @@ class Reporter:
         self._gauged: set[str] = set()  # policies with per-policy gauges set
 
     async def run(self, interval: float) -> None:
+        """Until cancelled, when this replica stops leading: then its per-policy series go."""
         self.degradations.replay()
         self._condition_generation = -1
-        while True:
-            try:
-                await self.report_once()
-            except Exception:  # a bug must cost one pass, never the reporting
-                log.exception("reporting failed; trying again in %.0fs", interval)
-            await asyncio.sleep(interval)
+        try:
+            while True:
+                try:
+                    await self.report_once()
+                except Exception:  # a bug must cost one pass, never the reporting
+                    log.exception("reporting failed; trying again in %.0fs", interval)
+                await asyncio.sleep(interval)
+        finally:
+            self.forget_gauges()
+
+    def forget_gauges(self) -> None:
+        """Remove the per-policy series, which only the leader keeps current: a former
+        leader's last values would otherwise stay, and the dashboard's max over replicas would
+        show them over the new leader's 0."""
+        for name in self._gauged:
+            obs.POLICY_METRICS_AVAILABLE.remove(name)
+            obs.POLICY_FRESH_NODES.remove(name)
+        self._gauged.clear()
 
     async def report_once(self) -> None:
         for obj in list(self.policies.objects.values()):

@@ -394,6 +394,7 @@ class Runtime:
         if self._lead_task is not None:
             self._lead_task.cancel()
         self.scheduler.abandon()
+        self.reporter.forget_gauges()  # at once; the reporter's task does it again as it ends
 
     async def _lead(self) -> None:
         elector = self.elector

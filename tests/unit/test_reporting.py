@@ -3,6 +3,8 @@ and on its own Pod, and what it writes again after a failure."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -259,3 +261,35 @@ async def test_a_metrics_degraded_event_that_failed_is_posted_by_the_next_pass()
     await setup.reporter.report_once()  # written
     await setup.reporter.report_once()  # once per transition: not again
     assert len(setup.events("MetricsDegraded")) == 2
+
+
+def policy_gauges(name: str) -> tuple[float | None, float | None]:
+    labels = {"policy": name}
+    return (
+        REGISTRY.get_sample_value("loadwise_policy_metrics_available", labels),
+        REGISTRY.get_sample_value("loadwise_policy_fresh_nodes", labels),
+    )
+
+
+async def test_per_policy_gauges_go_when_this_replica_stops_leading() -> None:
+    """Only the leader keeps them current: a former leader's last 1 would hide the new
+    leader's 0 under the dashboard's max over replicas."""
+    setup = Setup()
+    setup.fresh()
+    setup.policy("gauged", {})
+    task = asyncio.create_task(setup.reporter.run(3600))
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if policy_gauges("gauged") != (None, None):
+            break
+    assert policy_gauges("gauged") == (1.0, 1.0)
+    task.cancel()  # what the Runtime does when the Lease is lost or the operator stops
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert policy_gauges("gauged") == (None, None)
+    # The Runtime also drops them at the moment of the loss, and twice is harmless.
+    await setup.reporter.report_once()
+    assert policy_gauges("gauged") == (1.0, 1.0)
+    setup.reporter.forget_gauges()
+    setup.reporter.forget_gauges()
+    assert policy_gauges("gauged") == (None, None)
