@@ -397,7 +397,10 @@ class Scheduler:
                 )
                 self.events.emit(pod, "Normal", "Scheduled", message)
             elif result in (BindResult.GONE, BindResult.CONFLICT):
-                # Deleted, or bound by someone else: the watch brings the truth.
+                # Deleted, or bound by someone else: the watch brings the truth. Still a failed
+                # attempt, counted as kube-scheduler counts a failed bind: result "error".
+                self._attempts["error"].inc()
+                self._attempt_seconds["error"].observe(finished - attempt_started)
                 self.state.forget(pod.uid)
                 self.queue.done(pod.uid)
             else:

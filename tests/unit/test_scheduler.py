@@ -102,11 +102,15 @@ async def running(sched: Scheduler) -> AsyncIterator[asyncio.Task[Any]]:
         await sched.events.stop()
 
 
-def unschedulable_attempts() -> float:
+def attempts(result: str) -> float:
     value = REGISTRY.get_sample_value(
-        "scheduler_schedule_attempts_total", {"result": "unschedulable", "profile": NAME}
+        "scheduler_schedule_attempts_total", {"result": result, "profile": NAME}
     )
     return value or 0.0
+
+
+def unschedulable_attempts() -> float:
+    return attempts("unschedulable")
 
 
 def uid(raw: Mapping[str, Any]) -> str:
@@ -155,6 +159,7 @@ async def test_gone_or_conflict_releases_the_reservation_and_is_not_retried(stat
     sched = scheduler(api)
     sched.on_node_event("ADDED", manifests.node("n1"))
     raw = raw_pod("web", cpu="500m")
+    errors = attempts("error")
     async with running(sched):
         sched.on_pod_event("ADDED", raw)
         await until(lambda: len(api.binds("web")) == 1 and not sched._tasks)
@@ -163,6 +168,8 @@ async def test_gone_or_conflict_releases_the_reservation_and_is_not_retried(stat
         await asyncio.sleep(0.2)  # four backoffs
     assert len(api.binds("web")) == 1 and not api.events("Scheduled")
     assert sched.scheduled_by_policy == {}
+    # A failed bind, counted as kube-scheduler counts it (it was counted in no result).
+    assert attempts("error") == errors + 1
 
 
 @pytest.mark.parametrize(
