@@ -32,13 +32,19 @@ from .metrics.prometheus import (
 )
 
 PREFIX = "LOADWISE_"
+# Python's level names; charts/loadwise/values.schema.json's logLevel enum must be the same
+# (tests/unit/test_chart_values.py compares them).
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 _DIMENSION_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
-# LOADWISE_* variables that are not operator settings: read by hack/ensure-tools and the
-# development harness (dev/), and exported by `hack/ensure-tools --print-env`.
+# LOADWISE_* variables that are not operator settings: read by hack/ensure-tools,
+# hack/build-image and the development harness (dev/), and exported by
+# `hack/ensure-tools --print-env`. tests/unit/test_settings.py checks every LOADWISE_* name the
+# repository uses is a setting or listed here.
 TOOLING_VARIABLES = frozenset(
     {
         "LOADWISE_CACHE",
+        "LOADWISE_IMAGE",
         "LOADWISE_K8S_BIN",
         "LOADWISE_KEEP_LOGS",
         "LOADWISE_VENV",
@@ -65,10 +71,12 @@ class Config(BaseModel):
     )
     prometheus_cpu_query: str = Field(
         DEFAULT_CPU_QUERY,
+        min_length=1,
         description="PromQL giving each node's CPU utilisation 0..1, labelled by the node label",
     )
     prometheus_memory_query: str = Field(
         DEFAULT_MEMORY_QUERY,
+        min_length=1,
         description="PromQL giving each node's memory utilisation 0..1, labelled by the node label",
     )
     prometheus_node_label: str = Field(
@@ -105,7 +113,7 @@ class Config(BaseModel):
         "the rate window plus the scrape interval (default query: 1m window, 15 s scrapes)",
     )
     metrics_interval: float = Field(
-        10.0, gt=0, description="seconds between node-metrics refreshes"
+        10.0, ge=1, description="seconds between node-metrics refreshes (at least 1)"
     )
     bind_concurrency: int = Field(64, ge=1, le=4096, description="bindings in flight at once")
     initial_backoff: float = Field(
@@ -142,10 +150,10 @@ class Config(BaseModel):
         description="seconds between relists of pods and nodes (drops objects whose DELETED "
         "event was lost)",
     )
-    log_level: str = Field(
+    log_level: LogLevel = Field(
         "INFO",
-        description="Python log level: DEBUG, INFO, WARNING, ERROR; DEBUG adds a line per pod "
-        "decision (bound, unschedulable)",
+        description="log level: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case); DEBUG adds "
+        "a line per pod decision (bound, unschedulable)",
     )
     log_format: Literal["text", "json"] = Field(
         "text",
@@ -197,6 +205,23 @@ class Config(BaseModel):
         if not self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("leader election needs retry_period < renew_deadline < lease_duration")
         return self
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_name(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator(
+        "prometheus_cpu_query",
+        "prometheus_memory_query",
+        "prometheus_pod_cpu_query",
+        "prometheus_pod_memory_query",
+        mode="before",
+    )
+    @classmethod
+    def _stripped(cls, value: Any) -> Any:
+        """A query of only whitespace is refused (min_length), not sent to Prometheus."""
+        return value.strip() if isinstance(value, str) else value
 
     @field_validator("metrics_sources", mode="before")
     @classmethod
@@ -311,17 +336,24 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
+# kubelet's pkg/kubelet/envvars: the names made from a Service's name (upper case, - as _).
+_SERVICE_LINK = (
+    r"{service}_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT"
+    r"|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)"
+)
+
+
 def service_link(variable: str, env: Mapping[str, str]) -> bool:
-    """Whether the kubelet made `variable` for a Service (enableServiceLinks, on by default): a
-    Service named loadwise, e.g. the chart's, gives every pod in its namespace LOADWISE_PORT,
-    LOADWISE_SERVICE_HOST, LOADWISE_PORT_10259_TCP_ADDR and so on. Recognised only beside the
-    same Service's *_SERVICE_HOST, which the kubelet always sets with them."""
+    """Whether the kubelet made `variable` for a Service (enableServiceLinks, on by default):
+    a Service named loadwise or loadwise-..., e.g. release loadwise's `loadwise-loadwise`,
+    gives every pod in its namespace LOADWISE_LOADWISE_SERVICE_HOST, _SERVICE_PORT,
+    _SERVICE_PORT_<PORT NAME>, _PORT, _PORT_<PORT>_<PROTOCOL> and that with _PROTO, _PORT and
+    _ADDR. Exactly those shapes, and only beside the same Service's _SERVICE_HOST, which the
+    kubelet always sets with them. (The chart's own pods turn service links off.)"""
     for host in env:
         if host.startswith(PREFIX) and host.endswith("_SERVICE_HOST"):
-            service = host.removesuffix("_SERVICE_HOST")
-            if variable == host or variable == f"{service}_PORT":
-                return True
-            if variable.startswith((f"{service}_SERVICE_PORT", f"{service}_PORT_")):
+            service = re.escape(host.removesuffix("_SERVICE_HOST"))
+            if re.fullmatch(_SERVICE_LINK.format(service=service), variable):
                 return True
     return False
 

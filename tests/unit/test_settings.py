@@ -4,11 +4,19 @@ variables, unknown LOADWISE_* variables refused by name."""
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
+import yaml
 
 from loadwise import cli
 from loadwise.config import TOOLING_VARIABLES, Config, settings, unknown_variables
+from loadwise_dev.controlplane import helm_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "loadwise"
 
 
 def run_help(capsys: pytest.CaptureFixture[str]) -> str:
@@ -57,26 +65,71 @@ def test_tooling_variables_and_other_prefixes_are_not_settings_but_allowed() -> 
     assert Config.from_env(env) == Config()
 
 
-def test_service_links_of_a_service_named_loadwise_are_not_settings() -> None:
-    """The kubelet gives every pod these for the chart's Service `loadwise` (and one named
-    loadwise-metrics): refusing them would stop the operator in its own namespace."""
+def service_links(service: dict[str, Any]) -> dict[str, str]:
+    """The variables the kubelet gives a pod for `service` (pkg/kubelet/envvars FromServices):
+    the name upper-cased with - as _, then _SERVICE_HOST, _SERVICE_PORT and one per named port,
+    and the Docker-link style _PORT, _PORT_<port>_<PROTO> with _PROTO, _PORT and _ADDR."""
+    name = service["metadata"]["name"].upper().replace("-", "_")
+    ip = "10.96.0.10"
+    ports = service["spec"]["ports"]
+    first = ports[0]
     links = {
-        "LOADWISE_SERVICE_HOST": "10.96.0.10",
-        "LOADWISE_SERVICE_PORT": "10259",
-        "LOADWISE_SERVICE_PORT_HTTPS_METRICS": "10259",
-        "LOADWISE_PORT": "tcp://10.96.0.10:10259",
-        "LOADWISE_PORT_10259_TCP": "tcp://10.96.0.10:10259",
-        "LOADWISE_PORT_10259_TCP_PROTO": "tcp",
-        "LOADWISE_PORT_10259_TCP_PORT": "10259",
-        "LOADWISE_PORT_10259_TCP_ADDR": "10.96.0.10",
-        "LOADWISE_METRICS_SERVICE_HOST": "10.96.0.11",
-        "LOADWISE_METRICS_PORT": "tcp://10.96.0.11:443",
+        f"{name}_SERVICE_HOST": ip,
+        f"{name}_SERVICE_PORT": str(first["port"]),
+        f"{name}_PORT": f"{first.get('protocol', 'TCP').lower()}://{ip}:{first['port']}",
     }
+    for port in ports:
+        proto = port.get("protocol", "TCP")
+        if port.get("name"):
+            links[f"{name}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(
+                port["port"]
+            )
+        base = f"{name}_PORT_{port['port']}_{proto}"
+        links[base] = f"{proto.lower()}://{ip}:{port['port']}"
+        links[f"{base}_PROTO"] = proto.lower()
+        links[f"{base}_PORT"] = str(port["port"])
+        links[f"{base}_ADDR"] = ip
+    return links
+
+
+def chart_service(release: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [str(helm_binary()), "template", release, str(CHART)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "KUBECONFIG": "/nonexistent"},
+        check=True,
+    )
+    (service,) = (d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Service")
+    return cast(dict[str, Any], service)
+
+
+def test_service_links_of_a_loadwise_service_are_not_settings() -> None:
+    """The chart's pods have no service links (enableServiceLinks: false), but any other pod
+    in the namespace of a release named loadwise gets LOADWISE_LOADWISE_* variables for its
+    Service `loadwise-loadwise`, and so does a second install's operator there."""
+    service = chart_service("loadwise")
+    assert service["metadata"]["name"] == "loadwise-loadwise"
+    links = service_links(service)
+    assert "LOADWISE_LOADWISE_SERVICE_PORT_HTTPS_METRICS" in links
+    assert "LOADWISE_LOADWISE_PORT_10259_TCP_ADDR" in links
     assert unknown_variables(links) == []
     assert Config.from_env(links) == Config()
     # Without the Service's host variable the same names are typos like any other.
     alone = {k: v for k, v in links.items() if not k.endswith("_SERVICE_HOST")}
     assert len(unknown_variables(alone)) == len(alone)
+    # Only the kubelet's shapes: anything else beside the host variable is still refused.
+    odd = [
+        "LOADWISE_LOADWISE_SERVICE_HOSTS",
+        "LOADWISE_LOADWISE_PORTS",
+        "LOADWISE_LOADWISE_PORT_HTTPS",
+        "LOADWISE_LOADWISE_PORT_10259_TCP_HOST",
+        "LOADWISE_LOADWISE_PORT_10259_HTTP",
+        "LOADWISE_LOADWISE_METRICS_INTERVAL",
+    ]
+    env = {"LOADWISE_LOADWISE_SERVICE_HOST": "10.96.0.10"} | dict.fromkeys(odd, "1")
+    assert [p.split()[2].rstrip(";") for p in unknown_variables(env)] == sorted(odd)
 
 
 def test_flags_override_variables_and_errors_name_their_origin() -> None:
@@ -114,3 +167,66 @@ def test_cli_flags_reach_the_config_and_bad_settings_are_one_line(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert re.match(r"loadwise: unknown setting LOADWISE_PROMETHEUS_ULR \(did you mean", err)
+
+
+# Names the tests make up on purpose: a typo, a name close to nothing, and the kubelet's
+# service links for a Service named loadwise-loadwise (test_service_links_...).
+SYNTHETIC = re.compile(r"LOADWISE_(PROMETHEUS_ULR|ZZZ|LOADWISE(_\w*)?)")
+
+
+def test_every_loadwise_variable_the_repository_uses_is_a_setting_or_tooling() -> None:
+    """A script or test that sets a LOADWISE_* variable no setting reads would be refused by
+    `loadwise run` (hack/build-image's LOADWISE_IMAGE was)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--",
+         "hack", "dev", "bench", "Makefile", "tests"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    used: dict[str, str] = {}
+    for path in listed:
+        file = ROOT / path
+        if not file.is_file():
+            continue
+        try:
+            text = file.read_text()
+        except UnicodeDecodeError:
+            continue
+        for name in re.findall(r"LOADWISE_[A-Z0-9_]*[A-Z0-9]", text):
+            used.setdefault(name, path)
+    assert "LOADWISE_IMAGE" in used and "LOADWISE_CACHE" in used  # the scan sees scripts
+    known = {f"LOADWISE_{name.upper()}" for name in Config.model_fields} | TOOLING_VARIABLES
+    strays = {
+        name: path
+        for name, path in used.items()
+        if name not in known and not SYNTHETIC.fullmatch(name)
+    }
+    assert strays == {}
+
+
+def test_log_level_is_a_level_name_in_any_case(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert Config.from_env({"LOADWISE_LOG_LEVEL": " debug "}).log_level == "DEBUG"
+    assert Config.from_env({}, flags={"log_level": "Warning"}).log_level == "WARNING"
+    seen: list[Config] = []
+    monkeypatch.setattr(cli, "run", lambda config: seen.append(config) or 0)
+    assert cli.main(["run", "--log-level", "verbose"]) == 2  # was a traceback from logging
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--log-level: Input should be" in err
+    assert seen == []
+
+
+def test_whitespace_queries_and_sub_second_refreshes_are_refused() -> None:
+    for variable in (
+        "LOADWISE_PROMETHEUS_CPU_QUERY",
+        "LOADWISE_PROMETHEUS_MEMORY_QUERY",
+        "LOADWISE_PROMETHEUS_POD_CPU_QUERY",
+        "LOADWISE_PROMETHEUS_POD_MEMORY_QUERY",
+    ):
+        with pytest.raises(ValueError, match=variable):
+            Config.from_env({variable: " \n\t"})
+        field = variable.removeprefix("LOADWISE_").lower()
+        assert getattr(Config.from_env({variable: " up \n"}), field) == "up"
+    assert Config(metrics_interval=1.0).metrics_interval == 1.0
+    with pytest.raises(ValueError, match="LOADWISE_METRICS_INTERVAL"):
+        Config.from_env({"LOADWISE_METRICS_INTERVAL": "0.5"})
