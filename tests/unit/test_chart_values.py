@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
 
+from loadwise.access import PERMISSIONS, needed
 from loadwise.config import Config
 from loadwise.policy import parse_spec
 from loadwise_dev.controlplane import helm_binary
@@ -111,8 +112,24 @@ def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
             node.get("description") or node.get("type") or node.get("enum") or node.get("oneOf")
         ), path
     # Every map the chart defines refuses keys it does not know (a typo is an error).
-    for key in ("image", "leaderElection", "metrics", "serving", "serviceMonitor", "defaultPolicy"):
+    for key in (
+        "image",
+        "leaderElection",
+        "metrics",
+        "serving",
+        "serviceMonitor",
+        "defaultPolicy",
+        "dashboards",
+    ):
         assert SCHEMA["properties"][key]["additionalProperties"] is False, key
+
+
+def test_the_schema_enums_are_the_operators() -> None:
+    """One source of truth: a value the schema admits is one the operator accepts."""
+    level = Config.model_fields["log_level"].annotation
+    assert SCHEMA["properties"]["logLevel"]["enum"] == list(get_args(level))
+    log_format = Config.model_fields["log_format"].annotation
+    assert SCHEMA["properties"]["logFormat"]["enum"] == list(get_args(log_format))
 
 
 @pytest.mark.parametrize(
@@ -124,6 +141,11 @@ def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
         ("metrics.sources=prometheus\\,graphite", "/metrics/sources"),
         ("metrics.refreshSeconds=ten", "/metrics/refreshSeconds"),
         ("metrics.refreshSeconds=0", "/metrics/refreshSeconds"),
+        ("metrics.cpuQuery=  ", "/metrics/cpuQuery"),
+        ("metrics.memoryQuery=\t", "/metrics/memoryQuery"),
+        ("metrics.podCpuQuery= ", "/metrics/podCpuQuery"),
+        ("metrics.podMemoryQuery= ", "/metrics/podMemoryQuery"),
+        ("metrics.dimensions.gpu= ", "/metrics/dimensions/gpu"),
         ("metrics.lagSeconds=-5", "/metrics/lagSeconds"),
         ("metrics.prometheusUrl=prometheus:9090", "/metrics/prometheusUrl"),
         ("metrics.prometheusUlr=http://x", "prometheusUlr"),
@@ -135,6 +157,9 @@ def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
         ("leaderElection.enabled=false", "/replicas"),  # two replicas without election
         ("leaderElection.retryPeriodSeconds=12", "retryPeriodSeconds < renewDeadlineSeconds"),
         ("podDisruptionBudget.minAvailable=-1", "/podDisruptionBudget/minAvailable"),
+        ("podDisruptionBudget.minAvailable=2", "minAvailable (2) must be below replicas (2)"),
+        ("podDisruptionBudget.minAvailable=100%", "minAvailable (100%) must be below replicas"),
+        ("replicas=3,podDisruptionBudget.minAvailable=5", "minAvailable (5) must be below"),
         ("bindConcurrency=0", "/bindConcurrency"),
         ("logLevel=LOUD", "/logLevel"),
         ("logFormat=xml", "/logFormat"),
@@ -142,10 +167,22 @@ def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
         ("schedulerName=Not_A_Name", "/schedulerName"),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
         ("serving.securePort=0", "/serving/securePort"),
+        ("serving.securePort=443", "/serving/securePort"),  # non-root, no capabilities
         ("serving.securePort=70000", "/serving/securePort"),
         ("service.port=-1", "/service/port"),
         ("serviceMonitor.enabled=yes", "/serviceMonitor/enabled"),
         ("serviceMonitor.interval=30", "/serviceMonitor/interval"),
+        (
+            "serviceMonitor.enabled=true,serviceMonitor.scrapeTimeout=31s",
+            "scrapeTimeout (31s) must not be longer than serviceMonitor.interval (30s)",
+        ),
+        (
+            "serviceMonitor.enabled=true,serviceMonitor.interval=1m30s,"
+            "serviceMonitor.scrapeTimeout=0091s",
+            "scrapeTimeout (0091s) must not be longer",
+        ),
+        ("dashboards.enabled=yes", "/dashboards/enabled"),
+        ("dashboards.label.team=x", "label"),
         ("networkPolicy.metricsFrom=all", "/networkPolicy/metricsFrom"),
         ("priorityClassName=7", None),  # --set makes 7 a number
         ("replica=3", "replica"),
@@ -155,6 +192,27 @@ def test_bad_values_are_refused(setting: str, complaint: str | None) -> None:
     done = helm("template", "lw", str(CHART), "--set", setting)
     assert done.returncode != 0, f"{setting} was accepted"
     assert complaint is None or complaint in done.stderr, done.stderr
+
+
+def test_a_sub_second_refresh_is_refused_and_edge_values_render() -> None:
+    done = helm("template", "lw", str(CHART), "--set-json", "metrics.refreshSeconds=0.5")
+    assert done.returncode != 0 and "/metrics/refreshSeconds" in done.stderr
+    docs = render(
+        "metrics.refreshSeconds=1",
+        "serving.securePort=1024",
+        "serviceMonitor.enabled=true",
+        "serviceMonitor.interval=1m",
+        "serviceMonitor.scrapeTimeout=60s",
+        "replicas=3",
+        "podDisruptionBudget.minAvailable=2",
+        "metrics.cpuQuery= up ",
+    )
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
+    config = Config.from_env(container_env(one(docs, "Deployment")))
+    assert (config.metrics_interval, config.secure_port) == (1.0, 1024)
+    assert config.prometheus_cpu_query == "up"
+    # One replica renders no PodDisruptionBudget, so its minAvailable is not held against it.
+    assert not [d for d in render("replicas=1") if d["kind"] == "PodDisruptionBudget"]
 
 
 def test_two_sources_a_single_unelected_replica_and_a_percentage_render() -> None:
@@ -194,6 +252,8 @@ def test_the_deployment_serves_https_only_with_open_probes_and_valid_settings() 
     config = Config.from_env(env)
     assert (config.secure_port, config.http_port, config.tls_cert_file) == (10259, 0, "")
     assert "priorityClassName" not in pod
+    # The chart's own Service would give release "loadwise" LOADWISE_LOADWISE_* variables.
+    assert pod["enableServiceLinks"] is False
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert "prometheus.io/scrape" not in str(deployment)  # plain scraping would get a 401
@@ -271,3 +331,59 @@ def test_the_default_policy_is_a_fallback() -> None:
     spec = parse_spec(policy["spec"])
     assert spec.fallback and spec.weights.cpu == 3
     assert not [d for d in render("defaultPolicy.create=false") if d["kind"] == "SchedulingPolicy"]
+
+
+# Read access the chart grants that loadwise does not use (kube-scheduler's role grants the
+# same): every other grant is in loadwise.access.PERMISSIONS, which the preflight check asks.
+UNUSED_GRANTS = {
+    ("get", "", "nodes"),
+    ("get", "", "pods"),
+    ("get", "", "namespaces"),
+    ("get", "loadwise.io", "schedulingpolicies"),
+    ("get", "metrics.k8s.io", "nodes"),
+    ("get", "metrics.k8s.io", "pods"),
+}
+
+
+def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (verb, group, resource)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def permission_key(p: Any) -> tuple[str, str, str]:
+    return (p.verb, p.group, f"{p.resource}/{p.subresource}" if p.subresource else p.resource)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        [],
+        ["metrics.sources=prometheus\\,metrics-server"],
+        ["replicas=1", "leaderElection.enabled=false"],
+    ],
+    ids=["defaults", "metrics-server", "no-election"],
+)
+def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
+    """loadwise.access.PERMISSIONS is the one list: the chart grants each permission the
+    settings need (Leases in the release namespace only) and nothing else but UNUSED_GRANTS."""
+    docs = render(*sets)
+    env = container_env(one(docs, "Deployment"))
+    config = Config.from_env({k: v for k, v in env.items() if k != "LOADWISE_POD_NAME"})
+    cluster = grants(one(docs, "ClusterRole", "lw-loadwise"))
+    roles = [d for d in docs if d["kind"] == "Role"]
+    leases = grants(roles[0]) if roles else set()
+    if roles:
+        assert roles[0]["metadata"]["namespace"] == config.lease_namespace
+    wanted = needed(config)
+    assert {
+        permission_key(p) for p in wanted if p.when != "leader_elect"
+    } == cluster - UNUSED_GRANTS
+    assert {permission_key(p) for p in wanted if p.when == "leader_elect"} == leases
+    assert bool(leases) == config.leader_elect
+    # Everything the table lists is needed by some settings.
+    assert {p.when for p in PERMISSIONS} == {"always", "leader_elect", "metrics_server"}

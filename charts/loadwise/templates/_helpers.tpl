@@ -26,4 +26,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds is required" }}
 {{- end }}
 {{- end }}
+{{- $replicas := int .Values.replicas }}
+{{- with .Values.podDisruptionBudget }}
+{{- if and .enabled (gt $replicas 1) }}
+{{- $min := .minAvailable }}
+{{- if or (and (not (kindIs "string" $min)) (ge (int $min) $replicas)) (eq (toString $min) "100%") }}
+{{- fail (printf "podDisruptionBudget.minAvailable (%v) must be below replicas (%d): otherwise no replica may ever be evicted and node drains hang" $min $replicas) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.serviceMonitor }}
+{{- if and .enabled .scrapeTimeout }}
+{{- if gt (include "loadwise.milliseconds" .scrapeTimeout | int64) (include "loadwise.milliseconds" .interval | int64) }}
+{{- fail (printf "serviceMonitor.scrapeTimeout (%s) must not be longer than serviceMonitor.interval (%s): Prometheus refuses the scrape config" .scrapeTimeout .interval) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+
+{{/* A Prometheus duration of the schema's form (1m30s, 500ms, 2h) in milliseconds. */}}
+{{- define "loadwise.milliseconds" -}}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" . -1 }}
+{{- $n := regexReplaceAll "^0+" (regexFind "^[0-9]+" .) "" | default "0" | int64 }}{{/* not octal */}}
+{{- $unit := regexFind "[a-z]+$" . }}
+{{- $factor := get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) $unit }}
+{{- $total = add $total (mul $n $factor) }}
+{{- end }}
+{{- $total -}}
 {{- end -}}
