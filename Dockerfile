@@ -47,6 +47,7 @@ ENV PATH=/opt/loadwise/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 USER 10001:10001
-EXPOSE 8080
+# The HTTPS port (secure_port; /metrics, /healthz, /readyz): no plain HTTP port by default.
+EXPOSE 10259
 ENTRYPOINT ["loadwise"]
 CMD ["run"]

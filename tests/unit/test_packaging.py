@@ -7,6 +7,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import yaml
+
+from loadwise.config import Config
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,3 +22,15 @@ def test_the_wheel_contains_the_operator_and_no_dev_harness(tmp_path: Path) -> N
     assert "loadwise/runtime.py" in names and "loadwise/framework/plugins/node_ports.py" in names
     assert not [n for n in names if "devcluster" in n or "loadwise_dev" in n], names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "dev/"))], names
+
+
+def test_the_image_exposes_the_https_port() -> None:
+    """EXPOSE documents the port the image serves: the default secure_port, the chart's."""
+    exposed = [
+        line.split()[1:]
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("EXPOSE ")
+    ]
+    values = yaml.safe_load((ROOT / "charts" / "loadwise" / "values.yaml").read_text())
+    assert exposed == [[str(Config().secure_port)]]
+    assert values["serving"]["securePort"] == Config().secure_port
