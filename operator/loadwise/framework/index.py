@@ -38,6 +38,7 @@ from .cycle import (
     load,
 )
 from .plugin import UNSIGNABLE, ScorePlugin
+from .plugins.inter_pod_affinity import PodAffinityPreference, preference_share
 from .plugins.topology_spread import SpreadPreference
 from .profile import DEFAULT_PROFILE, Profile, Shape
 from .scoring import LOAD_WEIGHT, MAX_SCORE, NodeScore, UsageProfiles, weighted_load
@@ -223,7 +224,14 @@ class ScoreIndex:
         # The preferences that apply: scorers that are not node-local sign the pod UNSIGNABLE
         # exactly then. With none, the load score alone ranks the feasible nodes.
         preferring = [p for p in self.preferences if p.sign(ctx) is UNSIGNABLE]
-        walked = self._walk_spread(shape, ctx, preferring) if preferring else self._walk(shape, ctx)
+        walked = (
+            (
+                self._walk_spread(shape, ctx, preferring)
+                or self._walk_affinity(shape, ctx, preferring)
+            )
+            if preferring
+            else self._walk(shape, ctx)
+        )
         if walked is not None:
             return walked
         nodes = ctx.state.nodes
@@ -370,20 +378,63 @@ class ScoreIndex:
         }
         raws = [raw for raw in raw_of.values() if raw is not None]
         low, high = min(raws, default=0), max(raws, default=0)
+        # A domain's nodes share a spread score (0 where ignored, missing a key of the pod's
+        # own constraints): its two least loaded are enough.
+        shares = {domain: spread.normalized(raw, low, high) for domain, raw in raw_of.items()}
+        return self._by_domain(shape, ctx, domains, shares, weight)
+
+    def _walk_affinity(
+        self, shape: _ShapeHeap, ctx: CycleContext, preferring: list[ScorePlugin]
+    ) -> Decision | None:
+        """A pod that every node passing the node-local filters fits, ranked by load and
+        preferred inter-pod affinity alone, by topology keys other than hostname: a node's
+        affinity score depends only on its values of those keys, so the cool nodes are grouped
+        by them (the shape's domains) and each group's two least loaded are enough, the
+        normalisation coming from the groups present. None when this does not apply."""
+        scores = ctx.affinity_preference
+        if scores is None or shape.feasible == shape.hot:
+            return None
+        if len(preferring) != 1 or not isinstance(preferring[0], PodAffinityPreference):
+            return None
+        if spread.HOSTNAME in scores or any(f.sign(ctx) is UNSIGNABLE for f in self.inter_pod):
+            return None
+        keys = tuple(sorted(scores))
+        domains = self._domains(shape, keys, (), ctx)
+        raw_of = {
+            domain: sum(
+                scores[key].get(value, 0)
+                for key, value in zip(keys, domain, strict=True)
+                if isinstance(value, str)
+            )
+            for domain, n in domains.counts.items()
+            if n > 0
+        }
+        low, high = min(raw_of.values(), default=0), max(raw_of.values(), default=0)
+        shares = {domain: preference_share(raw, low, high) for domain, raw in raw_of.items()}
+        return self._by_domain(shape, ctx, domains, shares, preferring[0].weight_for(ctx))
+
+    def _by_domain(
+        self,
+        shape: _ShapeHeap,
+        ctx: CycleContext,
+        domains: _Domains,
+        shares: Mapping[Domain, float],
+        weight: float,
+    ) -> Decision:
+        """The decision when one preference scores every node of a domain alike (`shares`,
+        normalised): each domain's two least loaded nodes, ranked as combine() adds load and
+        preference up."""
         best = self._top(shape)  # a cool node: the load scores' maximum
         assert best is not None and best[0] == 0
         top = -best[1]
 
-        def total(score: NodeScore, raw: int | None) -> float:  # as combine() adds them up
+        def total(score: NodeScore, share: float) -> float:
             load_share = _normalised(score.score, top)
-            spread_share = spread.normalized(raw, low, high)
-            return (LOAD_WEIGHT * load_share + weight * spread_share) / (LOAD_WEIGHT + weight)
+            return (LOAD_WEIGHT * load_share + weight * share) / (LOAD_WEIGHT + weight)
 
-        # A domain's nodes share a spread score (0 where ignored, missing a key of the pod's
-        # own constraints): its two least loaded are enough.
         ranked = [
-            (total(score, raw), score)
-            for domain, raw in raw_of.items()
+            (total(score, share), score)
+            for domain, share in shares.items()
             for score in domains.least_loaded(domain, shape)
         ]
         ranked.sort(key=lambda pair: -pair[0])

@@ -77,6 +77,9 @@ class PodAffinityPreference(ScorePlugin):
             return None
         raw = [podaffinity.preference_score(scores, node) for node in nodes]
         low, high = min(raw, default=0), max(raw, default=0)
-        if high <= low:
-            return [0.0 for _ in raw]
-        return [float(int(MAX_SCORE * (r - low) / (high - low))) for r in raw]
+        return [preference_share(r, low, high) for r in raw]
+
+
+def preference_share(raw: int, low: int, high: int) -> float:
+    """NormalizeScore: 0..100 between the lowest and highest node, truncated."""
+    return float(int(MAX_SCORE * (raw - low) / (high - low))) if high > low else 0.0
