@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import shlex
@@ -30,9 +31,8 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import IO, Any
 
-from loadwise.config import Config
 from loadwise.resources import to_amount
 
 from . import manifests
@@ -85,6 +85,39 @@ def _signal(pid: int, started: str | None, sig: int) -> None:
     if alive(pid, started):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def kill_group(supervisor: int, directory: Path) -> bool:
+    """SIGKILL to what is left of the supervisor's process group (`up` starts it in a session of
+    its own and everything it starts stays in its group), which reaches processes started before
+    their PIDs were recorded. Only when a member carries this cluster's LOADWISE_DEV_STATE (the
+    supervisor and the control plane inherit it): proof that the group ID was not reused."""
+    marker = f"{STATE_VARIABLE}={directory}".encode()
+    for pid in group_members(supervisor):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(supervisor, signal.SIGKILL)
+            return True
+    return False
 
 
 # --- state --------------------------------------------------------------------------------------
@@ -219,10 +252,10 @@ class Supervisor:
                 await feeder.stop()
 
     def _start_operator(self, cluster: LocalCluster) -> None:
-        overrides: dict[str, Any] = {"lease_name": LEASE, "http_port": free_port()}
-        if "secure_port" in Config.model_fields:  # HTTPS /metrics: a free port, not 10259
-            overrides["secure_port"] = free_port()
-        config = cluster.operator_config(**overrides)
+        # HTTPS /metrics on a free port, not 10259; plain HTTP too, for a local curl.
+        config = cluster.operator_config(
+            lease_name=LEASE, http_port=free_port(), secure_port=free_port()
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOADWISE_")}
         env.update(config.to_env())
         env["KUBECONFIG"] = str(cluster.cp.kubeconfig)
@@ -312,7 +345,35 @@ def _running(directory: Path) -> tuple[int, str | None] | None:
     return None
 
 
+def _lock(directory: Path) -> IO[str] | None:
+    """An exclusive lock beside the state directory, held while `up` runs (the supervisor does
+    not inherit it), or None when another `up` holds it: two `up` at once would otherwise both
+    clean the directory up and start two clusters in it."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(directory.parent / f"{directory.name}.lock", "a")  # noqa: SIM115
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
 def up(directory: Path, detach: bool) -> int:
+    lock = _lock(directory)
+    if lock is None:
+        _say(
+            f"another `loadwise dev up` is starting or running a dev cluster in {directory}: "
+            "see `loadwise dev status`, or stop it with `loadwise dev down`"
+        )
+        return 1
+    try:
+        return _up(directory, detach)
+    finally:
+        lock.close()
+
+
+def _up(directory: Path, detach: bool) -> int:
     running = _running(directory)
     if running is not None:
         _say(f"a dev cluster is already running (supervisor pid {running[0]}, {directory}):")
@@ -320,7 +381,7 @@ def up(directory: Path, detach: bool) -> int:
         return 1
     if directory.exists():  # left by a supervisor that died: clean up after it first
         down(directory, quiet=True)
-    directory.mkdir(parents=True, mode=0o700)
+    directory.mkdir(parents=True, mode=0o700, exist_ok=True)  # kept: LOADWISE_KEEP_LOGS
     _say("starting etcd, kube-apiserver, kube-controller-manager, Prometheus and loadwise")
     started = time.monotonic()
     log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - lives with the process
@@ -425,6 +486,8 @@ def down(directory: Path, quiet: bool = False, child: subprocess.Popen[bytes] | 
     if child is not None and child.poll() is None:
         child.kill()
         child.wait()
+    if supervisor is not None and kill_group(supervisor[0], directory):
+        leftovers.append("unrecorded processes of its group")
     for path in (state or {}).get("dirs") or ():
         if path:
             shutil.rmtree(path, ignore_errors=True)
