@@ -91,16 +91,19 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
             f"{sum(placed[n] for n in hot)} of {PODS}"
         )
         if keep:
-            _say(
-                f"\nstill running (operator included): export KUBECONFIG={cluster.cp.kubeconfig}"
-                "\nthen try kubectl get schedpol, kubectl describe pod demo-00; Ctrl-C stops all"
-                "\n(`make cluster` gives a cluster to keep, with a walk-through in the README)"
-            )
             # kopf owns SIGINT and SIGTERM while it runs: its stopping is the signal to finish.
             stopped = asyncio.Event()
             async with running_operator(
                 cluster.operator_config(), cluster.cp.kubeconfig, on_exit=stopped.set
             ):
+                # Said once the kept operator runs (and holds the signals): Ctrl-C works now.
+                _say(
+                    "\nstill running (operator included): "
+                    f"export KUBECONFIG={cluster.cp.kubeconfig}"
+                    "\nthen try kubectl get schedpol, kubectl describe pod demo-00;"
+                    " Ctrl-C stops all"
+                    "\n(`make cluster` gives a cluster to keep, with a walk-through in the README)"
+                )
                 await stopped.wait()
 
 
