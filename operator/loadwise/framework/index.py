@@ -38,7 +38,7 @@ from .cycle import (
     load,
 )
 from .plugin import UNSIGNABLE, ScorePlugin
-from .plugins.inter_pod_affinity import PodAffinityPreference, preference_share
+from .plugins.inter_pod_affinity import InterPodAffinity, PodAffinityPreference, preference_share
 from .plugins.topology_spread import SpreadPreference
 from .profile import DEFAULT_PROFILE, Profile, Shape
 from .scoring import LOAD_WEIGHT, MAX_SCORE, NodeScore, UsageProfiles, weighted_load
@@ -338,31 +338,43 @@ class ScoreIndex:
         raw score, domains, nodes considered) comes from the shape's counts per domain, where a
         domain is a combination of topology values and, for hostname constraints, matching
         pods on the node itself. A domain's nodes share a spread score, so only its two least
-        loaded ones can be chosen or runner-up. None when this does not apply (the caller
-        visits every node)."""
+        loaded ones can be chosen or runner-up. The pod may have required anti-affinity by
+        hostname too (a Deployment's replicas kept apart): its terms' matching pods on the node
+        itself join the domain, and domains holding any are refused as a whole. None when this
+        does not apply (the caller visits every node)."""
         pod, soft = ctx.pod, ctx.soft_spread
         if soft is None or shape.feasible == shape.hot:  # all hot: the full path decides
             return None
-        if any(f.sign(ctx) is UNSIGNABLE for f in self.inter_pod):
+        apart = self._apart_only(ctx)
+        if apart is None:
             return None  # an inter-pod filter may refuse nodes: the feasible set is not known
         if len(preferring) != 1 or not isinstance(preferring[0], SpreadPreference):
             return None
         weight = preferring[0].weight_for(ctx)
-        keys = tuple(sorted({c.topology_key for c in soft.constraints}))
-        matchers = tuple(
+        spread_keys = {c.topology_key for c in soft.constraints}
+        keys = tuple(sorted(spread_keys | ({spread.HOSTNAME} if apart else set())))
+        own = tuple(
             spread.SpreadMatch(pod.namespace, c.selector)
             if spread.matches_anything(c.selector)
             else None
             for c in soft.constraints
             if c.topology_key == spread.HOSTNAME
         )
-        domains = self._domains(shape, keys, matchers, ctx)
+        domains = self._domains(shape, keys, own + apart, ctx)
         require_all = not soft.system_default
-        width = len(keys)
+        width, host = len(keys), keys.index(spread.HOSTNAME) if apart else -1
+        required = [i for i, key in enumerate(keys) if key in spread_keys]
+        live = {
+            domain: n
+            for domain, n in domains.counts.items()
+            if n > 0 and not (apart and domain[host] is True and any(domain[width + len(own) :]))
+        }
+        if not live:
+            return None  # anti-affinity refuses every cool node: the full path decides
         counted = [
             (domain, n)
-            for domain, n in domains.counts.items()
-            if n > 0 and not (require_all and any(v is None or v is False for v in domain[:width]))
+            for domain, n in live.items()
+            if not (require_all and any(domain[i] is None or domain[i] is False for i in required))
         ]
         values = [
             ()
@@ -372,16 +384,56 @@ class ScoreIndex:
         ]
         scorer = spread.SoftScorer(pod, ctx.state, soft, values, sum(n for _, n in counted))
         raw_of = {
-            domain: scorer.raw_with(_labels(keys, domain[:width]), _counts(domain[width:]))
-            for domain, n in domains.counts.items()
-            if n > 0
+            domain: scorer.raw_with(
+                _labels(keys, domain[:width]), _counts(domain[width : width + len(own)])
+            )
+            for domain in live
         }
         raws = [raw for raw in raw_of.values() if raw is not None]
         low, high = min(raws, default=0), max(raws, default=0)
         # A domain's nodes share a spread score (0 where ignored, missing a key of the pod's
         # own constraints): its two least loaded are enough.
         shares = {domain: spread.normalized(raw, low, high) for domain, raw in raw_of.items()}
-        return self._by_domain(shape, ctx, domains, shares, weight)
+        hot = shape.hot
+        if apart:  # hot nodes passed over are the feasible ones only: not those refused
+            state = ctx.state
+            refused = {
+                name
+                for matcher in apart
+                for name, n in state.matching(matcher).items()
+                if n and name in shape.hot_names and spread.HOSTNAME in state.nodes[name].labels
+            }
+            hot -= len(refused)
+        return self._by_domain(shape, ctx, domains, shares, weight, hot)
+
+    def _apart_only(self, ctx: CycleContext) -> tuple[PodMatcher, ...] | None:
+        """() when no inter-pod filter applies to the pod; when the only one that does is
+        anti-affinity by hostname (the pod's own required terms, placed pods' terms aimed at
+        it, or both: no affinity, no spread filter), matchers of the pods on a node that make
+        it refuse the pod: those its terms match, those carrying a term that matches it. None
+        otherwise."""
+        signing = [f for f in self.inter_pod if f.sign(ctx) is UNSIGNABLE]
+        if not signing:
+            return ()
+        pod, state = ctx.pod, ctx.state
+        if len(signing) != 1 or not isinstance(signing[0], InterPodAffinity):
+            return None
+        if pod.affinity_terms:
+            return None
+        if any(t.topology_key != spread.HOSTNAME for t in pod.anti_affinity_terms):
+            return None
+        own = [podaffinity.TermsMatch((t,)) for t in pod.anti_affinity_terms]
+        if any(m.reads_namespace_labels for m in own):
+            return None  # a namespace relabel changes matches without touching any node
+        aimed = [
+            term
+            for term, per_value in state.anti_affinity_domains()
+            if per_value and term.matches(pod.namespace, pod.labels, state.namespaces)
+        ]
+        if any(t.topology_key != spread.HOSTNAME for t in aimed):
+            return None
+        matchers: tuple[PodMatcher, ...] = (*own, *(podaffinity.CarriesTerm(t) for t in aimed))
+        return matchers or None
 
     def _walk_affinity(
         self, shape: _ShapeHeap, ctx: CycleContext, preferring: list[ScorePlugin]
@@ -411,22 +463,24 @@ class ScoreIndex:
         }
         low, high = min(raw_of.values(), default=0), max(raw_of.values(), default=0)
         shares = {domain: preference_share(raw, low, high) for domain, raw in raw_of.items()}
-        return self._by_domain(shape, ctx, domains, shares, preferring[0].weight_for(ctx))
+        weight = preferring[0].weight_for(ctx)
+        return self._by_domain(shape, ctx, domains, shares, weight, shape.hot)
 
+    @staticmethod
     def _by_domain(
-        self,
         shape: _ShapeHeap,
         ctx: CycleContext,
         domains: _Domains,
         shares: Mapping[Domain, float],
         weight: float,
+        hot: int,
     ) -> Decision:
         """The decision when one preference scores every node of a domain alike (`shares`,
-        normalised): each domain's two least loaded nodes, ranked as combine() adds load and
+        normalised, for the domains whose nodes are feasible): each domain's two least loaded
+        nodes, ranked as combine() adds load (normalised by the best among them) and
         preference up."""
-        best = self._top(shape)  # a cool node: the load scores' maximum
-        assert best is not None and best[0] == 0
-        top = -best[1]
+        least = {domain: domains.least_loaded(domain, shape) for domain in shares}
+        top = max(scores[0].score for scores in least.values() if scores)
 
         def total(score: NodeScore, share: float) -> float:
             load_share = _normalised(score.score, top)
@@ -435,12 +489,12 @@ class ScoreIndex:
         ranked = [
             (total(score, share), score)
             for domain, share in shares.items()
-            for score in domains.least_loaded(domain, shape)
+            for score in least[domain]
         ]
         ranked.sort(key=lambda pair: -pair[0])
         del ranked[2:]
         ranked[0] = (ranked[0][0], _aged(ranked[0][1], ctx))
-        return Decision(ranked[0][1].node, ranked[0][0], ranked, ctx.policy.name, shape.hot, False)
+        return Decision(ranked[0][1].node, ranked[0][0], ranked, ctx.policy.name, hot, False)
 
     @staticmethod
     def _domains(

@@ -71,6 +71,21 @@ class TermsMatch:
         return all(t.matches(pod.namespace, pod.labels, namespaces) for t in self.terms)
 
 
+@dataclass(frozen=True, slots=True)
+class CarriesTerm:
+    """The placed pods that carry `term` among their required anti-affinity terms: counted per
+    node, they tell which nodes a placed pod's anti-affinity by hostname refuses."""
+
+    term: AffinityTerm
+
+    @property
+    def reads_namespace_labels(self) -> bool:
+        return False
+
+    def matches(self, pod: PodInfo, namespaces: Mapping[str, Mapping[str, str]]) -> bool:
+        return self.term in pod.anti_affinity_terms
+
+
 def required_terms(spec: Mapping[str, Any], kind: str, namespace: str) -> tuple[AffinityTerm, ...]:
     """kind: podAffinity or podAntiAffinity."""
     section = (spec.get("affinity") or {}).get(kind) or {}
