@@ -182,6 +182,19 @@ class FakeTransport:
         return [c for c in self.calls if c.method == method and path_part in c.path]
 
 
+def answering(reply: Reply | BaseException) -> FakeTransport:
+    """A FakeTransport that answers every request with `reply` (or raises it)."""
+
+    def handler(
+        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
+    ) -> Reply:
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    return FakeTransport(handler)
+
+
 class Intercepted:
     def __init__(self, inner: Http) -> None:
         self.inner = inner

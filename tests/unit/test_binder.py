@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import aiohttp
 import pytest
 
 from loadwise.binder import Binder, BindResult
 from loadwise.transport import STRATEGIC_MERGE
 
-from ..fakes import FakeTransport, Reply
+from ..fakes import Reply, answering
 from ..helpers import pod_info
 
 NAME = "loadwise-scheduler"
-
-
-def answering(reply: Reply | BaseException) -> FakeTransport:
-    def handler(
-        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
-    ) -> Reply:
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    return FakeTransport(handler)
 
 
 @pytest.mark.parametrize(

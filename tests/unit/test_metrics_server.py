@@ -12,7 +12,7 @@ import pytest
 from loadwise.metrics.cache import MetricsCache
 from loadwise.metrics.metrics_server import PATH, TIMEOUT, MetricsServerSource
 
-from ..fakes import FakeTransport, Reply
+from ..fakes import FakeTransport, Reply, answering
 
 ALLOCATABLE = {"a": {"cpu": 4000, "memory": 8 << 30}}
 NODE_METRICS = {
@@ -26,15 +26,6 @@ NODE_METRICS = {
         }
     ],
 }
-
-
-def answering(reply: Reply) -> FakeTransport:
-    def api(
-        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
-    ) -> Reply:
-        return reply
-
-    return FakeTransport(api)
 
 
 async def test_one_get_of_all_node_metrics_becomes_samples() -> None:

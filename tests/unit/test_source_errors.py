@@ -5,7 +5,7 @@ wrong node label in the Prometheus query reported as such, not as nodes without 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from loadwise.metrics.cache import MetricsCache
 from loadwise.metrics.metrics_server import MetricsServerSource
 from loadwise.metrics.prometheus import PrometheusError, PrometheusSource, parse_response
 
-from ..fakes import FakeTransport, Reply
+from ..fakes import Reply, answering
 
 NOT_FOUND = {
     "kind": "Status",
@@ -25,15 +25,6 @@ NOT_FOUND = {
     "reason": "NotFound",
     "code": 404,
 }
-
-
-def answering(reply: Reply) -> FakeTransport:
-    def api(
-        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
-    ) -> Reply:
-        return reply
-
-    return FakeTransport(api)
 
 
 async def metrics_server_error(reply: Reply) -> str:
