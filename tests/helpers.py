@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from aiohttp import web
 
 from loadwise.framework.podaffinity import weighted_terms
 from loadwise.framework.types import PodInfo, parse_pod
@@ -86,3 +89,20 @@ def load_bench(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.asynccontextmanager
+async def prometheus_answering(
+    query: Callable[[web.Request], Awaitable[web.Response]],
+) -> AsyncIterator[str]:
+    """A stand-in Prometheus on loopback whose /api/v1/query is `query`; yields its URL."""
+    app = web.Application()
+    app.router.add_post("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()

@@ -166,18 +166,23 @@ def _read_until(stream: IO[str], marker: str, timeout: float) -> str:
     raise AssertionError(f"no {marker!r} in:\n{''.join(seen)}")
 
 
-def test_ctrl_c_on_the_foreground_dev_up_stops_everything(tmp_path: Path) -> None:
-    state_dir = tmp_path / "state"
-    env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir), PYTHONUNBUFFERED="1")
-    # Its own process group, as a shell gives a foreground job: Ctrl-C signals the group.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loadwise", "dev", "up"],
+def foreground(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """`loadwise ARGS` in a process group of its own, as a shell runs a foreground job: Ctrl-C
+    signals the group."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadwise", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
+
+
+def test_ctrl_c_on_the_foreground_dev_up_stops_everything(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir), PYTHONUNBUFFERED="1")
+    proc = foreground(["dev", "up"], env)
     try:
         assert proc.stdout is not None
         _read_until(proc.stdout, "Ctrl-C", 240)
@@ -214,14 +219,7 @@ def test_ctrl_c_ends_demo_keep_and_its_control_plane(tmp_path: Path) -> None:
     """It used to hang: kopf took the SIGINT and the demo waited for ever; only SIGKILL ended
     it, and etcd, kube-apiserver, the controller-manager and Prometheus were orphaned."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loadwise", "demo", "--keep"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = foreground(["demo", "--keep"], env)
     try:
         assert proc.stdout is not None
         # Printed once the kept operator runs: the SIGINT below reaches it, not start-up.

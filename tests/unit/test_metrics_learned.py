@@ -18,6 +18,8 @@ from loadwise.runtime import workload_lookup
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
 
+from ..helpers import prometheus_answering
+
 NOW = 10_000.0
 WEB = "ns/Deployment/web"
 
@@ -144,19 +146,12 @@ async def prometheus() -> AsyncIterator[tuple[PrometheusSource, dict[str, Any]]]
             {"status": "success", "data": {"resultType": "vector", "result": result}}
         )
 
-    app = web.Application()
-    app.router.add_post("/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    source = PrometheusSource(f"http://127.0.0.1:{port}", dimensions={"disk-io": "D"}, lag=5)
-    try:
-        yield source, answers
-    finally:
-        await source.close()
-        await runner.cleanup()
+    async with prometheus_answering(query) as url:
+        source = PrometheusSource(url, dimensions={"disk-io": "D"}, lag=5)
+        try:
+            yield source, answers
+        finally:
+            await source.close()
 
 
 async def test_prometheus_fetches_dimensions_and_pods_and_survives_a_pod_query_failure(

@@ -16,6 +16,7 @@ from loadwise.metrics.metrics_server import MetricsServerSource
 from loadwise.metrics.prometheus import PrometheusError, PrometheusSource, parse_response
 
 from ..fakes import Reply, answering
+from ..helpers import prometheus_answering
 
 NOT_FOUND = {
     "kind": "Status",
@@ -129,17 +130,8 @@ async def bad_prometheus() -> AsyncIterator[str]:
         body = {"status": "error", "errorType": "bad_data", "error": 'parse error: "nod" here'}
         return web.Response(status=400, text=json.dumps(body))
 
-    app = web.Application()
-    app.router.add_post("/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with prometheus_answering(query) as url:
+        yield url
 
 
 async def test_a_prometheus_error_answer_is_its_error_text(bad_prometheus: str) -> None:
