@@ -20,7 +20,7 @@ from loadwise_dev.controlplane import free_port
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES, OperatorFactory
-from .util import wait_bound, wait_event
+from .util import wait_bound, wait_event, wait_operator_metrics
 
 pytestmark = pytest.mark.cluster
 
@@ -65,6 +65,7 @@ async def test_without_any_policy_metrics_refresh_and_the_degradation_is_visible
     await local_cluster.add_node(kube, "idle", cpu_usage=0.1)
     await local_cluster.wait_metrics({"busy": 0.85, "idle": 0.1})
     async with operator() as runtime:
+        await wait_operator_metrics(runtime, {"busy": 0.85, "idle": 0.1})
         lease = runtime.config.lease_name
         await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("p", namespace=ns))
         assert (await wait_bound(kube, ns, ["p"]))["p"] == "idle"

@@ -16,7 +16,7 @@ from loadwise_dev.kube import Kube
 from loadwise_dev.usage import UsageFeeder, usage_annotations
 
 from .conftest import POLICIES, OperatorFactory
-from .util import wait_bound
+from .util import wait_bound, wait_operator_metrics
 
 pytestmark = pytest.mark.cluster
 
@@ -69,7 +69,8 @@ async def test_replicas_spread_over_the_cool_nodes(
         await local_cluster.add_node(kube, name, cpu_usage=cpu, mem_usage=0.3)
     await kube.create(POLICIES, manifests.policy("default"))
     await local_cluster.wait_metrics(before)
-    async with operator():
+    async with operator() as runtime:
+        await wait_operator_metrics(runtime, before)
         await kube.create(
             f"/apis/apps/v1/namespaces/{ns}/deployments", deployment(ns, "web", 10, requests)
         )
@@ -90,7 +91,8 @@ async def test_tenants_spread_without_new_hot_nodes(
     await kube.create(POLICIES, manifests.policy("tenants", spreadBy=[{"labelKey": "tenant"}]))
     await local_cluster.wait_metrics(before)
     tenants, per_tenant = ("red", "green", "blue"), 8
-    async with operator():
+    async with operator() as runtime:
+        await wait_operator_metrics(runtime, before)
         for i in range(per_tenant):
             for tenant in tenants:
                 body = manifests.pod(f"{tenant}-{i}", namespace=ns, labels={"tenant": tenant})
@@ -117,7 +119,8 @@ async def test_pack_fills_nodes_to_the_target_and_leaves_others_empty(
     spec = {"strategy": "Pack", "targetUtilization": {"cpu": 70, "memory": 80}}
     await kube.create(POLICIES, manifests.policy("pack", **spec))
     await local_cluster.wait_metrics(before)
-    async with operator():
+    async with operator() as runtime:
+        await wait_operator_metrics(runtime, before)
         await kube.create(
             f"/apis/apps/v1/namespaces/{ns}/deployments", deployment(ns, "batch", 6, True)
         )

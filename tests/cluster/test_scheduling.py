@@ -14,7 +14,7 @@ from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube, KubeError
 
 from .conftest import POLICIES, OperatorFactory
-from .util import events, wait_bound, wait_event
+from .util import events, wait_bound, wait_event, wait_operator_metrics
 
 pytestmark = pytest.mark.cluster
 
@@ -36,7 +36,8 @@ async def test_placement_follows_prometheus_and_policy_weights(
     await local_cluster.add_node(kube, "mem-busy", cpu_usage=0.1, mem_usage=0.7)
     await kube.create(POLICIES, manifests.policy("weights", cpu=10, memory=1))
     await local_cluster.wait_metrics({"cpu-busy": 0.7, "mem-busy": 0.1})
-    async with operator():
+    async with operator() as runtime:
+        await wait_operator_metrics(runtime, {"cpu-busy": 0.7, "mem-busy": 0.1})
         await create_pods(kube, ns, ["p1"])
         assert (await wait_bound(kube, ns, ["p1"]))["p1"] == "mem-busy"
 

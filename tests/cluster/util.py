@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadwise.runtime import Runtime
 from loadwise_dev.cluster import wait_for
 from loadwise_dev.kube import Kube
 
@@ -39,3 +40,21 @@ async def wait_event(kube: Kube, ns: str, pod: str, reason: str, timeout: float 
         return matching[0] if matching else None
 
     return await wait_for(found, timeout, what=f"{reason} event for {pod}")
+
+
+async def wait_operator_metrics(
+    runtime: Runtime, expected: dict[str, float], tolerance: float = 0.02, timeout: float = 30
+) -> None:
+    """Until the operator's own Prometheus samples show each node's CPU within tolerance.
+    `LocalCluster.wait_metrics` proves Prometheus has the figures; the operator's first
+    refresh can still come back without them (a 5 s rate window misses a scrape delayed by a
+    busy machine), and a test of load-aware placement must not run on request-based scoring."""
+
+    async def seen() -> bool:
+        samples = runtime.scheduler.caches["prometheus"].samples
+        return all(
+            (s := samples.get(node)) is not None and abs(s.cpu - cpu) <= tolerance
+            for node, cpu in expected.items()
+        )
+
+    await wait_for(seen, timeout, what="the operator's samples of node usage")
