@@ -61,12 +61,14 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicationcontrollers", ""),
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
+            ("poddisruptionbudgets", "policy"),  # preemption spares what they protect
             ("schedulingpolicies", "loadwise.io"),  # policywatch
         )
         for verb in ("list", "watch")
     ),
     Permission("create", "", "pods", "binding"),  # binder
-    Permission("patch", "", "pods", "status"),  # PodScheduled; the operator's Degraded condition
+    Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
+    Permission("delete", "", "pods"),  # preemption's victims
     Permission("create", "", "events", ""),
     Permission("patch", "loadwise.io", "schedulingpolicies"),  # drops the pre-0.3 finalizer
     Permission("patch", "loadwise.io", "schedulingpolicies", "status"),  # reporting

@@ -1,4 +1,5 @@
-"""Binder: the only writes loadwise makes for a pod: its Binding, events, and PodScheduled.
+"""Binder: the only writes loadwise makes for pods: Bindings, events, PodScheduled, and
+preemption's (nominations, the victims' DisruptionTarget condition, their graceful delete).
 
 Raw JSON through the Transport: the generated client's model handling costs more CPU than a
 scheduling decision (and cannot deserialise the Binding reply, whose `target` comes back empty).
@@ -115,9 +116,13 @@ class Binder:
         body = event_body(pod, self.scheduler_name, event_type, reason, message, self.instance)
         await self._best_effort("event", "POST", f"/api/v1/namespaces/{pod.namespace}/events", body)
 
-    async def mark_unschedulable(self, pod: PodInfo, message: str) -> None:
-        """PodScheduled=False/Unschedulable: what cluster-autoscaler and `kubectl describe` read."""
-        body = {
+    async def mark_unschedulable(
+        self, pod: PodInfo, message: str, nominated_node: str | None = None
+    ) -> None:
+        """PodScheduled=False/Unschedulable: what cluster-autoscaler and `kubectl describe` read;
+        with `nominated_node`, the node preemption is making room on (status.nominatedNodeName,
+        written with the condition as kube-scheduler writes it)."""
+        body: dict[str, Any] = {
             "status": {
                 "conditions": [
                     {
@@ -130,8 +135,54 @@ class Binder:
                 ]
             }
         }
+        if nominated_node is not None:
+            body["status"]["nominatedNodeName"] = nominated_node
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         await self._best_effort("status", "PATCH", path, body)
+
+    async def clear_nomination(self, pod: PodInfo) -> None:
+        """A lower-priority pod loses its nominated node to a preemptor (kube-scheduler's
+        clearNominatedNodeName)."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        body = {"status": {"nominatedNodeName": None}}
+        await self._best_effort("nomination", "PATCH", path, body)
+
+    async def evict(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
+        """kube-scheduler's PreemptPod: the DisruptionTarget condition, then a plain graceful
+        DELETE (not the Eviction API: budgets were weighed when choosing), then a `Preempted`
+        event. True when the victim is going (or already gone); False when a write failed."""
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{self.scheduler_name}: preempting to accommodate a higher priority pod",
+            "lastTransitionTime": stamp(),
+        }
+        base = f"/api/v1/namespaces/{victim.namespace}/pods/{victim.name}"
+        delete = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": victim.uid}}
+        try:
+            status, data = await self.transport.request(
+                "PATCH",
+                f"{base}/status",
+                {"status": {"conditions": [condition]}},
+                content_type=STRATEGIC_MERGE,
+            )
+            if status == 404:
+                return True
+            if status < 300:
+                status, data = await self.transport.request("DELETE", base, delete)
+        except Exception as exc:
+            log.warning("preempting %s failed: %r", victim.key, exc)
+            return False
+        if status == 404 or status == 409:  # gone, or a new pod under that name: not ours
+            return True
+        if status >= 300:
+            log.warning("preempting %s failed: HTTP %s %s", victim.key, status, data[:300])
+            return False
+        await self.event(
+            victim, "Normal", "Preempted", f"Preempted by pod {preemptor.uid} on node {node}"
+        )
+        return True
 
     async def object_event(
         self, involved: dict[str, str], event_type: str, reason: str, message: str

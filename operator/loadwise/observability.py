@@ -54,6 +54,15 @@ EXTENSION_POINT_SECONDS = Histogram(
     ["extension_point", "status", "profile"],
     buckets=_exponential(0.0001, 2, 12),
 )
+PREEMPTION_ATTEMPTS = Counter(
+    "scheduler_preemption_attempts",
+    "Total preemption attempts in the cluster till now",
+)
+PREEMPTION_VICTIMS = Histogram(
+    "scheduler_preemption_victims",
+    "Number of selected preemption victims",
+    buckets=_exponential(1, 2, 7),
+)
 PENDING = Gauge(
     "scheduler_pending_pods",
     "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; "

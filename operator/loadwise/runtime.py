@@ -231,6 +231,13 @@ class Runtime:
                 transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
             ),
             *workload_informers(transport, scheduler.state.workloads),
+            Informer(  # last: the seed's log line counts them apart
+                transport,
+                "/apis/policy/v1/poddisruptionbudgets",
+                scheduler.on_budget_event,
+                namespaced_name,
+                scheduler.relisted_budgets,
+            ),
         )
         self.pod_informer = self.informers[2]
         self.policies = PolicyWatch(transport, scheduler, self.degradations)
@@ -328,9 +335,11 @@ class Runtime:
         keys, _ = await asyncio.gather(lists, self.policies.seed())
         log.info(
             "seeded state with %d namespaces, %d nodes, %d pods, %d services and workload "
-            "controllers, and %d SchedulingPolicies in %.2fs (%.2fs of CPU)",
+            "controllers, %d PodDisruptionBudgets and %d SchedulingPolicies in %.2fs (%.2fs of "
+            "CPU)",
             *(len(k) for k in keys[:3]),
-            sum(len(k) for k in keys[3:]),
+            sum(len(k) for k in keys[3:-1]),
+            len(keys[-1]),
             len(self.policies.objects),
             time.monotonic() - began,
             time.process_time() - cpu,

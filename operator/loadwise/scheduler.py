@@ -10,6 +10,7 @@ cycle never awaits the network; binds, events and PodScheduled are the only writ
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -19,15 +20,18 @@ from typing import Any
 from . import observability as obs
 from .binder import Binder, BindResult
 from .events import EventWriter
-from .framework.cycle import Decision, schedule_one
+from .framework.cycle import Decision, Nominated, Unschedulable, schedule_one
+from .framework.disruption_budgets import DisruptionBudget, parse_budget
 from .framework.index import ScoreIndex
+from .framework.preemption import NoPreemption, Preemption, preempt
 from .framework.profile import DEFAULT_PROFILE, Profile
-from .framework.scoring import UsageProfiles
+from .framework.scoring import UsageProfiles, score_node, weighted_load
 from .framework.types import FROM_METADATA, PodInfo, is_terminal, parse_pod
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
+from .workload_selectors import namespaced_name
 
 log = logging.getLogger(__name__)
 RESULTS = ("scheduled", "unschedulable", "error")
@@ -117,6 +121,10 @@ class Scheduler:
         for where, count in queue.counts().items():
             self._queue_changed(where, count)
         self._pending["gated"].set(0)
+        # Preemption: PodDisruptionBudgets (namespace/name), and our pending pods nominated to
+        # a node (uid), whose room other pods of no higher priority must leave alone.
+        self.budgets: dict[str, DisruptionBudget] = {}
+        self.nominated: dict[str, PodInfo] = {}
 
     # --- watch events ------------------------------------------------------------------------
     def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -143,6 +151,17 @@ class Scheduler:
             self.profile.reads_namespaces  # e.g. affinity terms' namespace selectors
         ):
             self.queue.move_all_to_active()
+
+    def on_budget_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        key = namespaced_name(raw)
+        if event_type == "DELETED":
+            self.budgets.pop(key, None)
+        else:
+            self.budgets[key] = parse_budget(raw)
+
+    def relisted_budgets(self, keys: set[str]) -> None:
+        for key in set(self.budgets) - keys:
+            del self.budgets[key]
 
     def on_pod_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         meta = raw.get("metadata") or {}
@@ -183,6 +202,10 @@ class Scheduler:
             self._forget_pod(uid)
             return
         pod = parse_pod(raw)
+        if pod.nominated_node:
+            self.nominated[uid] = pod
+        else:
+            self.nominated.pop(uid, None)
         if uid in self.state.pods:  # assumed: our bind is in flight; keep its data current
             self.queue.refresh(pod)  # for a retry, should the bind fail
             return
@@ -200,6 +223,8 @@ class Scheduler:
         gone_queued = [uid for uid in [*self.queue.uids(), *self._gated] if uid not in uids]
         for uid in gone_queued:
             self._forget_pod(uid)
+        for uid in set(self.nominated) - uids:
+            del self.nominated[uid]
         gone = set(self.state.pods) - uids
         if self.state.drop_missing(gone, set()):
             self.queue.move_all_to_active()
@@ -218,6 +243,7 @@ class Scheduler:
 
     def _forget_pod(self, uid: str) -> None:
         self.queue.remove(uid)
+        self.nominated.pop(uid, None)
         self._reported.pop(uid, None)
         self._ungate(uid)
 
@@ -288,9 +314,17 @@ class Scheduler:
         started = time.perf_counter()
         samples, now = self.samples_for(policy), time.time()
         learned = self.learned_for(policy)
-        result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)
-        if result is None:  # an invalid pod: the full cycle says why
-            result = schedule_one(pod, self.state, policy, samples, now, self.rng)
+        held = self._held_for(pod) if self.nominated else {}
+        result: Decision | Unschedulable | None
+        if held or pod.nominated_node:  # rare: while preemption makes room somewhere
+            nominated = Nominated(self.state, held)
+            result = schedule_one(
+                pod, self.state, policy, samples, now, self.rng, self.profile, learned, nominated
+            )
+        else:
+            result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)
+            if result is None:  # an invalid pod: the full cycle says why
+                result = schedule_one(pod, self.state, policy, samples, now, self.rng)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):
@@ -303,19 +337,107 @@ class Scheduler:
             return True
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
+        message = result.message
+        outcome = None if pod.invalid_reason else self._post_filter(pod, policy, held)
+        if isinstance(outcome, NoPreemption):
+            message = f"{message} preemption: {outcome.message}"
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "%s unschedulable: %s; policy %s",
                 pod.key,
-                result.message,
+                message,
                 policy.name,
                 extra={"pod": pod.key, "policy": policy.name},
             )
         self.queue.park(pod.uid)
-        if self._should_report(pod.uid, result.message):
-            self._spawn(self._report_unschedulable(pod, result.message))
+        if isinstance(outcome, Preemption):
+            self._spawn(self._preempt(pod, outcome, message))
+            self._reported[pod.uid] = (message, time.monotonic())
+            return True
+        if self._should_report(pod.uid, message):
+            self._spawn(self._report_unschedulable(pod, message))
             return True
         return False
+
+    # --- preemption --------------------------------------------------------------------------
+    def _held_for(self, pod: PodInfo) -> dict[str, list[PodInfo]]:
+        """Per node, copies placed there of the pods nominated to it that `pod` must leave
+        room for: of equal or higher priority, not itself (kube-scheduler's
+        addGENominatedPods)."""
+        held: dict[str, list[PodInfo]] = {}
+        for other in self.nominated.values():
+            if other.uid == pod.uid or other.priority < pod.priority:
+                continue
+            node = other.nominated_node
+            if node in self.state.nodes and other.uid not in self.state.pods:
+                copy = dataclasses.replace(other, node_name=node, assumed=True)
+                held.setdefault(node, []).append(copy)
+        return held
+
+    def _post_filter(
+        self, pod: PodInfo, policy: Policy, held: Mapping[str, list[PodInfo]]
+    ) -> Preemption | NoPreemption | None:
+        """DefaultPreemption for a pod no node can take (framework/preemption.py). None when
+        no placed pod has a lower priority (most clusters, most of the time): nothing to try,
+        and the FailedScheduling message stays the filters' alone, where kube-scheduler would
+        append "preemption: 0/N nodes are available: N No preemption victims found ..."."""
+        obs.PREEMPTION_ATTEMPTS.inc()
+        state = self.state
+        if not state.any_below(pod.priority):
+            return None
+        samples, now, learned = self.samples_for(policy), time.time(), self.learned_for(policy)
+
+        def load_of(name: str) -> float:
+            node = state.nodes[name]
+            return weighted_load(
+                policy, score_node(pod, node, state, policy, samples, now, learned)
+            )
+
+        budgets = list(self.budgets.values())
+        return preempt(pod, state, self.profile.filters, budgets, held, self.rng, load_of)
+
+    async def _preempt(self, pod: PodInfo, preemption: Preemption, message: str) -> None:
+        """Carry a preemption out: the pod is nominated to the node at once (here, so no
+        pod of no higher priority takes the room), lower-priority nominations there are
+        cleared, the victims are marked and deleted, and the pod's status and events say so.
+        The pod waits parked until the victims' deletion moves it."""
+        node = preemption.node
+        try:
+            pod.nominated_node = node
+            self.nominated[pod.uid] = pod
+            lower = [
+                other
+                for other in self.nominated.values()
+                if other.nominated_node == node and other.priority < pod.priority
+            ]
+            for other in lower:
+                other.nominated_node = ""
+                del self.nominated[other.uid]
+            victims = preemption.victims
+            obs.PREEMPTION_VICTIMS.observe(len(victims))
+            names = ", ".join(v.key for v in victims)
+            log.info(
+                "preempting %d pod(s) on %s for %s: %s",
+                len(victims),
+                node,
+                pod.key,
+                names,
+                extra={"pod": pod.key, "node": node},
+            )
+            await asyncio.gather(
+                *(self.binder.evict(v, pod, node) for v in victims if not v.deleting),
+                *(self.binder.clear_nomination(other) for other in lower),
+            )
+            await self.binder.event(pod, "Warning", "FailedScheduling", message)
+            await self.binder.mark_unschedulable(pod, message, nominated_node=node)
+            await self.binder.event(
+                pod,
+                "Normal",
+                "Preempting",
+                f"Preempting {len(victims)} pod(s) on node {node} to make room: {names}",
+            )
+        finally:
+            self._slots.release()
 
     def _observe_decision(self, decision: Decision, samples: Mapping[str, NodeSample]) -> None:
         metrics = self._by_policy.get(decision.policy)

@@ -68,6 +68,7 @@ class ClusterState:
         self._weighted_terms = PlacedTerms(weighted_terms)  # they score (InterPodAffinity)
         self.weighted_affinity_pods: set[str] = set()  # placed pods carrying such terms
         self._topology: dict[NodeScope, dict[str, set[str]]] = {}
+        self._priorities: Counter[int] = Counter()  # placed pods per priority (preemption)
 
     def _touch(self, node_name: str) -> None:
         changes = self.changes
@@ -173,10 +174,27 @@ class ClusterState:
             load.host_ports.subtract(pod.host_ports)
             self._touch(pod.node_name)
         self.anti_affinity_pods.discard(uid)
+        priorities = self._priorities
+        priorities[pod.priority] -= 1
+        if not priorities[pod.priority]:
+            del priorities[pod.priority]
         return True
+
+    def set_aside(self, uid: str) -> PodInfo | None:
+        """For a dry run (framework/view.py WhatIf): off its node until put_back."""
+        pod = self.pods.get(uid)
+        if pod is not None:
+            self.remove_pod(uid)
+        return pod
+
+    def put_back(self, pod: PodInfo) -> None:
+        """Undo set_aside, or hold a nominated pod on its node for a dry run; its placement
+        time is not logged again (no estimate changes)."""
+        self._account(pod, recent=False)
 
     def _account(self, pod: PodInfo, recent: bool = True) -> None:
         self.pods[pod.uid] = pod
+        self._priorities[pod.priority] += 1
         node = self.nodes.get(pod.node_name)
         self._matches.added(pod, self.namespaces, node)
         if pod.anti_affinity_terms:
@@ -228,6 +246,10 @@ class ClusterState:
         return freed
 
     # --- reads -------------------------------------------------------------------------------
+    def any_below(self, priority: int) -> bool:
+        """Is any placed pod of a lower priority (a pod preemption could evict)?"""
+        return any(p < priority for p in self._priorities)
+
     def accounted_cpu(self) -> int:
         """CPU millicores requested by the pods held on existing nodes (bound or assumed). Pods
         bound to a node that was deleted (until the pod garbage collector removes them) hold

@@ -22,7 +22,7 @@ from .scoring import (
     weighted_load,
 )
 from .types import NodeInfo, PodInfo
-from .view import ClusterView
+from .view import ClusterView, WhatIf
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,15 @@ class NodeDiagnosis:
     load: NodeScore | None = None  # when feasible
 
 
+@dataclass(frozen=True, slots=True)
+class Nominated:
+    """Pods nominated to nodes (room is being made there for them by preemption) that the pod
+    being scheduled must leave room for: per node, copies placed there (see `passes`)."""
+
+    state: WhatIf
+    held: Mapping[str, Sequence[PodInfo]]
+
+
 def schedule_one(
     pod: PodInfo,
     state: ClusterView,
@@ -75,19 +84,37 @@ def schedule_one(
     rng: random.Random,
     profile: Profile = DEFAULT_PROFILE,
     learned: UsageProfiles | None = None,
+    nominated: Nominated | None = None,
 ) -> Decision | Unschedulable:
-    """The full cycle: every filter and the load score on every node."""
+    """The full cycle: every filter and the load score on every node. A pod nominated to a
+    node by its preemption takes that node if it fits there now, as kube-scheduler's
+    evaluateNominatedNode does: the room was made for it."""
     if pod.invalid_reason:
         return Unschedulable(f"pod cannot be scheduled: {pod.invalid_reason}", {})
     ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
-    return conclude(ctx, diagnose(ctx, profile), profile)
+    own = state.nodes.get(pod.nominated_node) if pod.nominated_node else None
+    if own is not None and _failure(ctx, own, profile, nominated) is None:
+        return decide(ctx, [own], [load(ctx, own)], profile)
+    return conclude(ctx, diagnose(ctx, profile, nominated), profile)
 
 
-def diagnose(ctx: CycleContext, profile: Profile = DEFAULT_PROFILE) -> list[NodeDiagnosis]:
+def _failure(
+    ctx: CycleContext, node: NodeInfo, profile: Profile, nominated: Nominated | None
+) -> list[str] | None:
+    held = nominated.held.get(node.name) if nominated is not None else None
+    if nominated is None or not held:
+        return first_failure(ctx, node, profile.filters)
+    failed = passes(ctx, node, nominated.state, profile.filters, held)
+    return failed[1] if failed is not None else None
+
+
+def diagnose(
+    ctx: CycleContext, profile: Profile = DEFAULT_PROFILE, nominated: Nominated | None = None
+) -> list[NodeDiagnosis]:
     """Every node's verdict and, where it passes, load score (explain shows these)."""
     out = []
     for node in ctx.state.nodes.values():
-        failed = first_failure(ctx, node, profile.filters)
+        failed = _failure(ctx, node, profile, nominated)
         out.append(
             NodeDiagnosis(node, failed) if failed else NodeDiagnosis(node, (), load(ctx, node))
         )
@@ -153,10 +180,19 @@ def first_failure(
     ctx: CycleContext, node: NodeInfo, filters: Sequence[FilterPlugin]
 ) -> list[str] | None:
     """The first failing filter's reasons (kube-scheduler stops there too), or None if it fits."""
+    failed = refusal(ctx, node, filters)
+    return failed[1] if failed is not None else None
+
+
+def refusal(
+    ctx: CycleContext, node: NodeInfo, filters: Sequence[FilterPlugin]
+) -> tuple[FilterPlugin, list[str]] | None:
+    """The first failing filter and its reasons (preemption asks it whether they can be
+    lifted), or None if the node fits."""
     for plugin in filters:
         failed = plugin.filter(ctx, node)
         if failed:
-            return failed
+            return plugin, failed
     return None
 
 
@@ -170,3 +206,27 @@ def preferences(
         if scores is not None:
             out.append((plugin.weight_for(ctx), scores))
     return out
+
+
+def passes(
+    ctx: CycleContext,
+    node: NodeInfo,
+    state: WhatIf,
+    filters: Sequence[FilterPlugin],
+    held: Sequence[PodInfo] = (),
+) -> tuple[FilterPlugin, list[str]] | None:
+    """kube-scheduler's RunFilterPluginsWithNominatedPods: the filters with the pods nominated
+    to the node (of equal or higher priority: `held`) counted there, then without them, so
+    nobody takes the room being made for them and nobody relies on them either. `ctx` is
+    the pod's context without them (held pods are copies placed on `node`)."""
+    if held:
+        for other in held:
+            state.put_back(other)
+        try:
+            failed = refusal(CycleContext(ctx.pod, state), node, filters)
+        finally:
+            for other in held:
+                state.set_aside(other.uid)
+        if failed is not None:
+            return failed
+    return refusal(ctx, node, filters)

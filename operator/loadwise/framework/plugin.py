@@ -58,9 +58,18 @@ class Plugin:
 
 
 class FilterPlugin(Plugin):
+    # Every refusal of this filter is one no preemption can lift (kube-scheduler's
+    # UnschedulableAndUnresolvable); plugins with some of each override `unresolvable`.
+    always_unresolvable: ClassVar[bool] = False
+
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         """Why the node cannot take the pod (kube-scheduler's wording), or None."""
         raise NotImplementedError
+
+    def unresolvable(self, ctx: CycleContext, node: NodeInfo, reasons: list[str]) -> bool:
+        """Would the node still refuse the pod with every lower-priority pod removed?
+        Preemption tries only nodes where the answer is no."""
+        return self.always_unresolvable
 
 
 class ScorePlugin(Plugin):

@@ -100,6 +100,11 @@ class PodInfo:
     spread: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     owner: Owner | None = None
+    # Preemption (framework/preemption.py): ours to schedule, and placed pods as victims.
+    preempt_never: bool = False  # spec.preemptionPolicy: Never
+    nominated_node: str = ""  # status.nominatedNodeName: room being made there for it
+    start_time: str = ""  # status.startTime as written (RFC 3339, UTC): "" not started
+    preempted: bool = False  # the DisruptionTarget condition, reason PreemptionByScheduler
 
     @property
     def key(self) -> str:
@@ -144,6 +149,7 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
     and the default tolerations alone were a fifth of that."""
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
     pod = PodInfo(
         uid=meta.get("uid", ""),
         namespace=meta.get("namespace", ""),
@@ -156,8 +162,11 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
         requests=PodRequests({}),
         generation=_int(meta.get("generation")),
         deleting=bool(meta.get("deletionTimestamp")),
-        placed_at=_scheduled_at(raw.get("status") or {}),
+        placed_at=_scheduled_at(status),
         owner=controller_of(meta),
+        nominated_node=str(status.get("nominatedNodeName") or ""),
+        start_time=str(status.get("startTime") or ""),
+        preempted=preempted_by_scheduler(status),
     )
     try:
         pod.requests = pod_requests(spec)
@@ -183,6 +192,7 @@ def _parse_placement(pod: PodInfo, spec: Mapping[str, Any], placed: bool) -> Non
     if placed:
         return
     pod.gated = bool(spec.get("schedulingGates"))
+    pod.preempt_never = spec.get("preemptionPolicy") == "Never"
     if affinity:
         pod.preferred_node_affinity = parse_preferred_node_affinity(spec)
     if affinity or spec.get("nodeSelector"):
@@ -241,6 +251,16 @@ def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
                     )
                 )
     return tuple(ports)
+
+
+def preempted_by_scheduler(status: Mapping[str, Any]) -> bool:
+    """The victim mark kube-scheduler's preemption writes before deleting a pod."""
+    return any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == "PreemptionByScheduler"
+        for c in status.get("conditions") or ()
+    )
 
 
 def _scheduled_at(status: Mapping[str, Any]) -> float:

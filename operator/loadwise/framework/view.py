@@ -118,3 +118,17 @@ class ClusterView(Protocol):
     def placed_since(self, node_name: str, since: float) -> Iterator[PodInfo]:
         """Pods placed on the node after `since` (wall clock); reads only."""
         ...
+
+
+class WhatIf(ClusterView, Protocol):
+    """A cluster view that a dry run may edit and must restore before it returns, as
+    kube-scheduler's preemption edits a copy of a node and of the cycle state. Nothing else
+    runs meanwhile: the scheduling cycle never awaits."""
+
+    def set_aside(self, uid: str) -> PodInfo | None:
+        """Take a placed pod off its node (its requests, ports, counts); returns it."""
+        ...
+
+    def put_back(self, pod: PodInfo) -> None:
+        """Account a pod on `pod.node_name` again (or a nominated pod there for a while)."""
+        ...

@@ -44,6 +44,9 @@ class InterPodAffinity(FilterPlugin):
         reason = podaffinity.filter_node(ctx.pod, node, counts, ctx.state.namespaces)
         return [reason] if reason else None
 
+    def unresolvable(self, ctx: CycleContext, node: NodeInfo, reasons: list[str]) -> bool:
+        return reasons == [podaffinity.ERR_AFFINITY]  # removing pods never adds a match
+
 
 class PodAffinityPreference(ScorePlugin):
     """kube-scheduler's InterPodAffinity Score and NormalizeScore: per topology value, the

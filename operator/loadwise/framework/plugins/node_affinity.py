@@ -13,6 +13,7 @@ from ..types import NodeInfo
 
 class NodeAffinity(FilterPlugin):
     name = "NodeAffinity"
+    always_unresolvable = True
     inputs = Inputs(pod=("node_affinity",), node=("labels",))
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:

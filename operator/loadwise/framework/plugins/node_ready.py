@@ -9,6 +9,7 @@ from ..types import NodeInfo
 
 class NodeReady(FilterPlugin):
     name = "NodeReady"
+    always_unresolvable = True
     inputs = Inputs(node=("ready",))
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:

@@ -12,6 +12,7 @@ _UNSCHEDULABLE_TAINT = Taint(UNSCHEDULABLE_TAINT_KEY, "", NO_SCHEDULE)
 
 class NodeUnschedulable(FilterPlugin):
     name = "NodeUnschedulable"
+    always_unresolvable = True
     inputs = Inputs(pod=("tolerations",), node=("unschedulable",))
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:

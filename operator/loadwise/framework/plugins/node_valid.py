@@ -9,6 +9,7 @@ from ..types import NodeInfo
 
 class NodeValid(FilterPlugin):
     name = "NodeValid"
+    always_unresolvable = True
     inputs = Inputs(node=("valid",))
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:

@@ -24,3 +24,10 @@ class NodeResourcesFit(FilterPlugin):
             if amount and requested.get(name, 0) + amount > allocatable.get(name, 0):
                 reasons.append(f"Insufficient {name}")
         return reasons or None
+
+    def unresolvable(self, ctx: CycleContext, node: NodeInfo, reasons: list[str]) -> bool:
+        """The pod asks for more than the node has even when empty."""
+        allocatable = node.allocatable
+        return any(
+            amount > allocatable.get(name, 0) for name, amount in ctx.pod.requests.amounts.items()
+        )

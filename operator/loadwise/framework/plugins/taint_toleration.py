@@ -16,6 +16,7 @@ _PREFER = frozenset({PREFER_NO_SCHEDULE})
 
 class TaintToleration(FilterPlugin):
     name = "TaintToleration"
+    always_unresolvable = True
     inputs = Inputs(pod=("tolerations",), node=("taints",))
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:

@@ -38,6 +38,9 @@ class PodTopologySpread(FilterPlugin):
         reason = spread.filter_node(ctx.pod, node, counts)
         return [reason] if reason else None
 
+    def unresolvable(self, ctx: CycleContext, node: NodeInfo, reasons: list[str]) -> bool:
+        return reasons == [spread.ERR_MISSING_LABEL]  # no pod removed adds the label
+
 
 class SpreadPreference(ScorePlugin):
     """ScheduleAnyway spreading, scored as kube-scheduler scores it.
