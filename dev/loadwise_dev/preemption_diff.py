@@ -210,7 +210,12 @@ def generate(rng: random.Random, index: int) -> Case:
             cpu, mem = cpu + pod.cpu_m, mem + pod.mem_mi
             pods.append(pod)
     tags: set[str] = set()
-    if rng.random() < 0.12 and len(nodes) < 6:  # a twin of node 0: ties in kube's ranking
+    if rng.random() < 0.12 and len(nodes) < 6:
+        # A twin of node 0, with the cheapest victims (priority 0): ties in kube's ranking.
+        nodes[0].tainted = False
+        for pod in pods:
+            if pod.node == 0:
+                pod.klass = None
         nodes.append(copy.deepcopy(nodes[0]))
         twin = len(nodes) - 1
         for pod in [p for p in pods if p.node == 0]:
@@ -233,6 +238,8 @@ def generate(rng: random.Random, index: int) -> Case:
     case = Case(index, nodes, pods, [], pre, tags)
     resolvable = [i for i, n in enumerate(nodes) if _resolvable(n, pre)]
     mode = rng.choices(["cpu", "pods", "blocked"], [0.6, 0.15, 0.25])[0]
+    if mode == "blocked" and "twin" in tags:
+        mode = "cpu"  # relabelling one twin's pods would break the tie
     if mode == "pods":  # full by pod count
         for i in resolvable:
             nodes[i].max_pods = sum(p.node == i for p in pods)
@@ -678,6 +685,7 @@ class Report:
     preempted: list[int] = field(default_factory=lambda: [0, 0])
     none_both: int = 0
     disagreements: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: list[dict[str, Any]] = field(default_factory=list)  # every case, in brief
     seconds: float = 0.0
     sides: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
@@ -698,6 +706,7 @@ class Report:
             "verdicts": dict(sorted(self.how.items())),
             "disagreements": self.disagreements,
             "seconds": round(self.seconds, 1),
+            "outcomes": sorted(self.outcomes, key=lambda o: int(o["case"])),
         }
 
 
@@ -738,6 +747,14 @@ async def run(
         first = outcomes[0].kind
         report.mix["ks preempted" if first == "preempted" else f"ks {first}"] += 1
         report.mix.update(case.tags)
+        report.outcomes.append(
+            {
+                "case": case.index,
+                "tags": sorted(case.tags),
+                "verdict": verdict.how,
+                **{tag: o.as_dict() for tag, o in zip(tags, outcomes, strict=True)},
+            }
+        )
         if not verdict.agree:
             report.disagreements.append(
                 {

@@ -179,9 +179,13 @@ def decide(
 def first_failure(
     ctx: CycleContext, node: NodeInfo, filters: Sequence[FilterPlugin]
 ) -> list[str] | None:
-    """The first failing filter's reasons (kube-scheduler stops there too), or None if it fits."""
-    failed = refusal(ctx, node, filters)
-    return failed[1] if failed is not None else None
+    """The first failing filter's reasons (kube-scheduler stops there too), or None if it fits.
+    `refusal` without the plugin: the score index calls this per node, so no tuple is made."""
+    for plugin in filters:
+        failed = plugin.filter(ctx, node)
+        if failed:
+            return failed
+    return None
 
 
 def refusal(
