@@ -3,9 +3,14 @@ kube-scheduler's rules (framework/preemption.py cites them)."""
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
+import pytest
+
+from loadwise.framework.context import CycleContext
+from loadwise.framework.cycle import refusal
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
 from loadwise.framework.preemption import (
     NEVER,
@@ -24,6 +29,7 @@ from loadwise.state import ClusterState
 from loadwise_dev import manifests
 
 from ..helpers import state_with
+from .test_index import Recounted, random_heavy_pod, random_node, random_pod
 
 FILTERS = DEFAULT_PROFILE.filters
 _uid = iter(range(10**9))
@@ -251,3 +257,50 @@ def test_ties_go_to_the_coolest_node() -> None:
     ]
     assert {c.node for c in candidates} == {"n1", "n2"}  # without loads: either
     assert len(best_candidates([])) == 0
+
+
+def counts(state: ClusterState, pod: PodInfo) -> Any:
+    """Everything incremental a dry run touches, copied (the counts are live objects)."""
+    ctx = CycleContext(pod, state)
+    affinity = ctx.affinity  # the order of placed terms may change: compared sorted
+    parts = (affinity.affinity, affinity.anti_affinity, affinity.existing_anti) if affinity else ()
+    return copy.deepcopy(
+        (
+            snapshot(state),
+            sorted(state.weighted_affinity_pods),
+            sorted((repr(t), dict(c)) for t, c in state.anti_affinity_domains()),
+            sorted((repr(t), w, dict(c)) for t, w, c in state.weighted_affinity_domains()),
+            ctx.hard_spread,
+            [sorted((key, sorted(c.items())) for key, c in part) for part in parts],
+        )
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_dry_runs_restore_the_state_and_their_victims_make_room(seed: int) -> None:
+    rng = random.Random(seed)
+    state = state_with(*(random_node(rng, f"n{i}") for i in range(6)))
+    names = list(state.nodes)
+    for i in range(rng.randrange(10, 40)):
+        placed = rng.choice([random_pod, random_heavy_pod])(rng, i)
+        placed.priority = rng.choice([0, 10, 10, 50, 100, 1000])
+        placed.start_time = f"2026-11-24T10:{rng.randrange(60):02d}:00Z"
+        placed.node_name = rng.choice(names)
+        state.observe_bound(placed, terminal=False)
+    pod = random_heavy_pod(rng, 999)
+    pod.priority = rng.choice([50, 100, 500])
+    pod.requests = parse_pod(raw_pod("x", rng.choice(["1", "2", "3"]), 0)).requests
+    before = counts(state, pod)
+    result = preempt(pod, state, FILTERS, [], {}, rng)
+    assert counts(state, pod) == before
+    if isinstance(result, Preemption):
+        node = state.nodes[result.node]
+        assert all(v.priority < pod.priority for v in result.victims)
+        for victim in result.victims:
+            state.set_aside(victim.uid)
+        try:  # with them gone, the pod fits, by counts recounted from scratch
+            assert refusal(CycleContext(pod, Recounted(state)), node, FILTERS) is None
+        finally:
+            for victim in result.victims:
+                state.put_back(victim)
+        assert counts(state, pod) == before
