@@ -66,7 +66,7 @@ async def api_client(pool_size: int) -> client.ApiClient:
 
 
 def metrics_sources(
-    config: Config, transport: Http, state: ClusterState
+    config: Config, transport: Http, state: ClusterState, ready: asyncio.Event | None = None
 ) -> dict[str, MetricsSource]:
     sources: dict[str, MetricsSource] = {}
     if "prometheus" in config.metrics_sources:
@@ -81,6 +81,7 @@ def metrics_sources(
             pod_cpu_query=config.prometheus_pod_cpu_query,
             pod_memory_query=config.prometheus_pod_memory_query,
             known_nodes=lambda: state.nodes.keys(),
+            ready=ready,
         )
     if "metrics-server" in config.metrics_sources:
 
@@ -88,7 +89,7 @@ def metrics_sources(
             node = state.nodes.get(name)
             return dict(node.allocatable) if node is not None else None
 
-        sources["metrics-server"] = MetricsServerSource(transport, allocatable)
+        sources["metrics-server"] = MetricsServerSource(transport, allocatable, ready)
     return sources
 
 
@@ -114,15 +115,18 @@ def workload_lookup(state: ClusterState, max_age: float = 1.0) -> WorkloadOf:
     return workload_of
 
 
-def metrics_caches(config: Config, transport: Http, state: ClusterState) -> dict[str, MetricsCache]:
-    """One cache per enabled source, learning per-workload usage unless turned off."""
+def metrics_caches(
+    config: Config, transport: Http, state: ClusterState, ready: asyncio.Event | None = None
+) -> dict[str, MetricsCache]:
+    """One cache per enabled source, learning per-workload usage unless turned off. `ready`:
+    set when the state is listed (what answers need of it waits for that, not the requests)."""
     workload_of = workload_lookup(state) if config.learn_usage else None
     # A pod's usage is learned once a whole rate window lies after its start, which comes
     # after its binding (image pull, container start): two lags after placement.
     learn_after = 2 * config.metrics_lag
     return {
-        name: MetricsCache(source, config.metrics_interval, workload_of, learn_after)
-        for name, source in metrics_sources(config, transport, state).items()
+        name: MetricsCache(source, config.metrics_interval, workload_of, learn_after, ready)
+        for name, source in metrics_sources(config, transport, state, ready).items()
     }
 
 
@@ -279,7 +283,8 @@ class Runtime:
         try:
             transport = Transport(api, pool_size=config.bind_concurrency + 8)
             state = ClusterState()
-            caches = metrics_caches(config, transport, state)
+            seeded = asyncio.Event()
+            caches = metrics_caches(config, transport, state, seeded)
             scheduler = Scheduler(
                 config.scheduler_name,
                 Binder(transport, config.scheduler_name, identity_of(config)),
@@ -310,8 +315,18 @@ class Runtime:
                         config.http_host, config.http_port, runtime.health, runtime.readiness
                     )
                 )
-            await runtime._seed()
-            await runtime.refresh_metrics()
+            # The first metrics requests go out while the state is listed; their answers are
+            # read against the state once it is (`seeded`).
+            first_refresh = asyncio.create_task(runtime.refresh_metrics())
+            try:
+                await runtime._seed()
+            except BaseException:
+                first_refresh.cancel()
+                with contextlib.suppress(BaseException):
+                    await first_refresh
+                raise
+            seeded.set()
+            await first_refresh
             runtime._start_tasks()
         except BaseException:
             if runtime is not None:

@@ -73,10 +73,13 @@ class MetricsCache:
         interval: float,
         workload_of: WorkloadOf | None = None,
         min_age: float = 0.0,
+        ready: asyncio.Event | None = None,
     ) -> None:
         """`workload_of(namespace, name)` gives a pod's (workload, placed_at), or None: given,
         per-pod usage is fetched and learned (pods younger than `min_age` seconds are not: a
-        rate window shows them only partly); None, no pod request is made at all."""
+        rate window shows them only partly); None, no pod request is made at all. `ready`:
+        set once the cluster state is listed; learning waits for it, so the first refresh's
+        requests can go out while the state is still being listed (start-up)."""
         self.source = source
         self.interval = interval
         self.samples: dict[str, NodeSample] = {}
@@ -89,6 +92,7 @@ class MetricsCache:
         self.pod_usage: PodUsage = {}  # the latest successful answer, replaced whole
         self.pods_error: str | None = None
         self.learned = LearnedUsage()
+        self.ready = ready
         self._lock = asyncio.Lock()
 
     async def refresh_if_due(self, now: float | None = None) -> bool:
@@ -146,6 +150,8 @@ class MetricsCache:
             return
         self.pod_usage = usage
         self.pods_error = None
+        if self.ready is not None:
+            await self.ready.wait()
         if self.workload_of is not None:
             self.learned.observe(usage, self.workload_of, time.time(), self.min_age)
 

@@ -8,6 +8,7 @@ began; pods placed during the window are still estimated by the scorer.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -118,15 +119,22 @@ class MetricsServerSource:
     name = "metrics-server"
 
     def __init__(
-        self, transport: Http, allocatable: Callable[[str], Mapping[str, int] | None]
+        self,
+        transport: Http,
+        allocatable: Callable[[str], Mapping[str, int] | None],
+        ready: asyncio.Event | None = None,
     ) -> None:
+        """`allocatable`: a node's, from the state, asked once `ready` is set (listed)."""
         self.transport = transport
         self.allocatable = allocatable
+        self.ready = ready
 
     async def fetch(self) -> dict[str, NodeSample]:
         status, body = await self.transport.request("GET", PATH, timeout=TIMEOUT)
         if status != 200:
             raise http_error(status, body, "node")
+        if self.ready is not None:
+            await self.ready.wait()
         return parse_node_metrics(json.loads(body), self.allocatable)
 
     async def fetch_pods(self) -> PodUsage:

@@ -9,6 +9,7 @@ relabelling); pod defaults fit cAdvisor's container series (`namespace` and `pod
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -152,9 +153,11 @@ class PrometheusSource:
         pod_cpu_query: str = DEFAULT_POD_CPU_QUERY,
         pod_memory_query: str = DEFAULT_POD_MEMORY_QUERY,
         known_nodes: Callable[[], Collection[str]] | None = None,
+        ready: asyncio.Event | None = None,
     ) -> None:
         """`known_nodes`: the cluster's node names, to tell a node label holding something
-        else (an instance address) from nodes without samples."""
+        else (an instance address) from nodes without samples; asked once `ready` is set
+        (the state is listed: the query itself need not wait for that)."""
         self.url = url.rstrip("/") + "/api/v1/query"
         self.dimensions = dict(dimensions or {})
         self.query = combined_query(cpu_query, memory_query, self.dimensions)
@@ -164,11 +167,13 @@ class PrometheusSource:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self.known_nodes = known_nodes
+        self.ready = ready
 
     async def fetch(self) -> dict[str, NodeSample]:
-        samples = parse_response(
-            await self._query(self.query), self.node_label, self.lag, self.dimensions
-        )
+        payload = await self._query(self.query)
+        if self.ready is not None:
+            await self.ready.wait()
+        samples = parse_response(payload, self.node_label, self.lag, self.dimensions)
         known = self.known_nodes() if self.known_nodes is not None else ()
         if samples and known and not any(name in known for name in samples):
             raise PrometheusError(
