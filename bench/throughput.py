@@ -2,7 +2,7 @@
 
 bench/throughput [--nodes N] [--pods M] [--mode backlog|burst|steady] [--rate R]
                  [--workload W] [--pin] [--existing-pods K] [--runners R,...]
-                 [--json PATH] [--png PATH] [--profile SVG]
+                 [--repeat N] [--json PATH] [--png PATH] [--profile SVG]
 
 Starts its own control plane (and Prometheus, which loadwise reads as in production), creates N
 simulated nodes and K pods already bound to them, then for each runner in turn:
@@ -15,6 +15,8 @@ steady mode the runner is up and has bound one warm-up pod before creation start
 running scheduler keeping up with arrivals, as in production; start-up is backlog's first_bind_s.
 Bind times come from a watch; CPU and peak RSS of the runner's process from /proc, sampled every
 0.1 s so that `sched_cpu_ms_per_pod` counts only the CPU spent between its first and last bind.
+`--repeat N` runs the runners N times in turn on the same cluster (the table shows the last
+round; every round's first bind is listed): start-up compared over several rounds.
 `--profile PATH` attaches py-spy to loadwise and writes a flame graph (SVG).
 
 Workloads (`--workload`, loadwise_dev.workloads), after kube-scheduler's scheduler_perf: basic
@@ -418,13 +420,16 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
         for anchor in workloads.anchors(args.workload, nodes):
             await kube.create(f"/api/v1/namespaces/{workloads.ANCHOR_NAMESPACE}/pods", anchor)
         results = {}
-        for runner in args.runners.split(","):
-            results[runner] = await run_one(cluster, kube, runner, args, nodes, labels)
-            print(
-                runner,
-                json.dumps({k: v for k, v in results[runner].items() if k != "timeline"}),
-                flush=True,
-            )
+        first_binds: dict[str, list[float | None]] = {}
+        for _ in range(args.repeat):  # the runners take turns: a drift hits both alike
+            for runner in args.runners.split(","):
+                results[runner] = await run_one(cluster, kube, runner, args, nodes, labels)
+                first_binds.setdefault(runner, []).append(results[runner].get("first_bind_s"))
+                print(
+                    runner,
+                    json.dumps({k: v for k, v in results[runner].items() if k != "timeline"}),
+                    flush=True,
+                )
     ours = (results.get("loadwise") or {}).get("pods_per_s") or 0
 
     def ratio(other: str) -> float | None:
@@ -442,6 +447,7 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
         "runners": results,
         "ratio_vs_kube_scheduler": ratio("kube-scheduler"),
         "ratio_vs_ceiling": ratio("ceiling"),
+        "first_bind_rounds": first_binds,  # every round's; the table shows the last round
     }
 
 
@@ -506,6 +512,12 @@ def markdown(data: dict[str, Any]) -> str:
         f"loadwise / kube-scheduler: {data['ratio_vs_kube_scheduler']}, "
         f"loadwise / ceiling: {data['ratio_vs_ceiling']}"
     )
+    rounds = data.get("first_bind_rounds") or {}
+    if any(len(r) > 1 for r in rounds.values()):
+        lines.append("")
+        lines.append("first bind s, every round (the table: the last round):")
+        for name, values in rounds.items():
+            lines.append(f"- {name}: {', '.join(str(v) for v in values)}")
     return "\n".join(lines)
 
 
@@ -532,6 +544,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--bind-timeout", type=float, default=600.0, help="seconds to wait for all pods bound"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of the runners in turn on the same cluster (start-up: first bind each)",
     )
     args = parser.parse_args()
     if refusal := workloads.refusal(args.workload, args.nodes, args.pods):
