@@ -470,7 +470,7 @@ def plausible(case: Case, node: int, victims: frozenset[str]) -> bool:
 
 
 # --- outcomes ---------------------------------------------------------------------------------
-Kind = Literal["none", "preempted", "bound", "timeout"]
+Kind = Literal["none", "preempted", "bound", "timeout", "error"]
 
 
 @dataclass(frozen=True)
@@ -511,7 +511,9 @@ async def observe(kube: Kube, ns: str, timeout: float = 30.0) -> Outcome:
     last_change = 0.0
     while time.monotonic() < deadline:
         pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
-        pre = next(p for p in pods if p["metadata"]["name"] == "preemptor")
+        pre = next((p for p in pods if p["metadata"]["name"] == "preemptor"), None)
+        if pre is None:
+            return Outcome("error", message="the preemptor is gone")
         victims = frozenset(
             p["metadata"]["name"] for p in pods if p["metadata"]["name"] != "preemptor"
             and _is_victim(p)
@@ -732,12 +734,16 @@ async def run(
 
     async def one(case: Case) -> None:
         async with gate:
-            outcomes = await run_copies(env, case, list(zip(tags, sides, strict=True)))
-            verdict = (
-                await compare(env, case, outcomes[0], outcomes[1])
-                if len(outcomes) == 2
-                else Verdict(outcomes[0].kind in ("none", "preempted"), outcomes[0].kind)
-            )
+            try:
+                outcomes = await run_copies(env, case, list(zip(tags, sides, strict=True)))
+                verdict = (
+                    await compare(env, case, outcomes[0], outcomes[1])
+                    if len(outcomes) == 2
+                    else Verdict(outcomes[0].kind in ("none", "preempted"), outcomes[0].kind)
+                )
+            except (KubeError, TimeoutError, OSError) as exc:  # one case, not the whole run
+                outcomes = [Outcome("error", message=str(exc)) for _ in tags]
+                verdict = Verdict(False, f"error: {type(exc).__name__}")
         report.cases += 1
         report.agree += verdict.agree
         report.how[verdict.how] += 1
