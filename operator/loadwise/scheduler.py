@@ -26,7 +26,13 @@ from .framework.index import ScoreIndex
 from .framework.preemption import NoPreemption, Preemption, preempt
 from .framework.profile import DEFAULT_PROFILE, Profile
 from .framework.scoring import UsageProfiles, score_node, weighted_load
-from .framework.types import FROM_METADATA, PodInfo, is_terminal, parse_pod
+from .framework.types import (
+    FROM_METADATA,
+    PodInfo,
+    is_terminal,
+    parse_pod,
+    preempted_by_scheduler,
+)
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
 from .queue import SchedulingQueue, Where
@@ -187,7 +193,16 @@ class Scheduler:
                 and known.generation == int(meta.get("generation") or 0)
                 and all(getattr(known, f) == read(meta) for f, read in self._placed_from_metadata)
             ):
-                return  # cheap path: most pod events are status churn
+                # Cheap path: most pod events are status churn. What preemption reads of the
+                # status (no plugin does) is kept current in place: the kubelet writes the
+                # start time after the binding, and the victim mark may come after the delete.
+                status = raw.get("status") or {}
+                started = status.get("startTime") or ""
+                if started != known.start_time:
+                    known.start_time = str(started)
+                if known.deleting:
+                    known.preempted = preempted_by_scheduler(status)
+                return
             pod = parse_pod(raw, placed=True)
             changed = known is None or self.profile.placed_changed(known, pod)
             if self.state.observe_bound(pod, terminal):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.binder import Binder
 from loadwise.framework.context import CycleContext
 from loadwise.framework.cycle import refusal
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
@@ -25,9 +26,12 @@ from loadwise.framework.preemption import (
 )
 from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import PodInfo, parse_pod
+from loadwise.queue import SchedulingQueue
+from loadwise.scheduler import Scheduler
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
 
+from ..fakes import FakeTransport
 from ..helpers import state_with
 from .test_index import Recounted, random_heavy_pod, random_node, random_pod
 
@@ -304,3 +308,32 @@ def test_random_dry_runs_restore_the_state_and_their_victims_make_room(seed: int
             for victim in result.victims:
                 state.put_back(victim)
         assert counts(state, pod) == before
+
+
+def test_status_only_updates_of_placed_pods_reach_what_preemption_reads() -> None:
+    """The kubelet writes startTime after the binding, in an update that changes nothing
+    else: the scheduler's cheap path for such events must still keep it (a victim order and
+    kube-scheduler's last ranking rule depend on it), and the victim mark of a pod deleted."""
+    scheduler = Scheduler(
+        "loadwise-scheduler",
+        Binder(FakeTransport(), "loadwise-scheduler"),
+        {},
+        SchedulingQueue(1, 10, 60),
+    )
+    scheduler.on_node_event(None, manifests.node("n1"))
+    raw = raw_pod("web", "100m", 0)
+    raw["spec"]["nodeName"] = "n1"
+    scheduler.on_pod_event("ADDED", raw)
+    uid = raw["metadata"]["uid"]
+    assert scheduler.state.pods[uid].start_time == ""
+    raw["status"] = {"startTime": "2026-11-24T10:00:00Z"}
+    scheduler.on_pod_event("MODIFIED", raw)
+    assert scheduler.state.pods[uid].start_time == "2026-11-24T10:00:00Z"
+    raw["metadata"]["deletionTimestamp"] = "2026-11-24T10:05:00Z"
+    scheduler.on_pod_event("MODIFIED", raw)
+    assert not scheduler.state.pods[uid].preempted
+    raw["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+    scheduler.on_pod_event("MODIFIED", raw)
+    assert scheduler.state.pods[uid].preempted
