@@ -7,8 +7,8 @@ bench/throughput [--nodes N] [--pods M] [--mode backlog|burst|steady] [--rate R]
 Starts its own control plane (and Prometheus, which loadwise reads as in production), creates N
 simulated nodes and K pods already bound to them, then for each runner in turn:
 - ceiling: this process posts Bindings for pending pods, 64 in flight, round-robin over nodes;
-- kube-scheduler: the real one, client QPS/burst 5000, its own process;
-- loadwise: `loadwise run` in its own process, default policy.
+- kube-scheduler: the real one, client QPS/burst 5000, its own process, no leader election;
+- loadwise: `loadwise run` in its own process, default policy, no leader election either.
 Modes: backlog (all pods pending before the runner starts: first_bind_s includes its start-up),
 burst (created as fast as possible while it runs), steady (created at R pods/s). In burst and
 steady mode the runner is up and has bound one warm-up pod before creation starts: they measure a
@@ -244,6 +244,9 @@ def start_loadwise(cluster: LocalCluster) -> subprocess.Popen[bytes]:
         LOADWISE_METRICS_INTERVAL="5",
         LOADWISE_HTTP_PORT="0",
         LOADWISE_SECURE_PORT="0",
+        # As kube-scheduler runs here (leaderElect false): equal terms, and with --repeat no
+        # round inherits the Lease the previous one held.
+        LOADWISE_LEADER_ELECT="false",
         LOADWISE_LOG_LEVEL=os.environ.get("LOADWISE_LOG_LEVEL", "WARNING"),
     )
     log = open(cluster.cp.workdir / "loadwise.log", "wb")  # noqa: SIM115 - lives with the process
