@@ -136,6 +136,10 @@ class Transport:
             self._auth, self._auth_at = auth, now
         return {
             "Accept": "application/json",
+            # No gzip, as kube-scheduler's client (DisableCompression: a scheduler sits next to
+            # its API server): at start-up the API server compressing a 50,000-pod list was
+            # the slower end of the stream, 0.5 s of 2.3 s here.
+            "Accept-Encoding": "identity",
             "Content-Type": content_type or "application/json",
             **self._auth,
         }

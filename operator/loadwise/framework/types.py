@@ -157,7 +157,7 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
         node_name=spec.get("nodeName") or "",
         scheduler_name=spec.get("schedulerName") or "default-scheduler",
         priority=_int(spec.get("priority")),
-        created=_timestamp(meta.get("creationTimestamp")),
+        created=0.0 if placed else _timestamp(meta.get("creationTimestamp")),  # queue order
         labels=meta.get("labels") or {},
         requests=PodRequests({}),
         generation=_int(meta.get("generation")),
@@ -166,8 +166,9 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
         owner=controller_of(meta),
         nominated_node=str(status.get("nominatedNodeName") or ""),
         start_time=str(status.get("startTime") or ""),
-        preempted=preempted_by_scheduler(status),
     )
+    if pod.deleting:  # the victim mark matters only once the pod is going
+        pod.preempted = preempted_by_scheduler(status)
     try:
         pod.requests = pod_requests(spec)
     except (ValueError, TypeError, AttributeError) as exc:
