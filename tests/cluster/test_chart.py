@@ -51,7 +51,9 @@ EXPECTED_RULES = [
         "resources": ["replicasets", "statefulsets"],
         "verbs": ["list", "watch"],
     },
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {
