@@ -26,6 +26,7 @@ from .binder import Binder
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose
+from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
 from .informer import Informer
@@ -78,8 +79,25 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
     summary = f"{summary}\n{estimate_line(pod, policy, learned)}"
+    if not isinstance(result, Decision) and not pod.invalid_reason:
+        summary = f"{summary}\n{preemption_line(scheduler, pod, policy)}"
     warning = metrics_warning(scheduler, policy)
     return rows, f"{warning}\n{summary}" if warning else summary
+
+
+def preemption_line(scheduler: Scheduler, pod: PodInfo, policy: Policy) -> str:
+    """What the operator's PostFilter would do for this pod now (a dry run: nothing is
+    evicted)."""
+    outcome = scheduler.post_filter(pod, policy, scheduler.held_for(pod))
+    if outcome is None:
+        return "preemption: no placed pod has a lower priority than this pod"
+    if isinstance(outcome, NoPreemption):
+        return f"preemption: none: {outcome.message}"
+    victims = ", ".join(v.key for v in outcome.victims)
+    return (
+        f"preemption: would evict {len(outcome.victims)} pod(s) on {outcome.node} "
+        f"({outcome.pdb_violations} disruption budget(s) violated): {victims}"
+    )
 
 
 def metrics_warning(scheduler: Scheduler, policy: Policy) -> str | None:
@@ -171,6 +189,9 @@ async def _explain(target: str, config: Config) -> str:
                 scheduler.apply_policy(raw["metadata"]["name"], raw.get("spec"))
 
         await Informer(transport, f"/apis/{GROUP}/{VERSION}/{PLURAL}", policy_event).list()
+        with contextlib.suppress(ApiError):  # not allowed to list them: no budget is weighed
+            budgets = "/apis/policy/v1/poddisruptionbudgets"
+            await Informer(transport, budgets, scheduler.on_budget_event).list()
         for cache in scheduler.caches.values():
             await cache.refresh()
         pod = parse_pod(target_raw)

@@ -329,7 +329,7 @@ class Scheduler:
         started = time.perf_counter()
         samples, now = self.samples_for(policy), time.time()
         learned = self.learned_for(policy)
-        held = self._held_for(pod) if self.nominated else {}
+        held = self.held_for(pod) if self.nominated else {}
         result: Decision | Unschedulable | None
         if held or pod.nominated_node:  # rare: while preemption makes room somewhere
             nominated = Nominated(self.state, held)
@@ -353,7 +353,7 @@ class Scheduler:
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
         message = result.message
-        outcome = None if pod.invalid_reason else self._post_filter(pod, policy, held)
+        outcome = None if pod.invalid_reason else self.post_filter(pod, policy, held)
         if isinstance(outcome, NoPreemption):
             message = f"{message} preemption: {outcome.message}"
         if log.isEnabledFor(logging.DEBUG):
@@ -375,7 +375,7 @@ class Scheduler:
         return False
 
     # --- preemption --------------------------------------------------------------------------
-    def _held_for(self, pod: PodInfo) -> dict[str, list[PodInfo]]:
+    def held_for(self, pod: PodInfo) -> dict[str, list[PodInfo]]:
         """Per node, copies placed there of the pods nominated to it that `pod` must leave
         room for: of equal or higher priority, not itself (kube-scheduler's
         addGENominatedPods)."""
@@ -389,7 +389,7 @@ class Scheduler:
                 held.setdefault(node, []).append(copy)
         return held
 
-    def _post_filter(
+    def post_filter(
         self, pod: PodInfo, policy: Policy, held: Mapping[str, list[PodInfo]]
     ) -> Preemption | NoPreemption | None:
         """DefaultPreemption for a pod no node can take (framework/preemption.py). None when

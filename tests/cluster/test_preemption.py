@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.explain import _explain
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube, KubeError
@@ -60,7 +61,8 @@ async def read(kube: Kube, ns: str, name: str) -> Any:
 
 async def nominated(kube: Kube, ns: str, name: str) -> str:
     async def seen() -> str | None:
-        return (await read(kube, ns, name)).get("status", {}).get("nominatedNodeName")
+        node = (await read(kube, ns, name)).get("status", {}).get("nominatedNodeName")
+        return str(node) if node else None
 
     node: str = await wait_for(seen, 30, what=f"{name} nominated")
     return node
@@ -178,3 +180,19 @@ async def test_no_preemption_when_only_unresolvable_nodes_exist(
         )
         assert not await preempted(kube, ns, "low")
         assert not await events(kube, ns, "low", "Preempted")
+
+
+async def test_explain_shows_what_preemption_would_do_without_doing_it(
+    kube: Kube, local_cluster: LocalCluster, ns: str, classes: None
+) -> None:
+    await local_cluster.add_node(kube, "n1", cpu="1")
+    await create(kube, ns, pod(ns, "low", "600m", "lw-low", node="n1"))
+    await create(kube, ns, pod(ns, "vip", "800m", "lw-high"))  # no operator runs
+    await create(kube, ns, pod(ns, "polite", "800m", "lw-high-never"))
+    config = local_cluster.operator_config()
+    output = await _explain(f"{ns}/vip", config)
+    would = "preemption: would evict 1 pod(s) on n1 (0 disruption budget(s) violated)"
+    assert f"{would}: {ns}/low" in output
+    assert not await preempted(kube, ns, "low")
+    never = await _explain(f"{ns}/polite", config)
+    assert "preemption: none: not eligible due to preemptionPolicy=Never." in never
