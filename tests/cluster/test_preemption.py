@@ -77,6 +77,12 @@ async def preempted(kube: Kube, ns: str, name: str) -> bool:
     return marked and bool(victim["metadata"].get("deletionTimestamp"))
 
 
+async def full_node(kube: Kube, local_cluster: LocalCluster, ns: str) -> None:
+    """Node n1 (1 cpu) with "low" (600m, lw-low) on it: an 800m pod fits nowhere."""
+    await local_cluster.add_node(kube, "n1", cpu="1")
+    await create(kube, ns, pod(ns, "low", "600m", "lw-low", node="n1"))
+
+
 @pytest.fixture
 async def classes(kube: Kube) -> None:
     await priority_classes(kube)
@@ -85,8 +91,7 @@ async def classes(kube: Kube) -> None:
 async def test_a_victim_makes_room_and_the_preemptor_takes_it(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory, classes: None
 ) -> None:
-    await local_cluster.add_node(kube, "n1", cpu="1")
-    await create(kube, ns, pod(ns, "low", "600m", "lw-low", node="n1"))
+    await full_node(kube, local_cluster, ns)
     async with operator():
         await create(kube, ns, pod(ns, "vip", "800m", "lw-high"))
         assert await nominated(kube, ns, "vip") == "n1"
@@ -132,8 +137,7 @@ async def test_a_disruption_budget_is_respected_where_another_node_will_do(
 async def test_never_does_not_preempt(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory, classes: None
 ) -> None:
-    await local_cluster.add_node(kube, "n1", cpu="1")
-    await create(kube, ns, pod(ns, "low", "600m", "lw-low", node="n1"))
+    await full_node(kube, local_cluster, ns)
     async with operator():
         await create(kube, ns, pod(ns, "polite", "800m", "lw-high-never"))
         failed = await wait_event(kube, ns, "polite", "FailedScheduling")
@@ -148,8 +152,7 @@ async def test_never_does_not_preempt(
 async def test_the_nominated_node_is_held_against_a_lower_priority_pod(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory, classes: None
 ) -> None:
-    await local_cluster.add_node(kube, "n1", cpu="1")
-    await create(kube, ns, pod(ns, "low", "600m", "lw-low", node="n1"))
+    await full_node(kube, local_cluster, ns)
     async with operator():
         await create(kube, ns, pod(ns, "vip", "800m", "lw-high"))
         assert await nominated(kube, ns, "vip") == "n1"
@@ -185,8 +188,7 @@ async def test_no_preemption_when_only_unresolvable_nodes_exist(
 async def test_explain_shows_what_preemption_would_do_without_doing_it(
     kube: Kube, local_cluster: LocalCluster, ns: str, classes: None
 ) -> None:
-    await local_cluster.add_node(kube, "n1", cpu="1")
-    await create(kube, ns, pod(ns, "low", "600m", "lw-low", node="n1"))
+    await full_node(kube, local_cluster, ns)
     await create(kube, ns, pod(ns, "vip", "800m", "lw-high"))  # no operator runs
     await create(kube, ns, pod(ns, "polite", "800m", "lw-high-never"))
     config = local_cluster.operator_config()
