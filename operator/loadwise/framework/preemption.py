@@ -228,8 +228,9 @@ def preempt(
         return NoPreemption(_summary(total, statuses))
     tied = best_candidates(found)
     if len(tied) > 1 and load_of is not None:
-        coolest = min(load_of(c.node) for c in tied)
-        tied = [c for c in tied if load_of(c.node) == coolest]
+        loads = {c.node: load_of(c.node) for c in tied}  # each node scored once
+        coolest = min(loads.values())
+        tied = [c for c in tied if loads[c.node] == coolest]
     chosen = tied[0] if len(tied) == 1 else rng.choice(tied)
     return Preemption(chosen.node, chosen.victims, chosen.pdb_violations, len(found))
 
