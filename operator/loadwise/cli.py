@@ -7,15 +7,12 @@ import argparse
 import asyncio
 import sys
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kopf
+from . import logs, prefetch
 
-from . import crd, logs
-from .access import AccessError, preflight
-from .config import Config, settings
-from .handlers import build_registry
-from .secure_serving import server_tls
+if TYPE_CHECKING:
+    from .config import Config
 
 RUN_EPILOG = """\
 Every setting is an environment variable (shown with its default) and a flag; a flag overrides
@@ -24,6 +21,12 @@ its variable. An unknown LOADWISE_* variable is an error.
 
 
 def run(config: Config) -> int:
+    # Imported here, after the start-up lists were asked for (prefetch): they take a second.
+    import kopf
+
+    from .access import AccessError, preflight
+    from .handlers import build_registry
+
     logs.setup(config.log_level, config.log_format)
     problem = tls_problem(config)
     if problem is not None:
@@ -43,6 +46,8 @@ def tls_problem(config: Config) -> str | None:
     before kopf starts: Runtime.start would fail on it at every retry, for ever."""
     if not (config.secure_port and config.tls_cert_file):
         return None
+    from .secure_serving import server_tls
+
     try:
         server_tls(config.tls_cert_file, config.tls_private_key_file)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
@@ -64,6 +69,8 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Config field, its help made from the field's description."""
+    from .config import settings  # pydantic: after prefetch.start
+
     group = parser.add_argument_group("settings")
     for s in settings():
         text = f"{s.description} [{s.variable}, default {s.default}]".replace("%", "%%")
@@ -76,10 +83,15 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def setting_flags(args: argparse.Namespace) -> dict[str, Any]:
+    from .config import settings
+
     return {s.field: getattr(args, s.field, None) for s in settings()}
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["run"] and not {"-h", "--help"} & set(words):
+        prefetch.start()
     parser = argparse.ArgumentParser(prog="loadwise", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser(
@@ -107,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "dev" and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "crd":
+        from . import crd
+
         sys.stdout.write(crd.render())
         return 0
     if args.command == "explain":
@@ -125,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return demo_main(keep=args.keep) if args.command == "demo" else dev_main(rest)
+    from .config import Config
+
     try:
         config = Config.from_env(flags=setting_flags(args))
     except ValueError as exc:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .liststream import decode
+from .prefetch import FROM_CACHE
 from .transport import ApiError, Http
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class Informer:
         page: Mapping[str, Any] | None = None
         if from_cache:
             # Streamed: items are fed while the rest arrives (liststream).
-            params = {"limit": str(PAGE), "resourceVersion": "0"}
+            params = FROM_CACHE  # what the start-up prefetch asked for
             try:
                 page = {"metadata": await self.transport.get_list(self.path, params, feed)}
             except ValueError as exc:  # not splittable; what was fed is fed again, harmlessly

@@ -30,6 +30,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
 from . import observability as obs
+from . import prefetch
 from . import secure_serving as serving
 from .binder import Binder
 from .config import Config
@@ -347,7 +348,10 @@ class Runtime:
         # Concurrently: each list feeds its own kind, and the state accepts them in any order.
         began, cpu = time.monotonic(), time.process_time()
         lists = asyncio.gather(*(informer.list(from_cache=True) for informer in self.informers))
-        keys, _ = await asyncio.gather(lists, self.policies.seed())
+        try:
+            keys, _ = await asyncio.gather(lists, self.policies.seed())
+        finally:
+            prefetch.abandon_all()  # a start-up retry lists afresh
         log.info(
             "seeded state with %d namespaces, %d nodes, %d pods, %d services and workload "
             "controllers, %d PodDisruptionBudgets and %d SchedulingPolicies in %.2fs (%.2fs of "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -23,7 +24,10 @@ import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from . import prefetch
 from .liststream import ListSplitter
+
+log = logging.getLogger(__name__)
 
 # (connect, total) seconds for single requests: kubernetes-asyncio otherwise sends none, and a
 # hung call would hold a bind slot and its reservation forever.
@@ -181,15 +185,19 @@ class Transport:
     async def get_list(
         self, path: str, params: Mapping[str, str], on_item: Callable[[Any], None]
     ) -> Mapping[str, Any]:
-        splitter = ListSplitter()
+        prefetched = prefetch.take(self.host, path, params)
+        if prefetched is not None:
+            try:
+                if prefetched.authorization != (await self.headers()).get("authorization"):
+                    raise prefetch.Failed("it was asked for with other credentials")
+                metadata = await split(prefetched.chunks(), on_item)
+                log.debug("list of %s read from its start-up prefetch", path)
+                return metadata
+            except prefetch.Failed as exc:  # what was fed is fed again, harmlessly
+                prefetched.abandon()
+                log.debug("prefetched list of %s not used (%s): listing it", path, exc)
         async with self.stream(path, params, LIST_READ_TIMEOUT) as resp:
-            async for chunk in resp.content.iter_any():
-                for item in splitter.feed(chunk):
-                    on_item(item)
-        for item in splitter.finish():
-            on_item(item)
-        assert splitter.metadata is not None  # finish() raises otherwise
-        return splitter.metadata
+            return await split(resp.content.iter_any(), on_item)
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -207,6 +215,18 @@ class Transport:
             if resp.status != 200:
                 raise ApiError(resp.status, await resp.read())
             yield resp
+
+
+async def split(chunks: AsyncIterator[bytes], on_item: Callable[[Any], None]) -> Mapping[str, Any]:
+    """Feed a list's items as its body arrives; its metadata. ValueError if it cannot be split."""
+    splitter = ListSplitter()
+    async for chunk in chunks:
+        for item in splitter.feed(chunk):
+            on_item(item)
+    for item in splitter.finish():
+        on_item(item)
+    assert splitter.metadata is not None  # finish() raises otherwise
+    return splitter.metadata
 
 
 def ssl_context(config: Any) -> ssl.SSLContext:

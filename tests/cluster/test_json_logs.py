@@ -1,5 +1,7 @@
 """`loadwise run` with LOADWISE_LOG_FORMAT=json as a real process: every line it writes is one
-JSON object, and at DEBUG the decision line for a pod it binds names the pod, node and policy."""
+JSON object, and at DEBUG the decision line for a pod it binds names the pod, node and policy.
+The process's start-up lists of pods and nodes come from its prefetch (prefetch.py) against the
+real API server: a pod pending before it started is placed from them."""
 
 from __future__ import annotations
 
@@ -35,10 +37,11 @@ async def test_every_line_is_json_and_the_decision_has_its_fields(
         "LOADWISE_LOG_FORMAT": "json",
         "LOADWISE_LOG_LEVEL": "DEBUG",
     }
+    await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("early", namespace=ns))
     replica = Replica("json-logs", local_cluster.cp.kubeconfig, settings, tmp_path).start()
     try:
         await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("web", namespace=ns))
-        await wait_bound(kube, ns, ["web"])
+        await wait_bound(kube, ns, ["early", "web"])
     finally:
         assert replica.stop() == 0, replica.log_text()[-2000:]
     lines = replica.log_text().splitlines()
@@ -53,3 +56,7 @@ async def test_every_line_is_json_and_the_decision_has_its_fields(
     (bound,) = [e for e in parsed if e["msg"].startswith(f"bound {ns}/web to n1")]
     assert bound["level"] == "DEBUG" and bound["logger"] == "loadwise.scheduler"
     assert (bound["pod"], bound["node"], bound["policy"]) == (f"{ns}/web", "n1", "logged")
+    prefetched = {e["msg"] for e in parsed if e["logger"] == "loadwise.transport"}
+    assert prefetched == {
+        f"list of /api/v1/{kind} read from its start-up prefetch" for kind in ("pods", "nodes")
+    }

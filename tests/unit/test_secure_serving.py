@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import kopf
 import pytest
 
-from loadwise import cli
+from loadwise import access, cli
 from loadwise import observability as obs
 from loadwise import secure_serving as serving
 from loadwise.config import Config
@@ -214,8 +215,8 @@ def test_unusable_certificate_files_stop_run_with_one_line(
     def never(*_: Any, **__: Any) -> Any:
         raise AssertionError("must not be reached")
 
-    monkeypatch.setattr(cli, "preflight", never)
-    monkeypatch.setattr(cli.kopf, "operator", never)
+    monkeypatch.setattr(access, "preflight", never)
+    monkeypatch.setattr(kopf, "operator", never)
     cert, key = serving.self_signed_certificate(["localhost"])
     _, other_key = serving.self_signed_certificate(["localhost"])
     files = {"cert": cert, "key": key, "other": other_key, "junk": b"not PEM"}

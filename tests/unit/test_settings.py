@@ -11,12 +11,18 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from loadwise import cli
+from loadwise import cli, prefetch
 from loadwise.config import TOOLING_VARIABLES, Config, settings, unknown_variables
 from loadwise_dev.controlplane import helm_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "loadwise"
+
+
+@pytest.fixture(autouse=True)
+def no_prefetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cli.main(["run", ...])` would ask the kubeconfig's API server for the start-up lists."""
+    monkeypatch.setattr(prefetch, "start", lambda: None)
 
 
 def run_help(capsys: pytest.CaptureFixture[str]) -> str:
