@@ -144,6 +144,8 @@ async def test_image_runs_as_the_chart_runs_it_and_schedules(
                 # The simulation's CPU window and a 1 s refresh, as every cluster test.
                 "LOADWISE_PROMETHEUS_CPU_QUERY": cpu_query,
                 "LOADWISE_METRICS_INTERVAL": "1",
+                # For the start-up prefetch's lines (checked below).
+                "LOADWISE_LOG_LEVEL": "DEBUG",
             }
         )
         await podman(
@@ -224,3 +226,6 @@ async def check_container(kube: Kube, ns: str, container: str, secure_port: int)
     _, out, err = await podman("logs", container)
     errors = [line for line in (out + err).splitlines() if " ERROR " in line or '"ERROR"' in line]
     assert not errors, "\n".join(errors)
+    # The start-up lists came from the prefetch's children, made with the service account.
+    for kind in ("pods", "nodes"):
+        assert f"list of /api/v1/{kind} read from its start-up prefetch" in out + err
