@@ -193,7 +193,11 @@ class Prefetch:
     def _reap(self, block: bool) -> bool:
         """Whether the child has ended (then its status is kept)."""
         if self._status is None and self._pid is not None:
-            pid, status = os.waitpid(self._pid, 0 if block else os.WNOHANG)
+            try:
+                pid, status = os.waitpid(self._pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: its outcome is unknown
+                self._status = -1
+                return True
             if pid:
                 self._status = os.waitstatus_to_exitcode(status)
         return self._status is not None
