@@ -103,6 +103,8 @@ async def test_every_panel_returns_data_from_prometheus_scraping_loadwise(
             attempts = f'scheduler_schedule_attempts_total{{profile="{SCHEDULER}"}}'
             assert value(attempts, result="scheduled") >= 6
             assert value(attempts, result="unschedulable") >= 1
+            # too-big went through the PostFilter (nothing of lower priority to evict).
+            assert value("scheduler_preemption_attempts_total") >= 1
             # too-big waits (parked, or retried after the parking timeout); gated is not tried.
             assert value('sum(scheduler_pending_pods{queue!="gated"})') == 1
             assert value("scheduler_pending_pods", queue="gated") == 1
