@@ -92,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words[:1] == ["run"] and not {"-h", "--help"} & set(words):
         prefetch.start()
+    try:
+        return _main(argv)
+    finally:
+        prefetch.abandon_all()  # children left by a run that ended before its start-up lists
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="loadwise", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser(

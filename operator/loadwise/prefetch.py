@@ -290,8 +290,7 @@ def _write_all(fd: int, data: memoryview) -> None:
         data = data[os.write(fd, data) :]
 
 
-_started: dict[str, Prefetch] = {}
-_lock = threading.Lock()
+_started: dict[str, Prefetch] = {}  # by path; used from the main thread only
 
 
 def start(environ: Mapping[str, str] = os.environ) -> None:
@@ -302,18 +301,16 @@ def start(environ: Mapping[str, str] = os.environ) -> None:
     found = credentials(environ)
     if found is None:
         return
-    with _lock:
-        for path in LISTS:
-            if path not in _started:
-                _started[path] = Prefetch(found, path).start()
+    for path in LISTS:
+        if path not in _started:
+            _started[path] = Prefetch(found, path).start()
 
 
 def take(server: str, path: str, params: Mapping[str, str]) -> Prefetch | None:
     """The prefetched list for this request, once; None if there is none to use."""
     if dict(params) != dict(FROM_CACHE):
         return None
-    with _lock:
-        prefetch = _started.pop(path, None)
+    prefetch = _started.pop(path, None)
     if prefetch is not None and prefetch.server != server.rstrip("/"):
         log.debug("prefetched list of %s not used: it went to %s", path, prefetch.server)
         prefetch.abandon()
@@ -322,9 +319,9 @@ def take(server: str, path: str, params: Mapping[str, str]) -> Prefetch | None:
 
 
 def abandon_all() -> None:
-    """Drop every prefetch not taken (start-up is over: nothing will read them)."""
-    with _lock:
-        left = list(_started.values())
-        _started.clear()
+    """Drop every prefetch not taken (start-up is over, or `run` ends before it: nothing will
+    read them); their children are stopped and reaped."""
+    left = list(_started.values())
+    _started.clear()
     for prefetch in left:
         prefetch.abandon()

@@ -228,12 +228,18 @@ def test_take_matches_the_request_once_and_only_for_its_server(
 
 
 def test_run_asks_for_the_lists_first_and_help_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """And whatever ends the command, children still reading are stopped (not orphaned)."""
     calls: list[str] = []
     monkeypatch.setattr(prefetch, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(prefetch, "abandon_all", lambda: calls.append("abandon"))
     monkeypatch.setattr(cli, "run", lambda _: 0)
     assert cli.main(["run"]) == 0
-    assert calls == ["start"]
+    assert calls == ["start", "abandon"]
+    monkeypatch.setenv("LOADWISE_PROMETHEUS_ULR", "x")  # a typo: run never starts
+    assert cli.main(["run"]) == 2
+    assert calls == ["start", "abandon"] * 2
+    calls.clear()
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     assert cli.main(["crd"]) == 0
-    assert calls == ["start"]
+    assert "start" not in calls
