@@ -324,20 +324,23 @@ def build_nodes(case: Case, tag: str, pin: int | None = None) -> list[dict[str, 
     return out
 
 
-def _anti(app: str) -> dict[str, Any]:
-    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": HOST}
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-
-
-def _spread(app: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "maxSkew": 1,
-            "topologyKey": ZONE,
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": app}},
+def _constrain(body: dict[str, Any], anti: str | None, spread: bool, app: str) -> None:
+    """Required anti-affinity by hostname to pods of app `anti`, and a zone spread (maxSkew 1,
+    DoNotSchedule) of the pod's own app: the constraints victims and preemptors may carry."""
+    if anti:
+        term = {"labelSelector": {"matchLabels": {"app": anti}}, "topologyKey": HOST}
+        body["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
         }
-    ]
+    if spread:
+        body["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": app}},
+            }
+        ]
 
 
 def build_pod(case: Case, tag: str, spec: PodSpec) -> dict[str, Any]:
@@ -353,10 +356,7 @@ def build_pod(case: Case, tag: str, spec: PodSpec) -> dict[str, Any]:
     )
     body["spec"]["nodeName"] = node_name(case, tag, spec.node)
     body["spec"]["terminationGracePeriodSeconds"] = VICTIM_GRACE
-    if spec.anti:
-        body["spec"]["affinity"] = _anti(spec.anti)
-    if spec.spread:
-        body["spec"]["topologySpreadConstraints"] = _spread(spec.app)
+    _constrain(body, spec.anti, spec.spread, spec.app)
     return body
 
 
@@ -386,10 +386,7 @@ def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
     if pre.disk:
         selector["disk"] = pre.disk
     body["spec"]["nodeSelector"] = selector
-    if pre.anti:
-        body["spec"]["affinity"] = _anti(pre.anti)
-    if pre.spread:
-        body["spec"]["topologySpreadConstraints"] = _spread(pre.app)
+    _constrain(body, pre.anti, pre.spread, pre.app)
     return body
 
 
