@@ -23,6 +23,7 @@ EVENT_REASONS = {
     "crd_missing": "CrdMissing",
     "api_unreachable": "ApiServerUnreachable",
     "metrics_source": "MetricsDegraded",
+    "stale_reservations": "StaleReservations",
 }
 
 

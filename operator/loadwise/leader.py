@@ -127,8 +127,9 @@ class LeaderElector:
             if await self.try_acquire_or_renew(self.retry_period):
                 return
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.retry_period)
+            with contextlib.suppress(TimeoutError):  # not wait_for: see queue.pop
+                async with asyncio.timeout(self.retry_period):
+                    await self._wake.wait()
 
     async def _renew_until_lost(self) -> None:
         self._renewed_at = self.clock()

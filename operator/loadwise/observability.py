@@ -146,7 +146,8 @@ LAST_REFRESH = Gauge(
 LEADER = Gauge("loadwise_leader", "1 while this replica holds the leader Lease and schedules.")
 DEGRADED = Gauge(
     "loadwise_degraded",
-    "1 while a degradation is active (no_policy, crd_missing, api_unreachable, metrics_source).",
+    "1 while a degradation is active (no_policy, crd_missing, api_unreachable, metrics_source, "
+    "stale_reservations).",
     ["reason"],
 )
 ACCOUNTED_PODS = Gauge(
@@ -156,6 +157,15 @@ ACCOUNTED_CPU = Gauge(
     "loadwise_accounted_cpu_millicores",
     "CPU requests the scheduler's state holds on existing nodes (bound or assumed pods), "
     "millicores.",
+)
+STALE_RESERVATIONS = Gauge(
+    "loadwise_stale_reservations",
+    "Reservations the last audit found with no bind behind them or older than the bind "
+    "timeout plus the longest backoff (released then; anything but 0 is a bug).",
+)
+RESERVATIONS_RELEASED = Counter(
+    "loadwise_stale_reservations_released_total",
+    "Reservations released by the audit because no bind settled them in time.",
 )
 API_UNREACHABLE_SECONDS = Counter(
     "loadwise_api_unreachable_seconds_total",

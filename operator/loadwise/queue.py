@@ -192,8 +192,12 @@ class SchedulingQueue:
             if pod is not None:
                 return pod
             self._wake.clear()  # no await since pop_nowait: nothing was added in between
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that arrives just as the wake-up does, so a loop cancelled on losing leadership
+            # went on scheduling (issue 26).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._next_deadline(self.clock()))
+                async with asyncio.timeout(self._next_deadline(self.clock())):
+                    await self._wake.wait()
 
     def pop_nowait(self) -> PodInfo | None:
         """The next ready pod without waiting (lets the loop drain a batch between yields)."""

@@ -46,7 +46,7 @@ from .queue import SchedulingQueue
 from .reporting import Reporter
 from .scheduler import Scheduler
 from .state import ClusterState
-from .transport import Http, Transport
+from .transport import REQUEST_TIMEOUT, Http, Transport
 from .workload_selectors import WorkloadSelectors, namespaced_name
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,7 @@ def workload_informers(transport: Http, workloads: WorkloadSelectors) -> list[In
 STALL_LIMIT = 180.0  # a watch silent this long (no event, bookmark or reconnect) is dead
 PROBE_TIMEOUT = 2.0  # at most; never longer than the probe interval
 PROBE_FAILURES = 2  # consecutive failed probes before the API server counts as unreachable
+AUDIT_INTERVAL = 5.0  # seconds between audits of the scheduler's reservations
 
 
 def identity_of(config: Config) -> str:
@@ -371,6 +372,7 @@ class Runtime:
         self._spawn("metrics-refresh", self._refresh_forever())
         self._spawn("api-probe", self._probe_forever())
         self._spawn("reconcile", self._reconcile_forever())
+        self._spawn("reservation-audit", self._audit_forever())
         if self.elector is not None:
             self._spawn("leader-election", self.elector.run())
         else:
@@ -433,6 +435,9 @@ class Runtime:
             started = time.monotonic()
             await self.pod_informer.resync()
             log.info("caught up with the pods in %.2fs; scheduling", time.monotonic() - started)
+        # Trust no reservation from before this term: one without a bind behind it is released
+        # (the previous term's were, as it ended; this checks that it is so).
+        self.scheduler.audit_reservations(bound=0.0)
         self.leading = True
         try:
             await asyncio.gather(
@@ -470,6 +475,9 @@ class Runtime:
                 problems.append(
                     f"watch of {informer.path} silent for {informer.stalled_for(now):.0f}s"
                 )
+        held = self.scheduler.oldest_reservation()
+        if held > self.reservation_bound + 2 * AUDIT_INTERVAL:
+            problems.append(f"a reservation held {held:.0f}s with no bind answer (not released)")
         refresh_limit = 3 * self.config.metrics_interval + 2 * self.config.prometheus_timeout
         if now - self.last_refresh > refresh_limit:
             problems.append(f"metrics refresh stalled for {now - self.last_refresh:.0f}s")
@@ -590,6 +598,30 @@ class Runtime:
             log.warning(
                 "reconcile dropped %d pod(s) and node(s) whose deletion was not seen", dropped
             )
+
+    @property
+    def reservation_bound(self) -> float:
+        """How long a reservation may wait for its bind to settle: the bind's timeout plus the
+        longest backoff."""
+        return float(REQUEST_TIMEOUT.total or 30.0) + self.config.max_backoff
+
+    def audit_reservations(self) -> None:
+        released = self.scheduler.audit_reservations(self.reservation_bound)
+        if released:
+            self.degradations.set(
+                "stale_reservations",
+                f"{released} reservation(s) had no bind settling them within "
+                f"{self.reservation_bound:.0f}s: released and their pods queued again",
+            )
+        else:
+            self.degradations.clear(
+                "stale_reservations", "every reservation is settled by its bind again"
+            )
+
+    async def _audit_forever(self) -> None:
+        while True:
+            await asyncio.sleep(AUDIT_INTERVAL)
+            self.audit_reservations()
 
     async def _reconcile_forever(self) -> None:
         while True:

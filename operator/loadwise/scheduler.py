@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import random
 import time
@@ -111,6 +112,12 @@ class Scheduler:
         self.events = EventWriter(binder.event)
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        # The bind that owns each reservation (pod uid -> its task): an answer from any other
+        # task (an attempt abandoned meanwhile) changes nothing.
+        self._binds: dict[str, asyncio.Task[None]] = {}
+        # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
+        self._term = 0
+        self.stale_reservations = 0  # reservations the last audit found past their bound
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
         # kube-scheduler's metrics; the profile label is the scheduler name.
         self._attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
@@ -289,6 +296,7 @@ class Scheduler:
 
     # --- the loop ----------------------------------------------------------------------------
     async def run(self) -> None:
+        term = self._term
         log.info("scheduler %s running", self.name)
         try:
             while True:
@@ -298,6 +306,12 @@ class Scheduler:
                 except BaseException:  # cancelled while waiting (leadership lost, shutdown)
                     self._slots.release()
                     raise
+                if term != self._term:
+                    # Leadership ended while this loop waited (a cancellation can be lost on
+                    # the way in): the pod is not ours to place any more.
+                    self.queue.retry_now(pod.uid)
+                    self._slots.release()
+                    return
                 handed_off = False
                 try:
                     handed_off = self.schedule(pod)
@@ -314,8 +328,8 @@ class Scheduler:
                     if not handed_off:
                         self._slots.release()
         finally:
-            for task in list(self._tasks):
-                task.cancel()
+            if term == self._term:  # stopped otherwise than by abandon(): end the term here
+                self.abandon()
 
     def schedule(self, pod: PodInfo) -> bool:
         """One cycle for one pod. The caller holds a bind slot: returns True when the slot was
@@ -348,7 +362,9 @@ class Scheduler:
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            self._spawn(self._bind(pod, result, started))
+            task = self._spawn(self._bind(pod, result, started))
+            self._binds[pod.uid] = task
+            task.add_done_callback(functools.partial(self._bind_ended, pod.uid))
             return True
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
@@ -451,8 +467,8 @@ class Scheduler:
                 "Preempting",
                 f"Preempting {len(victims)} pod(s) on node {node} to make room: {names}",
             )
-        finally:
-            self._slots.release()
+        except Exception:  # best effort, as the binder's writes: the loop goes on
+            log.exception("preemption for %s failed", pod.key, extra={"pod": pod.key})
 
     def _observe_decision(self, decision: Decision, samples: Mapping[str, NodeSample]) -> None:
         metrics = self._by_policy.get(decision.policy)
@@ -480,10 +496,38 @@ class Scheduler:
         cache = self.caches.get(policy.spec.metrics.source)
         return cache.learned if cache is not None else None
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        """A task that holds a bind slot: the slot is released when the task ends, however
+        it ends (a task cancelled before its first step never runs its own `finally`)."""
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_ended)
+        return task
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    def _bind_ended(self, uid: str, task: asyncio.Task[None]) -> None:
+        """A bind task ended without settling its pod (cancelled, even before it started, or
+        crashed): release its reservation and retry the pod."""
+        if self._binds.get(uid) is task:
+            del self._binds[uid]
+            self._release(uid)
+
+    def _release(self, uid: str) -> None:
+        """Unreserve a pod whose bind did not land and put it back in the queue (an attempt
+        abandoned, not failed: no backoff). A pod whose bind landed is only taken off the
+        queue: the watch brings it."""
+        pod = self.state.pods.get(uid)
+        if pod is not None and pod.bind_landed:
+            self.queue.done(uid)
+            return
+        self.state.forget(uid)
+        if uid in self.queue:
+            self.queue.retry_now(uid)
+        elif pod is not None and pod.assumed:  # its queue entry is gone: queue it again
+            self.queue.add(dataclasses.replace(pod, node_name="", assumed=False))
 
     def _should_report(self, uid: str, message: str) -> bool:
         now = time.monotonic()
@@ -496,78 +540,128 @@ class Scheduler:
     async def _bind(self, pod: PodInfo, decision: Decision, attempt_started: float) -> None:
         """`attempt_started`: perf_counter at the start of the pod's cycle (the attempt's
         duration is cycle plus bind, as kube-scheduler's)."""
+        started = time.perf_counter()
         try:
-            started = time.perf_counter()
-            try:
-                result = await self.binder.bind(pod, decision.node)
-            except Exception:  # Binder.bind classifies errors itself; this is the backstop
-                log.exception("bind of %s raised", pod.key, extra={"pod": pod.key})
-                result = BindResult.ERROR
-            finished = time.perf_counter()
-            status = "Success" if result is BindResult.BOUND else "Error"
-            self._bind_seconds[status].observe(finished - started)
-            if result is BindResult.BOUND:
-                pod.bind_landed = True  # a relist that no longer shows it may now drop it
-                by_policy = self.scheduled_by_policy
-                by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
-                entry = self.queue.done(pod.uid)
-                self._reported.pop(pod.uid, None)
-                self._attempts["scheduled"].inc()
-                self._attempt_seconds["scheduled"].observe(finished - attempt_started)
-                if entry is not None:
-                    attempts = entry.attempts + 1  # the failed ones and this one
-                    obs.SLI_SECONDS.labels(str(attempts)).observe(
-                        max(0.0, self.queue.clock() - entry.queued_at)
-                    )
-                    obs.POD_ATTEMPTS.observe(attempts)
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug(
-                        "bound %s to %s: %s",
-                        pod.key,
-                        decision.node,
-                        decision_record(decision),
-                        extra={"pod": pod.key, "node": decision.node, "policy": decision.policy},
-                    )
-                message = (
-                    f"Successfully assigned {pod.key} to {decision.node}; "
-                    f"{decision_record(decision)}"
+            result = await self.binder.bind(pod, decision.node)
+        except Exception:  # Binder.bind classifies errors itself; this is the backstop
+            log.exception("bind of %s raised", pod.key, extra={"pod": pod.key})
+            result = BindResult.ERROR
+        if self._binds.get(pod.uid) is not asyncio.current_task():
+            # Abandoned while the request ran on (leadership lost, reservation expired):
+            # the reservation was released then, and the watch shows what the request did.
+            log.info(
+                "bind of %s to %s answered %s after it was abandoned",
+                pod.key,
+                decision.node,
+                result.value,
+                extra={"pod": pod.key, "node": decision.node},
+            )
+            return
+        del self._binds[pod.uid]
+        finished = time.perf_counter()
+        status = "Success" if result is BindResult.BOUND else "Error"
+        self._bind_seconds[status].observe(finished - started)
+        if result is BindResult.BOUND:
+            pod.bind_landed = True  # a relist that no longer shows it may now drop it
+            by_policy = self.scheduled_by_policy
+            by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
+            entry = self.queue.done(pod.uid)
+            self._reported.pop(pod.uid, None)
+            self._attempts["scheduled"].inc()
+            self._attempt_seconds["scheduled"].observe(finished - attempt_started)
+            if entry is not None:
+                attempts = entry.attempts + 1  # the failed ones and this one
+                obs.SLI_SECONDS.labels(str(attempts)).observe(
+                    max(0.0, self.queue.clock() - entry.queued_at)
                 )
-                self.events.emit(pod, "Normal", "Scheduled", message)
-            elif result in (BindResult.GONE, BindResult.CONFLICT):
-                # Deleted, or bound by someone else: the watch brings the truth. Still a failed
-                # attempt, counted as kube-scheduler counts a failed bind: result "error".
-                self._attempts["error"].inc()
-                self._attempt_seconds["error"].observe(finished - attempt_started)
-                self.state.forget(pod.uid)
-                self.queue.done(pod.uid)
-            else:
-                self._attempts["error"].inc()
-                self._attempt_seconds["error"].observe(finished - attempt_started)
-                self.state.forget(pod.uid)
-                self.queue.backoff(pod.uid)
-        finally:
-            self._slots.release()
+                obs.POD_ATTEMPTS.observe(attempts)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "bound %s to %s: %s",
+                    pod.key,
+                    decision.node,
+                    decision_record(decision),
+                    extra={"pod": pod.key, "node": decision.node, "policy": decision.policy},
+                )
+            message = (
+                f"Successfully assigned {pod.key} to {decision.node}; {decision_record(decision)}"
+            )
+            self.events.emit(pod, "Normal", "Scheduled", message)
+        elif result in (BindResult.GONE, BindResult.CONFLICT):
+            # Deleted, or bound by someone else: the watch brings the truth. Still a failed
+            # attempt, counted as kube-scheduler counts a failed bind: result "error".
+            self._attempts["error"].inc()
+            self._attempt_seconds["error"].observe(finished - attempt_started)
+            self.state.forget(pod.uid)
+            self.queue.done(pod.uid)
+        else:
+            self._attempts["error"].inc()
+            self._attempt_seconds["error"].observe(finished - attempt_started)
+            self.state.forget(pod.uid)
+            self.queue.backoff(pod.uid)
 
     async def _report_unschedulable(self, pod: PodInfo, message: str) -> None:
-        try:
-            await self.binder.event(pod, "Warning", "FailedScheduling", message)
-            await self.binder.mark_unschedulable(pod, message)
-        finally:
-            self._slots.release()
+        await self.binder.event(pod, "Warning", "FailedScheduling", message)
+        await self.binder.mark_unschedulable(pod, message)
 
     def abandon(self) -> None:
-        """Leadership lost: stop every bind and report in flight at once. What was reserved for
-        binds that did not land is released and their pods wait in the queue, so a later term
-        (or the next leader, whose watch shows what did land) starts from the truth."""
+        """Leadership lost: end the term, stop every bind and report in flight at once. What
+        was reserved for binds that did not land is released and their pods wait in the queue,
+        so a later term (or the next leader, whose watch shows what did land) starts from the
+        truth. Synchronous: nothing new is sent after it returns."""
+        self._term += 1
         for task in list(self._tasks):
             task.cancel()
-        for uid in self.queue.in_flight():
+        binds, self._binds = self._binds, {}
+        for uid in [*binds, *self.queue.in_flight()]:
+            self._release(uid)
+        # Whatever is still reserved has no bind behind it: a reservation this replica cannot
+        # account for (the audit's invariant, enforced at every hand-over).
+        self.audit_reservations(bound=0.0)
+
+    def audit_reservations(self, bound: float) -> int:
+        """The reservation invariant: a pod reserved on a node is, within `bound` seconds
+        (the bind timeout plus the longest backoff), seen bound, or its bind is still being
+        tried; otherwise its reservation is released and it is queued again. A reservation
+        with no bind behind it at all is released at once. Returns how many were released."""
+        now = time.monotonic()
+        released = 0
+        for uid, since in list(self.state.assumed.items()):
             pod = self.state.pods.get(uid)
-            if pod is not None and pod.bind_landed:
-                self.queue.done(uid)
+            if pod is None or pod.bind_landed:
+                continue  # our bind landed: the watch will show it (a deletion drops it)
+            task = self._binds.get(uid)
+            if task is not None and now - since <= bound:
                 continue
-            self.state.forget(uid)
-            self.queue.retry_now(uid)
+            log.error(
+                "reservation of %s on %s released: %s",
+                pod.key,
+                pod.node_name,
+                f"its bind has not answered in {now - since:.0f}s"
+                if task is not None
+                else "no bind is in flight for it",
+                extra={"pod": pod.key, "node": pod.node_name},
+            )
+            if task is not None:
+                del self._binds[uid]
+                task.cancel()
+            self._release(uid)
+            released += 1
+        if released:
+            obs.RESERVATIONS_RELEASED.inc(released)
+        self.stale_reservations = released
+        obs.STALE_RESERVATIONS.set(released)
+        return released
+
+    def oldest_reservation(self) -> float:
+        """Age in seconds of the oldest reservation whose bind has not landed (0 if none)."""
+        now = time.monotonic()
+        ages = [
+            now - since
+            for uid, since in self.state.assumed.items()
+            if (pod := self.state.pods.get(uid)) is not None and not pod.bind_landed
+        ]
+        return max(ages, default=0.0)
 
     def trim_placements(self, keep: float) -> int:
         """Trim the state's placement log: a node's entries are needed only after the oldest

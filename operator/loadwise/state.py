@@ -51,6 +51,10 @@ class ClusterState:
         self._placed_changed = placed_changed  # declared by the plugins (framework/profile.py)
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}  # bound or assumed pods that hold resources
+        # Reservations: assumed pods the API does not show bound yet, with the monotonic time
+        # each was made (the scheduler's audit bounds how long one may last).
+        self.assumed: dict[str, float] = {}
+        self._aside: dict[str, float] = {}  # reservations set aside for a dry run
         self.loads: dict[str, NodeLoad] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
         self.anti_affinity_pods: set[str] = set()  # placed pods with required anti-affinity
@@ -119,6 +123,7 @@ class ClusterState:
     def observe_bound(self, pod: PodInfo, terminal: bool) -> bool:
         """Record a pod the API shows on a node. Returns True if node capacity was freed."""
         current = self.pods.get(pod.uid)
+        self.assumed.pop(pod.uid, None)  # the API shows it on a node: no longer a reservation
         if terminal:
             return self.remove_pod(pod.uid)
         if current is not None and current.node_name == pod.node_name:
@@ -145,6 +150,7 @@ class ClusterState:
         pod.assumed = True
         pod.placed_at = time.time() if at is None else at
         self._account(pod)
+        self.assumed[pod.uid] = time.monotonic()
 
     def forget(self, uid: str) -> None:
         """Unreserve: a bind failed; release what assume() took, if it is still assumed."""
@@ -153,6 +159,7 @@ class ClusterState:
             self.remove_pod(uid)
 
     def remove_pod(self, uid: str) -> bool:
+        self.assumed.pop(uid, None)
         pod = self.pods.pop(uid, None)
         if pod is None:
             return False
@@ -184,13 +191,19 @@ class ClusterState:
         """For a dry run (framework/view.py WhatIf): off its node until put_back."""
         pod = self.pods.get(uid)
         if pod is not None:
+            since = self.assumed.get(uid)
             self.remove_pod(uid)
+            if since is not None:
+                self._aside[uid] = since
         return pod
 
     def put_back(self, pod: PodInfo) -> None:
         """Undo set_aside, or hold a nominated pod on its node for a dry run; its placement
         time is not logged again (no estimate changes)."""
         self._account(pod, recent=False)
+        since = self._aside.pop(pod.uid, None)
+        if since is not None:
+            self.assumed[pod.uid] = since
 
     def _account(self, pod: PodInfo, recent: bool = True) -> None:
         self.pods[pod.uid] = pod

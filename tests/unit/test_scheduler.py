@@ -293,3 +293,74 @@ async def test_a_report_in_flight_is_cancelled_by_abandon_and_frees_its_slot() -
     await asyncio.wait_for(sched.drain(), 1.0)
     assert sched._slots._value == 64 and sched.queue.counts()["unschedulable"] == 1
     await sched.events.stop()
+
+
+# --- issue 26: a term that ends leaves no reservation behind ------------------------------------
+async def test_a_loop_cancelled_just_as_the_queue_wakes_stops_and_places_nothing() -> None:
+    """On Python 3.11 asyncio.wait_for swallows a cancellation that arrives together with the
+    wake-up: the loop of a replica that had lost the lease went on binding (issue 26)."""
+    api = Api()
+    sched = scheduler(api)
+    sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
+    task = asyncio.create_task(sched.run())
+    await asyncio.sleep(0.01)  # the loop waits in queue.pop
+    raw = raw_pod("late", cpu="500m")
+    sched.on_pod_event("ADDED", raw)  # wakes the queue...
+    await asyncio.sleep(0)  # ...and the wake-up is delivered
+    task.cancel()  # leadership lost at that moment: what Runtime._lost does
+    sched.abandon()
+    await asyncio.sleep(0.05)
+    assert task.done()
+    assert not api.binds("late") and uid(raw) not in sched.state.pods
+    assert sched.queue.counts()["active"] == 1 and sched._slots._value == 64
+    await sched.events.stop()
+
+
+async def test_a_bind_cancelled_before_it_starts_releases_its_reservation_and_slot() -> None:
+    api = Api()
+    sched = scheduler(api)
+    sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
+    raw = raw_pod("early", cpu="500m")
+    sched.on_pod_event("ADDED", raw)
+    await sched._slots.acquire()  # what the loop does before it pops
+    pod = sched.queue.pop_nowait()
+    assert pod is not None and sched.schedule(pod)
+    assert sched.state.accounted_cpu() == 500
+    for task in list(sched._tasks):
+        task.cancel()  # before its first step: its own `finally` would never run
+    await asyncio.sleep(0.01)
+    assert not api.binds("early") and uid(raw) not in sched.state.pods
+    assert sched.queue.counts()["active"] == 1 and sched._slots._value == 64
+    async with running(sched):  # and it is placed by the next attempt
+        await until(lambda: len(api.events("Scheduled")) == 1)
+
+
+async def test_the_audit_releases_a_reservation_no_bind_settles() -> None:
+    hold = asyncio.Event()
+    api = Api(held=[hold])
+    sched = scheduler(api)
+    sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
+    orphan, held = raw_pod("orphan", cpu="300m"), raw_pod("held", cpu="700m")
+    # A reservation with no bind behind it (what the old loop left after a lost term).
+    sched.on_pod_event("ADDED", orphan)
+    pod = sched.queue.pop_nowait()
+    assert pod is not None
+    sched.state.assume(pod, "n1")
+    sched.queue.done(pod.uid)
+    async with running(sched):
+        sched.on_pod_event("ADDED", held)
+        await until(lambda: len(api.binds("held")) == 1)
+        assert sched.audit_reservations(bound=40.0) == 1  # the orphan, at once
+        assert REGISTRY.get_sample_value("loadwise_stale_reservations") == 1
+        await until(lambda: len(api.events("Scheduled")) == 1)  # the orphan, placed again
+        assert sched.state.pods[uid(orphan)].bind_landed
+        # A bind that has not answered within the bound: cancelled, released, queued again.
+        sched.state.assumed[uid(held)] -= 100.0
+        assert sched.oldest_reservation() > 100.0
+        assert sched.audit_reservations(bound=40.0) == 1
+        await until(lambda: len(api.binds("held")) == 2)  # the retry is answered at once
+        await until(lambda: len(api.events("Scheduled")) == 2)
+        assert sched.audit_reservations(bound=40.0) == 0
+        assert REGISTRY.get_sample_value("loadwise_stale_reservations") == 0
+        assert sched.oldest_reservation() == 0.0
+    assert sched.state.accounted_cpu() == 1000
