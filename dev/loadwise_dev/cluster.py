@@ -23,11 +23,12 @@ from loadwise.handlers import build_registry
 from loadwise.resources import to_amount
 from loadwise.runtime import Runtime
 
-from . import manifests
+from . import images, manifests
 from .controlplane import ControlPlane
 from .exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY, SIM_POD_MEMORY_QUERY, UsageExporter
 from .kube import Kube, KubeError
 from .prometheus_server import SIM_CPU_QUERY, Prometheus
+from .realnode import NodeExporter, RealNode, scrape_configs
 
 T = TypeVar("T")
 _leases = itertools.count()
@@ -51,20 +52,39 @@ async def wait_for(
 
 
 class LocalCluster:
-    def __init__(self, prometheus: bool = True, cp: ControlPlane | None = None) -> None:
+    def __init__(
+        self, prometheus: bool = True, cp: ControlPlane | None = None, real_nodes: int = 0
+    ) -> None:
+        self.real_node_names = [f"real-{i}" for i in range(1, real_nodes + 1)]
         # A ControlPlane makes its temporary directory when built: build one only if none is
         # given (a replaced one would leave its directory behind).
-        self.cp = cp if cp is not None else ControlPlane()
+        self.cp = cp if cp is not None else ControlPlane(node_hosts=self.real_node_names)
         self.exporter = UsageExporter()
         self.prometheus: Prometheus | None = None
         self._want_prometheus = prometheus
+        self.real_nodes: list[RealNode] = []  # kubelets running real containers (realnode.py)
+        self.node_exporter: NodeExporter | None = None
 
     def start(self) -> LocalCluster:
         try:
             self.cp.start()
+            if self.real_node_names:
+                archives = images.archives(self.cp.workdir / "images")
+                for name in self.real_node_names:
+                    self.real_nodes.append(RealNode(name, self.cp, archives))
+                    self.real_nodes[-1].start()
+                for node in self.real_nodes:
+                    node.wait_ready()
+                self.node_exporter = NodeExporter().start()
             if self._want_prometheus:
                 self.exporter.start()
-                self.prometheus = Prometheus([self.exporter.address]).start()
+                extra = (
+                    scrape_configs(self.cp, self.real_node_names, self.node_exporter)
+                    if self.node_exporter is not None
+                    else []
+                )
+                prefix = self.cp.with_hosts() if self.real_node_names else []
+                self.prometheus = Prometheus([self.exporter.address], "1s", extra, prefix).start()
         except BaseException:
             self.stop()
             raise
@@ -75,6 +95,10 @@ class LocalCluster:
             self.prometheus.stop()
         with contextlib.suppress(Exception):
             self.exporter.stop()
+        if self.node_exporter is not None:
+            self.node_exporter.stop()
+        for node in self.real_nodes:
+            node.stop()
         self.cp.stop()
 
     def kube(self, pool: int = 256) -> Kube:

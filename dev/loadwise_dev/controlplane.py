@@ -20,9 +20,11 @@ import ssl
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -88,6 +90,44 @@ def make_pki(directory: Path) -> None:
     )  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
+    # The API server's client certificate towards kubelets (logs, exec, proxy, metrics).
+    issue_cert(directory, directory, "kubelet-client", "/O=system:masters/CN=kube-apiserver")
+
+
+def issue_cert(ca: Path, out: Path, stem: str, subject: str, san: str = "") -> None:
+    """`out/stem.{key,crt}` signed by `ca/ca.{key,crt}`; `san` e.g. "DNS:node-1,IP:127.0.0.1"."""
+    _openssl("genrsa", "-out", f"{stem}.key", "2048", cwd=out)
+    _openssl("req", "-new", "-key", f"{stem}.key", "-subj", subject, "-out", f"{stem}.csr", cwd=out)
+    extra = []
+    if san:
+        (out / f"{stem}.ext").write_text(f"subjectAltName={san}\n")
+        extra = ["-extfile", f"{stem}.ext"]
+    _openssl(
+        "x509", "-req", "-in", f"{stem}.csr", "-CA", str(ca / "ca.crt"), "-CAkey",
+        str(ca / "ca.key"), "-CAcreateserial", "-days", "365", "-out", f"{stem}.crt", *extra,
+        cwd=out,
+    )  # fmt: skip
+
+
+def kubeconfig_with_cert(server: str, ca_file: Path, cert: Path, key: Path, user: str) -> str:
+    """A kubeconfig that authenticates with a client certificate (a kubelet's)."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {"server": server, "certificate-authority": str(ca_file)},
+                }
+            ],
+            "users": [
+                {"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}
+            ],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+            "current-context": "local",
+        }
+    )
 
 
 def kubeconfig(server: str, ca_file: Path, token: str, user: str = "admin") -> str:
@@ -116,6 +156,9 @@ class ControlPlane:
     # Extra kube-apiserver flags, e.g. ["--watch-cache=false"] (watches then read etcd directly,
     # so an etcd compaction expires them with 410 Gone, as a busy real cluster does).
     apiserver_args: list[str] = field(default_factory=list)
+    # Names the API server resolves to 127.0.0.1 (real nodes' Hostname addresses): it then
+    # runs in a mount namespace of its own whose /etc/hosts adds them; the machine's is untouched.
+    node_hosts: list[str] = field(default_factory=list)
 
     @property
     def server(self) -> str:
@@ -187,7 +230,15 @@ class ControlPlane:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
+            # Real nodes (realnode.py) authenticate with client certificates as system:node:NAME
+            # and are confined by the Node authorizer and NodeRestriction, as in production.
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=Hostname,InternalIP",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -201,7 +252,20 @@ class ControlPlane:
             "--v=1",
             *self.apiserver_args,
         ]
+        if self.node_hosts:
+            self._apiserver_cmd = [*self.with_hosts(), *self._apiserver_cmd]
         self._spawn("kube-apiserver", self._apiserver_cmd)
+
+    def with_hosts(self) -> list[str]:
+        """A command prefix: run in a private mount namespace whose /etc/hosts also maps
+        `node_hosts` to 127.0.0.1 (kubelets' Hostname addresses stay on loopback)."""
+        hosts = self.workdir / "hosts"
+        if not hosts.exists():
+            machine = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+            names = " ".join(self.node_hosts)
+            hosts.write_text(f"{machine.rstrip()}\n127.0.0.1 {names}\n")
+        script = 'mount --bind "$0" /etc/hosts && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(hosts)]
 
     def _start_controller_manager(self, pki: Path) -> None:
         self._spawn(
@@ -336,6 +400,26 @@ class ControlPlane:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+    def api(self, method: str, path: str, body: object = None) -> dict[str, Any] | None:
+        """One synchronous admin request (set-up code outside an event loop); None on 404.
+        PATCH bodies are JSON merge patches."""
+        content = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        request = urllib.request.Request(
+            self.server + path,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content},
+            method=method,
+        )
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=10) as resp:
+                answer: dict[str, Any] = json.loads(resp.read() or b"{}")
+                return answer
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
 
     # --- readiness -----------------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> None:

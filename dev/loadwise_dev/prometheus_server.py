@@ -1,4 +1,5 @@
-"""A real Prometheus server (Debian's package) on loopback, scraping the usage exporter."""
+"""A real Prometheus server (Debian's package) on loopback, scraping the usage exporter and, with
+real nodes, their node-exporter and kubelets (realnode.py)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,19 @@ SIM_CPU_QUERY = '1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[5s]
 
 
 class Prometheus:
-    def __init__(self, targets: list[str], scrape_interval: str = "1s") -> None:
+    def __init__(
+        self,
+        targets: list[str],
+        scrape_interval: str = "1s",
+        extra_scrape_configs: list[dict[str, Any]] | None = None,
+        command_prefix: list[str] | None = None,
+    ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="loadwise-prom-"))
         self.port = free_port()
         self.targets = targets
         self.scrape_interval = scrape_interval
+        self.extra_scrape_configs = extra_scrape_configs or []
+        self.command_prefix = command_prefix or []  # e.g. the control plane's hosts namespace
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -37,7 +46,8 @@ class Prometheus:
         config = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": "5s"},
             "scrape_configs": [
-                {"job_name": "nodes", "static_configs": [{"targets": self.targets}]}
+                {"job_name": "nodes", "static_configs": [{"targets": self.targets}]},
+                *self.extra_scrape_configs,
             ],
         }
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -47,6 +57,7 @@ class Prometheus:
         log = open(self.workdir / "prometheus.log", "wb")  # noqa: SIM115 - lives with the process
         self.process = subprocess.Popen(
             [
+                *self.command_prefix,
                 binary,
                 f"--config.file={self.workdir / 'prometheus.yml'}",
                 f"--storage.tsdb.path={self.workdir / 'data'}",

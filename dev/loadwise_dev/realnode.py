@@ -1,0 +1,447 @@
+"""A real node: a kubelet with its own containerd, running real containers on this machine.
+
+What makes it work on this machine kind (../shared/FACTS.md, "A real kubelet"): Debian's
+containerd 1.6 on runc with `restrict_oom_score_adj` (the VM refuses negative oom_score_adj),
+cgroup v1 with `failCgroupV1: false`, the cgroupfs driver, no per-QoS cgroups, and a CNI
+configuration with only the `loopback` plugin, so the pod network is ready without any address
+(pods that need the network use hostNetwork). Everything listens on 127.0.0.1.
+
+The kubelet registers as a real node does: its own client certificate (`system:node:NAME` in
+`system:nodes`) from the control plane's CA, under the Node authorizer and NodeRestriction, with
+a serving certificate for its name. `--cloud-provider=external` makes it publish only a Hostname
+address (no interface address of this machine appears anywhere); the control plane's API
+server resolves that name to 127.0.0.1 (controlplane.py's hosts file) and the harness removes
+the `uninitialized` taint as a cloud controller would.
+
+`stop()` leaves nothing behind: containers killed, kubelet and containerd stopped, their shims
+reaped, every mount under the node's directory unmounted (deepest first), the containers'
+cgroups removed; `leftovers()` says what remains (tested).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .controlplane import ControlPlane, free_port, issue_cert, kubeconfig_with_cert
+
+UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CNI_BIN = Path("/usr/lib/cni")
+
+
+def _which(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} missing: run hack/ensure-tools first")
+    return found
+
+
+@dataclass
+class RealNode:
+    name: str
+    cp: ControlPlane
+    images: list[Path] = field(default_factory=list)  # OCI archives to import (images.py)
+    labels: dict[str, str] = field(default_factory=dict)
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="loadwise-node-")))
+    kubelet_port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _cgroups: set[str] = field(default_factory=set)  # container ids seen (their cgroups)
+
+    @property
+    def socket(self) -> Path:
+        return self.workdir / "containerd" / "containerd.sock"
+
+    @property
+    def root_dir(self) -> Path:
+        return self.workdir / "kubelet"
+
+    # --- start ---------------------------------------------------------------------------------
+    def start(self) -> RealNode:
+        try:
+            self._write_pki()
+            self._start_containerd()
+            for archive in self.images:
+                self.ctr("images", "import", str(archive))
+            self._start_kubelet()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_pki(self) -> None:
+        pki = self.workdir / "pki"
+        pki.mkdir(parents=True)
+        ca = self.cp.workdir / "pki"
+        issue_cert(ca, pki, "client", f"/O=system:nodes/CN=system:node:{self.name}")
+        issue_cert(ca, pki, "serving", f"/CN={self.name}", san=f"DNS:{self.name},IP:127.0.0.1")
+        (self.workdir / "kubelet.kubeconfig").write_text(
+            kubeconfig_with_cert(
+                self.cp.server, ca / "ca.crt", pki / "client.crt", pki / "client.key", self.name
+            )
+        )
+
+    def _start_containerd(self) -> None:
+        base = self.workdir / "containerd"
+        cni = base / "cni"
+        cni.mkdir(parents=True)
+        (cni / "10-loopback.conflist").write_text(
+            '{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}\n'
+        )
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        config = f"""version = 2
+root = "{base / "root"}"
+state = "{base / "state"}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "{self.socket}"
+[ttrpc]
+  address = "{base / "containerd.sock.ttrpc"}"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{base / "opt"}"
+[{cri}]
+  sandbox_image = "localhost/loadwise/pause:dev"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  disable_apparmor = true
+[{cri}.containerd]
+  default_runtime_name = "runc"
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+[{cri}.cni]
+  bin_dir = "{CNI_BIN}"
+  conf_dir = "{cni}"
+  max_conf_num = 1
+"""
+        (base / "config.toml").write_text(config)
+        self._spawn("containerd", [_which("containerd"), "--config", str(base / "config.toml")])
+        self._wait(lambda: self.socket.exists(), 30, "containerd's socket")
+
+    def _start_kubelet(self) -> None:
+        pki = self.workdir / "pki"
+        config: dict[str, Any] = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": "127.0.0.1",
+            "port": self.kubelet_port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": free_port(),
+            "tlsCertFile": str(pki / "serving.crt"),
+            "tlsPrivateKeyFile": str(pki / "serving.key"),
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.cp.ca_file)},
+            },
+            "authorization": {"mode": "Webhook"},
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failCgroupV1": False,
+            "failSwapOn": False,
+            "evictionHard": {},
+            "imageGCHighThresholdPercent": 100,
+            "localStorageCapacityIsolation": False,
+            "resolvConf": "",
+            "podLogsDir": str(self.workdir / "pod-logs"),
+            "serializeImagePulls": False,
+            "makeIPTablesUtilChains": False,  # no KUBE-FIREWALL left in the machine's iptables
+            "nodeStatusReportFrequency": "10s",
+            "nodeStatusUpdateFrequency": "5s",
+        }
+        path = self.workdir / "kubelet.yaml"
+        path.write_text(yaml.safe_dump(config))
+        labels = ",".join(
+            f"{k}={v}" for k, v in {"loadwise.io/real-node": "true", **self.labels}.items()
+        )
+        self._spawn(
+            "kubelet",
+            [
+                self.cp.binary("kubelet"),
+                f"--config={path}",
+                f"--kubeconfig={self.workdir / 'kubelet.kubeconfig'}",
+                f"--hostname-override={self.name}",
+                f"--root-dir={self.root_dir}",
+                f"--cert-dir={pki}",
+                "--cloud-provider=external",
+                f"--node-labels={labels}",
+                "--v=1",
+            ],
+        )
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
+        self.processes[name] = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a terminal reaches the harness, which stops it
+        )
+
+    def _wait(self, ok: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not ok():
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited: see {self.workdir / (name + '.log')}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(0.1)
+
+    def ctr(self, *args: str, timeout: float = 60.0) -> str:
+        result = subprocess.run(
+            [_which("ctr"), "--address", str(self.socket), "--namespace", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+        return result.stdout
+
+    def log(self, name: str = "kubelet") -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # --- stop ----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Containers, kubelet, containerd, shims, mounts, cgroups, the directory: all gone."""
+        kubelet = self.processes.pop("kubelet", None)
+        if kubelet is not None:
+            _terminate(kubelet)
+        if self.processes.get("containerd") is not None and self.socket.exists():
+            with contextlib.suppress(Exception):
+                self._kill_containers()
+        containerd = self.processes.pop("containerd", None)
+        if containerd is not None:
+            _terminate(containerd)
+        for pid in self._our_pids():  # shims and anything they left
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self._our_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for mount in sorted(self._mounts(), key=lambda m: m.count("/"), reverse=True):
+            if subprocess.run(["umount", mount], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", mount], capture_output=True)
+        for cgroup in self._cgroup_dirs():
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+        if not os.environ.get("LOADWISE_KEEP_LOGS"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _kill_containers(self) -> None:
+        tasks = [line.split()[0] for line in self.ctr("tasks", "ls", "-q").split() if line]
+        containers = [c for c in self.ctr("containers", "ls", "-q").split() if c]
+        self._cgroups.update(containers)
+        for task in tasks:
+            with contextlib.suppress(subprocess.SubprocessError):
+                self.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", task, timeout=10)
+        for task in tasks:
+            with contextlib.suppress(subprocess.SubprocessError):
+                self.ctr("tasks", "delete", "--force", task, timeout=10)
+        for container in containers:
+            with contextlib.suppress(subprocess.SubprocessError):
+                self.ctr("containers", "delete", container, timeout=10)
+
+    def _our_pids(self) -> list[int]:
+        """Processes whose command line names this node's directory (shims carry its socket)."""
+        mark = str(self.workdir).encode()
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if mark in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+        return pids
+
+    def _mounts(self) -> list[str]:
+        prefix = str(self.workdir) + "/"
+        found = []
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            point = line.split()[1].replace("\\040", " ")
+            if point.startswith(prefix):
+                found.append(point)
+        return found
+
+    def _cgroup_dirs(self) -> list[Path]:
+        """The cgroups runc made for this node's containers, in every v1 hierarchy."""
+        if not self._cgroups:
+            return []
+        found = []
+        for hierarchy in CGROUP_ROOT.iterdir():
+            for parent in (hierarchy, hierarchy / "k8s.io"):
+                for cid in self._cgroups:
+                    if (parent / cid).is_dir():
+                        found.append(parent / cid)
+        return found
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the Node is Ready; then its `uninitialized` taint is removed, as the cloud
+        controller an external cloud provider implies would (the harness is that controller)."""
+
+        def ready() -> dict[str, Any] | None:
+            node = self.cp.api("GET", f"/api/v1/nodes/{self.name}")
+            conditions = (node or {}).get("status", {}).get("conditions") or []
+            ok = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            return node if ok else None
+
+        self._wait(ready, timeout, f"node {self.name} Ready")
+        node = ready()
+        assert node is not None
+        taints = [t for t in node["spec"].get("taints") or [] if t["key"] != UNINITIALIZED]
+        self.cp.api("PATCH", f"/api/v1/nodes/{self.name}", {"spec": {"taints": taints or None}})
+
+    def leftovers(self) -> list[str]:
+        """What stop() should have removed and did not (empty when clean)."""
+        left = [f"process {pid}" for pid in self._our_pids()]
+        left += [f"mount {m}" for m in self._mounts()]
+        left += [f"cgroup {c}" for c in self._cgroup_dirs()]
+        if self.workdir.exists() and not os.environ.get("LOADWISE_KEEP_LOGS"):
+            left.append(f"directory {self.workdir}")
+        for tool in ("iptables-save", "ip6tables-save"):  # the kubelet makes none (config)
+            if shutil.which(tool):
+                rules = subprocess.run([tool], capture_output=True, text=True).stdout
+                left += [f"{tool}: {line}" for line in rules.splitlines() if "KUBE-" in line]
+        return left
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class NodeExporter:
+    """The real node-exporter (Debian's prometheus-node-exporter) for the real nodes, on
+    127.0.0.1. Every real node on this machine shares its one kernel, so one exporter serves
+    them all; Prometheus labels its series with each node's name (scrape_configs())."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> NodeExporter:
+        self.process = subprocess.Popen(
+            [
+                _which("prometheus-node-exporter"),
+                f"--web.listen-address={self.address}",
+                "--collector.disable-defaults",
+                "--collector.cpu",
+                "--collector.meminfo",
+                "--collector.loadavg",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _terminate(self.process)
+
+
+def scrape_configs(
+    cp: ControlPlane, names: list[str], exporter: NodeExporter
+) -> list[dict[str, Any]]:
+    """Prometheus jobs for the real nodes: node-exporter (labelled `node`, as loadwise's default
+    queries read it), and each kubelet's /metrics/resource and /metrics/cadvisor over HTTPS with
+    the control plane's CA and a bearer token, labelled `node` from the Node's name.
+
+    The kubelets are found as kubernetes_sd_configs' role `node` finds them (the Node's address
+    and kubelet port, its name and labels as `__meta_kubernetes_node_*`), but written by the
+    harness into a file_sd file (node_targets()): Debian's Prometheus is built without the
+    Kubernetes service discovery. The relabelling is the same either way."""
+    token = cp.workdir / "prometheus.token"
+    token.write_text(cp.token)
+    auth = {"credentials_file": str(token)}
+    tls = {"ca_file": str(cp.ca_file)}
+    targets = cp.workdir / "kubelet-targets.json"
+    targets.write_text(json.dumps(node_targets(cp, names)))
+    jobs: list[dict[str, Any]] = [
+        {
+            "job_name": "node-exporter",
+            "static_configs": [
+                {"targets": [exporter.address], "labels": {"node": n}} for n in names
+            ],
+        }
+    ]
+    for path in ("/metrics/resource", "/metrics/cadvisor"):
+        jobs.append(
+            {
+                "job_name": "kubelet" + path.replace("/metrics", "").replace("/", "-"),
+                "scheme": "https",
+                "metrics_path": path,
+                "tls_config": tls,
+                "authorization": auth,
+                "file_sd_configs": [{"files": [str(targets)], "refresh_interval": "5s"}],
+                "relabel_configs": [
+                    {
+                        "source_labels": ["__meta_kubernetes_node_label_loadwise_io_real_node"],
+                        "regex": "true",
+                        "action": "keep",
+                    },
+                    {"source_labels": ["__meta_kubernetes_node_name"], "target_label": "node"},
+                ],
+            }
+        )
+    return jobs
+
+
+def node_targets(cp: ControlPlane, names: list[str]) -> list[dict[str, Any]]:
+    """What kubernetes_sd_configs (role node) discovers for these Nodes: `address:port` of the
+    first address by its preference (InternalIP, ExternalIP, Hostname) and the kubelet's port,
+    the name and every label (sanitised) as meta labels."""
+    found = []
+    for name in names:
+        node = cp.api("GET", f"/api/v1/nodes/{name}")
+        if node is None:
+            continue
+        status: dict[str, Any] = node.get("status") or {}
+        addresses = {a["type"]: a["address"] for a in status.get("addresses") or []}
+        address = next(
+            (addresses[t] for t in ("InternalIP", "ExternalIP", "Hostname") if t in addresses), ""
+        )
+        port = status.get("daemonEndpoints", {}).get("kubeletEndpoint", {}).get("Port")
+        metadata: dict[str, Any] = node.get("metadata") or {}
+        labels = {
+            "__meta_kubernetes_node_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key): value
+            for key, value in (metadata.get("labels") or {}).items()
+        }
+        labels["__meta_kubernetes_node_name"] = name
+        found.append({"targets": [f"{address}:{port}"], "labels": labels})
+    return found

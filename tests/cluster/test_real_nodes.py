@@ -1,0 +1,317 @@
+"""loadwise on a real node: a kubelet with containerd running real containers on this machine
+(loadwise_dev.realnode), beside simulated nodes, with the real node-exporter and the kubelet's
+own metrics scraped by the real Prometheus. Its own control plane: the shared one's tests delete
+every node between tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from loadwise.runtime import Runtime
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
+from loadwise_dev.images import BURN
+from loadwise_dev.kube import Kube, KubeError
+from loadwise_dev.prometheus_server import SIM_CPU_QUERY
+from loadwise_dev.realnode import RealNode
+
+from .conftest import POLICIES
+from .util import wait_bound, wait_event
+
+pytestmark = pytest.mark.cluster
+REAL = "real-1"
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def real_cluster() -> Iterator[LocalCluster]:
+    cluster = LocalCluster(real_nodes=1).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        left = [item for node in cluster.real_nodes for item in node.leftovers()]
+        assert not left, f"real nodes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+async def rkube(real_cluster: LocalCluster) -> AsyncIterator[Kube]:
+    async with real_cluster.kube() as client:
+        await real_cluster.install_crd(client)
+        yield client
+
+
+@pytest.fixture
+async def rns(rkube: Kube, real_cluster: LocalCluster) -> AsyncIterator[str]:
+    name = f"r{next(_names)}"
+    await rkube.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    await real_cluster.wait_namespace(rkube, name)
+    yield name
+    # Graceful: the kubelet stops the containers and the pods go away by themselves.
+    with contextlib.suppress(KubeError):
+        await rkube.delete(f"/api/v1/namespaces/{name}")
+
+    async def gone() -> bool:
+        return not await rkube.list(f"/api/v1/namespaces/{name}/pods")
+
+    await wait_for(gone, 60, interval=0.5, what=f"pods of {name} terminated by the kubelet")
+
+
+@contextlib.asynccontextmanager
+async def loadwise(cluster: LocalCluster, **overrides: Any) -> AsyncIterator[Runtime]:
+    async with running_operator(cluster.operator_config(**overrides), cluster.cp.kubeconfig) as rt:
+        yield rt
+
+
+def burner(
+    name: str, millicpu: int = 0, cpu: str = "100m", memory: str = "128Mi", **kw: Any
+) -> dict[str, Any]:
+    """A pod of the burn image (a real process using `millicpu` millicores). On the host's
+    network: containerd needs an address from the pod network, and this machine may have
+    none but loopback (see realnode.py)."""
+    body = manifests.pod(name, cpu=cpu, memory=memory, **kw)
+    spec = body["spec"]
+    spec["terminationGracePeriodSeconds"] = 10
+    spec["hostNetwork"] = True
+    spec["dnsPolicy"] = "Default"
+    container = spec["containers"][0]
+    container["image"] = BURN
+    container["imagePullPolicy"] = "Never"
+    container["env"] = [{"name": "BURN_MILLICPU", "value": str(millicpu)}]
+    return body
+
+
+async def create_pod(kube: Kube, ns: str, body: dict[str, Any]) -> None:
+    body["metadata"]["namespace"] = ns
+    await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+
+
+def kubectl(
+    cluster: LocalCluster, *args: str, kubeconfig: str = ""
+) -> subprocess.CompletedProcess[str]:
+    config = kubeconfig or str(cluster.cp.kubeconfig)
+    return subprocess.run(
+        [cluster.cp.binary("kubectl"), f"--kubeconfig={config}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def wait_running(kube: Kube, ns: str, name: str, timeout: float = 60) -> dict[str, Any]:
+    async def running() -> dict[str, Any] | None:
+        pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+    return await wait_for(running, timeout, interval=0.5, what=f"{ns}/{name} Running")
+
+
+def deployment(ns: str, name: str, template: dict[str, Any], replicas: int) -> dict[str, Any]:
+    labels = template["metadata"]["labels"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": template["spec"]},
+        },
+    }
+
+
+async def wait_all_running(kube: Kube, ns: str, selector: str, count: int) -> list[str]:
+    async def running() -> list[str] | None:
+        pods = await kube.list(f"/api/v1/namespaces/{ns}/pods", labelSelector=selector)
+        names = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
+        return names if len(names) == count else None
+
+    return await wait_for(running, 90, interval=0.5, what=f"{count} pods {selector} Running")
+
+
+# --- the node itself ------------------------------------------------------------------------------
+async def test_the_real_node_registers_as_a_node_with_its_own_identity(
+    rkube: Kube, real_cluster: LocalCluster
+) -> None:
+    node = await rkube.get(f"/api/v1/nodes/{REAL}")
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"].startswith("v1.") and info["containerRuntimeVersion"].startswith(
+        "containerd://"
+    )
+    # Only its name, which resolves to 127.0.0.1 for the API server: no address of this
+    # machine's interfaces appears anywhere.
+    assert node["status"]["addresses"] == [{"type": "Hostname", "address": REAL}]
+    assert not [t for t in node["spec"].get("taints") or [] if "uninitialized" in t["key"]]
+    # Its credentials are a node's: system:node:real-1 in system:nodes, and NodeRestriction
+    # refuses it any other node.
+    own = str(real_cluster.real_nodes[0].workdir / "kubelet.kubeconfig")
+    whoami = kubectl(real_cluster, "auth", "whoami", "-o", "json", kubeconfig=own)
+    user = json.loads(whoami.stdout)["status"]["userInfo"]
+    assert user["username"] == f"system:node:{REAL}" and "system:nodes" in user["groups"]
+    await real_cluster.add_node(rkube, "someone-else")
+    try:
+        refused = kubectl(real_cluster, "label", "node", "someone-else", "x=y", kubeconfig=own)
+        assert refused.returncode != 0 and "forbidden" in refused.stderr.lower()
+    finally:
+        await rkube.delete("/api/v1/nodes/someone-else")
+    # Its lease is renewed (heartbeats), by itself.
+    path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{REAL}"
+
+    async def lease() -> dict[str, Any] | None:
+        return await rkube.get(path) if await rkube.exists(path) else None
+
+    first = (await wait_for(lease, 30, interval=0.5, what="the node lease"))["spec"]["renewTime"]
+
+    async def renewed() -> bool:
+        return bool((await rkube.get(path))["spec"]["renewTime"] != first)
+
+    await wait_for(renewed, 30, interval=1.0, what="the node lease renewed")
+
+
+async def test_the_articles_test_pod_and_a_tenant_deployment_run_on_the_real_node(
+    rkube: Kube, real_cluster: LocalCluster, rns: str
+) -> None:
+    async with loadwise(real_cluster):
+        # The source articles' verification pod: 100m / 128Mi with our schedulerName.
+        await create_pod(rkube, rns, burner("test-pod"))
+        await wait_bound(rkube, rns, ["test-pod"])
+        pod = await wait_running(rkube, rns, "test-pod")
+        assert pod["spec"]["nodeName"] == REAL
+        event = await wait_event(rkube, rns, "test-pod", "Scheduled")
+        assert event["source"]["component"] == "loadwise-scheduler"
+        template = burner("x", labels={"tenant": "a", "app": "tenant-a"})
+        await rkube.create(
+            f"/apis/apps/v1/namespaces/{rns}/deployments", deployment(rns, "tenant-a", template, 2)
+        )
+        names = await wait_all_running(rkube, rns, "app=tenant-a", 2)
+        for name in names:
+            described = kubectl(real_cluster, "describe", "pod", "-n", rns, name).stdout
+            assert "loadwise-scheduler" in described
+            assert f"Successfully assigned {rns}/{name} to {REAL}" in described
+            assert "Started" in described  # the kubelet's own event: the container runs
+
+
+# --- real load ---------------------------------------------------------------------------------
+async def test_a_real_node_made_hot_by_real_cpu_gets_nothing_new_while_a_cooler_node_fits(
+    rkube: Kube, real_cluster: LocalCluster, rns: str
+) -> None:
+    prometheus = real_cluster.prometheus
+    assert prometheus is not None
+    await real_cluster.add_node(rkube, "cool", cpu_usage=0.1, mem_usage=0.1)
+    try:
+        await rkube.create(
+            POLICIES, manifests.policy("real", cpu=1, memory=0, hot_thresholds={"cpu": 60})
+        )
+        async with loadwise(real_cluster) as runtime:
+            # Burners that request little and use much (what the source articles' Flink
+            # TaskManagers did), placed on the real node by loadwise (a node selector).
+            body = burner("x", millicpu=900, labels={"app": "burn"})
+            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": REAL}
+            await rkube.create(
+                f"/apis/apps/v1/namespaces/{rns}/deployments", deployment(rns, "burn", body, 2)
+            )
+            await wait_all_running(rkube, rns, "app=burn", 2)
+
+            def real_cpu() -> float:
+                answer = prometheus.query(SIM_CPU_QUERY)
+                seen = {r["metric"]["node"]: float(r["value"][1]) for r in answer["data"]["result"]}
+                return seen.get(REAL, 0.0)
+
+            async def hot() -> bool:
+                return await asyncio.to_thread(real_cpu) > 0.7
+
+            await wait_for(hot, 60, interval=0.5, what="Prometheus to see the real node hot")
+
+            async def operator_sees_it() -> bool:
+                sample = runtime.scheduler.caches["prometheus"].samples.get(REAL)
+                return sample is not None and sample.cpu > 0.6
+
+            await wait_for(operator_sees_it, 10, interval=0.2, what="loadwise to see it hot")
+            for i in range(4):
+                await create_pod(rkube, rns, burner(f"new-{i}"))
+            placed = await wait_bound(rkube, rns, [f"new-{i}" for i in range(4)])
+            assert set(placed.values()) == {"cool"}, placed
+            # The real node fits every one of them by requests: only its real load kept them off.
+            event = await wait_event(rkube, rns, "new-0", "Scheduled")
+            assert "hot node(s) passed over" in event["message"], event["message"]
+            # The workload's usage, learned from the kubelet's real cAdvisor series.
+            series = f'container_cpu_usage_seconds_total{{node="{REAL}",namespace="{rns}"}}'
+            answer = await asyncio.to_thread(prometheus.query, series)
+            assert answer["data"]["result"], "Prometheus has no cAdvisor series of the burners"
+            learned = runtime.scheduler.caches["prometheus"].learned
+
+            async def burners_learned() -> bool:
+                return learned.workloads > 0
+
+            await wait_for(burners_learned, 30, interval=0.5, what="usage learned from cAdvisor")
+    finally:
+        with contextlib.suppress(KubeError):
+            await rkube.delete(f"{POLICIES}/real")
+        await rkube.delete("/api/v1/nodes/cool")
+        real_cluster.exporter.remove("cool")
+
+
+async def test_a_preemption_victim_terminates_through_the_kubelet_and_the_preemptor_runs(
+    rkube: Kube, real_cluster: LocalCluster, rns: str
+) -> None:
+    for name, value in (("rlow", 10), ("rhigh", 1000)):
+        with contextlib.suppress(KubeError):
+            await rkube.create(
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                 "metadata": {"name": name}, "value": value},
+            )  # fmt: skip
+    node = await rkube.get(f"/api/v1/nodes/{REAL}")
+    allocatable = int(node["status"]["allocatable"]["cpu"]) * 1000
+    async with loadwise(real_cluster):
+        victim = burner("victim", cpu=f"{allocatable - 300}m", priority_class="rlow")
+        await create_pod(rkube, rns, victim)
+        await wait_running(rkube, rns, "victim")
+        uid = (await rkube.get(f"/api/v1/namespaces/{rns}/pods/victim"))["metadata"]["uid"]
+        preemptor = burner("preemptor", cpu="1", priority_class="rhigh")
+        await create_pod(rkube, rns, preemptor)
+
+        async def victim_gone() -> bool:
+            pods = await rkube.list(f"/api/v1/namespaces/{rns}/pods")
+            return all(p["metadata"]["uid"] != uid for p in pods)
+
+        # Graceful: nobody force-deletes; the kubelet stops the container and the pod goes.
+        await wait_for(victim_gone, 60, interval=0.5, what="the victim terminated by the kubelet")
+        pod = await wait_running(rkube, rns, "preemptor")
+        assert pod["spec"]["nodeName"] == REAL
+        await wait_event(rkube, rns, "preemptor", "Preempting")
+
+
+def test_stopping_a_real_node_leaves_nothing_behind(real_cluster: LocalCluster) -> None:
+    """Kill containers, stop kubelet and containerd, unmount, remove cgroups (tested here on a
+    node of its own, with a pod running when it stops)."""
+    cp = real_cluster.cp
+    node = RealNode("real-teardown", cp, images=real_cluster.real_nodes[0].images)
+    try:
+        node.start()
+        node.wait_ready()
+        body = burner("held", millicpu=100)
+        body["metadata"]["namespace"] = "default"
+        body["spec"]["nodeName"] = node.name
+        cp.api("POST", "/api/v1/namespaces/default/pods", body)
+
+        def running() -> bool:
+            pod = cp.api("GET", "/api/v1/namespaces/default/pods/held") or {}
+            return pod.get("status", {}).get("phase") == "Running"
+
+        node._wait(running, 60, "the pod Running on the node being stopped")
+        assert node._mounts(), "a running pod has mounts under the node's directory"
+    finally:
+        node.stop()
+        with contextlib.suppress(Exception):
+            cp.api("DELETE", "/api/v1/namespaces/default/pods/held?gracePeriodSeconds=0")
+            cp.api("DELETE", f"/api/v1/nodes/{node.name}")
+    assert node.leftovers() == []
