@@ -41,6 +41,7 @@ from .controlplane import free_port, k8s_bin_dir
 from .demo import NODES, POLICY
 from .exporter import UsageExporter
 from .kube import Kube
+from .realnode import sweep
 from .usage import UsageFeeder
 
 STATE_VARIABLE = "LOADWISE_DEV_STATE"
@@ -148,8 +149,9 @@ def supervisor_of(directory: Path) -> tuple[int, str | None] | None:
 class Supervisor:
     """Runs the cluster and the operator until SIGTERM or SIGINT, then stops all of it."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, real_nodes: int = 0) -> None:
         self.directory = directory
+        self.real_nodes = real_nodes
         self.cluster: LocalCluster | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self.state: dict[str, Any] = {"ready": False, "processes": {}, "dirs": []}
@@ -171,9 +173,13 @@ class Supervisor:
         signal.signal(signal.SIGTERM, stop_now)
         signal.signal(signal.SIGINT, stop_now)
         try:
-            self.cluster = LocalCluster()
+            self.cluster = LocalCluster(real_nodes=self.real_nodes)
             self.record(dirs=[str(self.cluster.cp.workdir)])
             self.cluster.start()
+            for node in self.cluster.real_nodes:
+                for name, proc in node.processes.items():
+                    self.record_process(f"{node.name}/{name}", proc.pid)
+            self.record(node_dirs=[str(node.workdir) for node in self.cluster.real_nodes])
             cp, prometheus = self.cluster.cp, self.cluster.prometheus
             assert prometheus is not None
             for name, proc in cp.processes.items():
@@ -359,7 +365,7 @@ def _lock(directory: Path) -> IO[str] | None:
     return handle
 
 
-def up(directory: Path, detach: bool) -> int:
+def up(directory: Path, detach: bool, real_nodes: int = 0) -> int:
     lock = _lock(directory)
     if lock is None:
         _say(
@@ -368,12 +374,12 @@ def up(directory: Path, detach: bool) -> int:
         )
         return 1
     try:
-        return _up(directory, detach)
+        return _up(directory, detach, real_nodes)
     finally:
         lock.close()
 
 
-def _up(directory: Path, detach: bool) -> int:
+def _up(directory: Path, detach: bool, real_nodes: int = 0) -> int:
     running = _running(directory)
     if running is not None:
         _say(f"a dev cluster is already running (supervisor pid {running[0]}, {directory}):")
@@ -382,12 +388,20 @@ def _up(directory: Path, detach: bool) -> int:
     if directory.exists():  # left by a supervisor that died: clean up after it first
         down(directory, quiet=True)
     directory.mkdir(parents=True, mode=0o700, exist_ok=True)  # kept: LOADWISE_KEEP_LOGS
-    _say("starting etcd, kube-apiserver, kube-controller-manager, Prometheus and loadwise")
+    extra = f", {real_nodes} real node(s) (kubelet + containerd)" if real_nodes else ""
+    _say(f"starting etcd, kube-apiserver, kube-controller-manager{extra}, Prometheus and loadwise")
     started = time.monotonic()
     log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - lives with the process
     env = dict(os.environ, **{STATE_VARIABLE: str(directory)})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loadwise_dev.devcluster", "serve", str(directory)],
+        [
+            sys.executable,
+            "-m",
+            "loadwise_dev.devcluster",
+            "serve",
+            str(directory),
+            str(real_nodes),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -488,6 +502,8 @@ def down(directory: Path, quiet: bool = False, child: subprocess.Popen[bytes] | 
         child.wait()
     if supervisor is not None and kill_group(supervisor[0], directory):
         leftovers.append("unrecorded processes of its group")
+    for path in (state or {}).get("node_dirs") or ():
+        sweep(Path(path))  # containers' shims and mounts, if the supervisor could not stop them
     for path in (state or {}).get("dirs") or ():
         if path:
             shutil.rmtree(path, ignore_errors=True)
@@ -590,6 +606,15 @@ def main(argv: list[str] | None = None) -> int:
     up_parser.add_argument(
         "-d", "--detach", action="store_true", help="return once it is up; stop with `down`"
     )
+    up_parser.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N real nodes: kubelets with containerd running real containers on this "
+        "machine (pods on them need hostNetwork: true and imagePullPolicy: Never; images "
+        "localhost/loadwise/burn:dev and the pause image are loaded)",
+    )
     sub.add_parser("down", help="stop every process and remove every temporary directory")
     sub.add_parser("status", help="what runs, the KUBECONFIG line, nodes and their load")
     load_parser = sub.add_parser("load", help="set a simulated node's usage, in percent")
@@ -597,12 +622,14 @@ def main(argv: list[str] | None = None) -> int:
     load_parser.add_argument("cpu", type=float, help="CPU usage, percent")
     load_parser.add_argument("memory", type=float, nargs="?", help="memory usage, percent")
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"] and len(argv) == 2:  # the supervisor, as `up` starts it
-        return Supervisor(Path(argv[1])).run()
+    if argv[:1] == ["serve"] and len(argv) == 3:  # the supervisor, as `up` starts it
+        return Supervisor(Path(argv[1]), int(argv[2])).run()
     args = parser.parse_args(argv)
     directory = state_dir()
     if args.command == "up":
-        return up(directory, args.detach)
+        if args.real_nodes < 0:
+            parser.error("--real-nodes must be 0 or more")
+        return up(directory, args.detach, args.real_nodes)
     if args.command == "down":
         return down(directory)
     if args.command == "status":

@@ -238,20 +238,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         containerd = self.processes.pop("containerd", None)
         if containerd is not None:
             _terminate(containerd)
-        for pid in self._our_pids():  # shims and anything they left
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while self._our_pids() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for mount in sorted(self._mounts(), key=lambda m: m.count("/"), reverse=True):
-            if subprocess.run(["umount", mount], capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", mount], capture_output=True)
         for cgroup in self._cgroup_dirs():
             with contextlib.suppress(OSError):
                 cgroup.rmdir()
-        if not os.environ.get("LOADWISE_KEEP_LOGS"):
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        sweep(self.workdir)
 
     def _kill_containers(self) -> None:
         tasks = [line.split()[0] for line in self.ctr("tasks", "ls", "-q").split() if line]
@@ -268,25 +258,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 self.ctr("containers", "delete", container, timeout=10)
 
     def _our_pids(self) -> list[int]:
-        """Processes whose command line names this node's directory (shims carry its socket)."""
-        mark = str(self.workdir).encode()
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            with contextlib.suppress(OSError):
-                if mark in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-        return pids
+        return pids_naming(self.workdir)
 
     def _mounts(self) -> list[str]:
-        prefix = str(self.workdir) + "/"
-        found = []
-        for line in Path("/proc/self/mounts").read_text().splitlines():
-            point = line.split()[1].replace("\\040", " ")
-            if point.startswith(prefix):
-                found.append(point)
-        return found
+        return mounts_under(self.workdir)
 
     def _cgroup_dirs(self) -> list[Path]:
         """The cgroups runc made for this node's containers, in every v1 hierarchy."""
@@ -328,6 +303,46 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 rules = subprocess.run([tool], capture_output=True, text=True).stdout
                 left += [f"{tool}: {line}" for line in rules.splitlines() if "KUBE-" in line]
         return left
+
+
+def pids_naming(directory: Path) -> list[int]:
+    """Processes whose command line names `directory` (a node's shims carry its socket)."""
+    mark = str(directory).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if mark in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+    return pids
+
+
+def mounts_under(directory: Path) -> list[str]:
+    prefix = str(directory) + "/"
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        point = line.split()[1].replace("\\040", " ")
+        if point.startswith(prefix):
+            found.append(point)
+    return found
+
+
+def sweep(directory: Path) -> None:
+    """What a node left in `directory`, gone: processes naming it killed, mounts under it
+    unmounted (deepest first), then the directory removed (kept with LOADWISE_KEEP_LOGS).
+    `loadwise dev down` calls it too, when the supervisor that ran the node died."""
+    for pid in pids_naming(directory):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pids_naming(directory) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for mount in sorted(mounts_under(directory), key=lambda m: m.count("/"), reverse=True):
+        if subprocess.run(["umount", mount], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", mount], capture_output=True)
+    if not os.environ.get("LOADWISE_KEEP_LOGS"):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _terminate(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:

@@ -21,6 +21,7 @@ import pytest
 from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.devcluster import alive, read_state, start_time, supervisor_of
 from loadwise_dev.prometheus_server import SIM_CPU_QUERY
+from loadwise_dev.realnode import pids_naming
 
 pytestmark = pytest.mark.cluster
 
@@ -240,3 +241,64 @@ def test_ctrl_c_ends_demo_keep_and_its_control_plane(tmp_path: Path) -> None:
     assert proc.returncode == 0, rest
     assert "stopped everything" in rest
     assert_all_gone({str(p): (p, s) for p, s in children.items()}, [workdir.group(1)])
+
+
+REAL_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: real
+spec:
+  schedulerName: loadwise-scheduler
+  hostNetwork: true
+  terminationGracePeriodSeconds: 10
+  nodeSelector: {loadwise.io/real-node: "true"}
+  containers:
+  - name: burn
+    image: localhost/loadwise/burn:dev
+    imagePullPolicy: Never
+    env: [{name: BURN_MILLICPU, value: "200"}]
+    resources:
+      requests: {cpu: 100m, memory: 128Mi}
+"""
+
+
+def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_path: Path) -> None:
+    """`loadwise dev up --real-nodes 1`: a kubelet and containerd run a real container placed
+    by loadwise; `down` stops kubelet, containerd and the container and leaves no process,
+    mount or directory behind, with the container still running when it is called."""
+    state_dir = tmp_path / "state"
+    env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir))
+    env.pop("KUBECONFIG", None)
+    try:
+        up = loadwise("dev", "up", "--detach", "--real-nodes", "1", env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        processes = started_processes(state_dir)
+        assert {"real-1/kubelet", "real-1/containerd"} <= set(processes)
+        state = read_state(state_dir)
+        assert state is not None and len(state["node_dirs"]) == 1
+        node_dir = state["node_dirs"][0]
+        dirs = [*state["dirs"], *state["node_dirs"], str(state_dir)]
+        user = dict(env, KUBECONFIG=str(state_dir / "kubeconfig"))
+        assert "real-1" in kubectl("get", "nodes", "-l", "loadwise.io/real-node=true", env=user)
+        kubectl("apply", "-f", "-", env=user, stdin=REAL_POD)
+        deadline = time.monotonic() + 60
+        phase = ""
+        while phase != "Running":
+            assert time.monotonic() < deadline, kubectl("describe", "pod", "real", env=user)
+            phase = kubectl("get", "pod", "real", "-o", "jsonpath={.status.phase}", env=user)
+            time.sleep(0.5)
+        described = kubectl("describe", "pod", "real", env=user)
+        assert "Successfully assigned default/real to real-1" in described
+        shims = [p for p in _pids_naming(node_dir) if p not in {v[0] for v in processes.values()}]
+        assert shims, "the container's shim runs beside kubelet and containerd"
+    finally:
+        down = loadwise("dev", "down", env=env, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert_all_gone(processes, dirs)
+    assert _pids_naming(node_dir) == []
+    assert [m for m in Path("/proc/self/mounts").read_text().splitlines() if node_dir in m] == []
+
+
+def _pids_naming(directory: str) -> list[int]:
+    return pids_naming(Path(directory))
