@@ -63,6 +63,7 @@ LEASE_NAMESPACE = "default"
 BY_METRICS = re.compile(r"by metrics (\d+)s old")
 EXPIRED_LOG = "expired; listing again"  # informer.py's log line on a 410 relist
 STARTED_LOG = "after process start"  # runtime.py logs it once per started scheduling loop
+STALE_LOG = "reservation of "  # scheduler.py's audit releasing a reservation no bind settled
 
 
 # --- settings ------------------------------------------------------------------------------------
@@ -1173,6 +1174,10 @@ async def measure(env: Env, row: Row, fault: Fault, result: dict[str, Any]) -> N
         create_errors=env.create_errors,
         fault_extra=fault.extra,
         relists_logged={r.identity: r.log_count(EXPIRED_LOG) for r in env.replicas},
+        # Reservations the audit had to release: each one is the invariant broken (and healed).
+        stale_reservations={
+            r.identity: r.log_count(STALE_LOG) for r in [*env.retired, *env.replicas]
+        },
         loops_started={r.identity: r.log_count(STARTED_LOG) for r in [*env.retired, *env.replicas]},
         exit_codes={r.identity: r.returncode for r in env.retired},
         harness_watch_reconnects=sum(w.reconnects for w in env.watchers),
@@ -1217,6 +1222,7 @@ def targets(s: Settings, row: Row, r: Mapping[str, Any]) -> dict[str, bool | Non
         "0 bound twice": r.get("bound_twice") == 0,
         "0 over-committed": r.get("overcommitted_nodes") == 0,
         "0 leaked": (all(v == 0 for v in leaks) if leaks else None),
+        "0 stale reservations": not any((r.get("stale_reservations") or {}).values()),
         "no crash": not r.get("crashed"),
         "degradation visible": r.get("degradation_visible") if row.expect_degradation else None,
     }
