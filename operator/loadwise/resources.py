@@ -89,22 +89,34 @@ NONZERO_MEMORY = 200 * 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class PodRequests:
     """Effective requests of a pod, as kube-scheduler computes them for fitting, and its CPU and
-    memory for scoring (`nonzero`: a missing container request counts as the defaults)."""
+    memory for scoring (`nonzero`: a missing container request counts as the defaults).
+
+    `placed`: the non-zero CPU and memory kube-scheduler's cache counts for the pod once it is
+    on a node (NodeInfo's NonZeroRequested). It equals `nonzero` except for a pod with
+    pod-level requests, where only a resource missing from its requests takes the default."""
 
     amounts: Mapping[str, int]
     nonzero: tuple[int, int] = (NONZERO_CPU, NONZERO_MEMORY)  # (cpu millicores, memory bytes)
+    placed: tuple[int, int] | None = None  # None: as `nonzero`
 
     def get(self, name: str) -> int:
         return self.amounts.get(name, 0)
 
+    @property
+    def placed_nonzero(self) -> tuple[int, int]:
+        return self.nonzero if self.placed is None else self.placed
+
     def __hash__(self) -> int:  # pods of one shape share a score-index heap
-        return hash((frozenset(self.amounts.items()), self.nonzero))
+        return hash((frozenset(self.amounts.items()), self.nonzero, self.placed))
 
 
 def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
-    """Effective pod requests: max(sum of app containers + sidecars, each init container's peak),
-    plus pod overhead. Sidecars are init containers with restartPolicy Always: they keep running,
-    so they add to every later init container and to the app containers.
+    """Effective pod requests, as the pinned Kubernetes computes them (component-helpers'
+    PodRequests): max(sum of app containers + sidecars, each init container's peak); then
+    pod-level requests (`spec.resources.requests`, KEP-2837) replace that for the resources
+    they name (cpu, memory, hugepages-*); then pod overhead is added. Sidecars are init
+    containers with restartPolicy Always: they keep running, so they add to every later init
+    container and to the app containers.
 
     Pods of one workload repeat one shape: the result is cached by the resources alone (start-up
     parses every pod in the cluster), and shared, so it is never mutated.
@@ -114,6 +126,7 @@ def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
             _shape(spec.get("containers")),
             _shape(spec.get("initContainers")),
             tuple((spec.get("overhead") or {}).items()),
+            tuple(((spec.get("resources") or {}).get("requests") or {}).items()),
         )
         hash(key)
     except (TypeError, AttributeError):  # odd values: computed (and refused) the long way
@@ -146,10 +159,39 @@ def _shape(containers: Any) -> tuple[Any, ...]:
     return tuple(shape)
 
 
+_DEFAULTS = {CPU: NONZERO_CPU, MEMORY: NONZERO_MEMORY}
+
+
 def _pod_requests(spec: Mapping[str, Any]) -> PodRequests:
-    total = _effective(spec, nonzero=False)
-    scored = _effective(spec, nonzero=True) if _misses_requests(spec) else total
-    return PodRequests(total, (scored.get(CPU, 0), scored.get(MEMORY, 0)))
+    pod_level = pod_level_requests(spec)
+    total = _effective(spec, {}, pod_level)
+    if pod_level is None:  # the usual case: both figures take the defaults for what is missing
+        scored = _effective(spec, _DEFAULTS, None) if _misses_requests(spec) else total
+        return PodRequests(total, (scored.get(CPU, 0), scored.get(MEMORY, 0)))
+    # NodeResources' scoring: every container missing a request takes the defaults, then the
+    # pod-level requests replace the sum (resource_allocation.go calculatePodResourceRequest).
+    scored = _effective(spec, _DEFAULTS, pod_level)
+    # The cache: only a resource missing from the pod's requests altogether takes its default
+    # (framework/types.go getNonMissingContainerRequests).
+    missing = {name: amount for name, amount in _DEFAULTS.items() if name not in total}
+    placed = _effective(spec, missing, pod_level) if missing else total
+    return PodRequests(
+        total,
+        (scored.get(CPU, 0), scored.get(MEMORY, 0)),
+        (placed.get(CPU, 0), placed.get(MEMORY, 0)),
+    )
+
+
+def pod_level_requests(spec: Mapping[str, Any]) -> dict[str, int] | None:
+    """The pod-level requests kube-scheduler honours (IsPodLevelRequestsSet: cpu, memory and
+    hugepages-*), or None when the pod sets none of them."""
+    raw = (spec.get("resources") or {}).get("requests") or {}
+    supported = {
+        name: to_amount(name, value)
+        for name, value in raw.items()
+        if name in (CPU, MEMORY) or str(name).startswith("hugepages-")
+    }
+    return supported or None
 
 
 def _misses_requests(spec: Mapping[str, Any]) -> bool:
@@ -165,14 +207,18 @@ def _misses_requests(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def _effective(spec: Mapping[str, Any], nonzero: bool) -> dict[str, int]:
+def _effective(
+    spec: Mapping[str, Any], defaults: Mapping[str, int], pod_level: Mapping[str, int] | None
+) -> dict[str, int]:
+    """Containers' aggregate (a container missing a request in `defaults` takes it from
+    there), replaced by `pod_level` where it names a resource, plus overhead."""
     total: dict[str, int] = {}
     for container in spec.get("containers") or ():
-        _add(total, _container_requests(container, nonzero))
+        _add(total, _container_requests(container, defaults))
     init_peak: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     for container in spec.get("initContainers") or ():
-        requests = _container_requests(container, nonzero)
+        requests = _container_requests(container, defaults)
         if container.get("restartPolicy") == "Always":
             _add(sidecars, requests)
             _max(init_peak, sidecars)
@@ -182,19 +228,22 @@ def _effective(spec: Mapping[str, Any], nonzero: bool) -> dict[str, int]:
             _max(init_peak, peak)
     _add(total, sidecars)
     _max(total, init_peak)
+    if pod_level:
+        total.update(pod_level)
     _add(total, parse_resource_list(spec.get("overhead")))
     return total
 
 
-def _container_requests(container: Mapping[str, Any], nonzero: bool = False) -> dict[str, int]:
+def _container_requests(
+    container: Mapping[str, Any], defaults: Mapping[str, int] | None = None
+) -> dict[str, int]:
     resources = container.get("resources") or {}
     requests = parse_resource_list(resources.get("requests"))
     # As in the API server's defaulting: a limit without a request makes the request equal it.
     for name, amount in parse_resource_list(resources.get("limits")).items():
         requests.setdefault(name, amount)
-    if nonzero:  # kube-scheduler's NonMissingContainerRequests: only a missing request
-        requests.setdefault(CPU, NONZERO_CPU)
-        requests.setdefault(MEMORY, NONZERO_MEMORY)
+    for name, amount in (defaults or {}).items():  # NonMissingContainerRequests
+        requests.setdefault(name, amount)
     return requests
 
 

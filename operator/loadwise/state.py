@@ -176,8 +176,9 @@ class ClusterState:
             for name, amount in pod.requests.amounts.items():
                 load.requested[name] = load.requested.get(name, 0) - amount
             load.requested[PODS] = load.requested.get(PODS, 0) - 1
-            load.scored[0] -= pod.requests.nonzero[0]
-            load.scored[1] -= pod.requests.nonzero[1]
+            placed = pod.requests.placed_nonzero
+            load.scored[0] -= placed[0]
+            load.scored[1] -= placed[1]
             load.host_ports.subtract(pod.host_ports)
             self._touch(pod.node_name)
         self.anti_affinity_pods.discard(uid)
@@ -222,8 +223,9 @@ class ClusterState:
         for name, amount in pod.requests.amounts.items():
             load.requested[name] = load.requested.get(name, 0) + amount
         load.requested[PODS] = load.requested.get(PODS, 0) + 1
-        load.scored[0] += pod.requests.nonzero[0]
-        load.scored[1] += pod.requests.nonzero[1]
+        placed = pod.requests.placed_nonzero
+        load.scored[0] += placed[0]
+        load.scored[1] += placed[1]
         if recent:
             # Bounded: placements older than the horizon (relative to the newest one here)
             # are dropped, since no sample is trusted that long.

@@ -68,3 +68,62 @@ def test_limits_default_requests() -> None:
     requests = pod_requests(spec)
     assert requests.get("cpu") == 300
     assert requests.get("nvidia.com/gpu") == 1
+
+
+# --- pod-level resources (KEP-2837), as component-helpers' PodRequests and the scheduler --------
+MI = 2**20
+
+
+def test_pod_level_requests_replace_the_containers_sum() -> None:
+    spec = {
+        "resources": {"requests": {"cpu": "1500m"}},
+        "containers": [{"name": "a"}, {"name": "b"}],  # no container requests at all
+    }
+    requests = pod_requests(spec)
+    assert requests.amounts == {"cpu": 1500}  # what NodeResourcesFit checks
+    # Scoring: every container missing a request takes the defaults, then the pod level wins.
+    assert requests.nonzero == (1500, 2 * 200 * MI)
+    # The scheduler's cache: memory is missing from the pod's requests: the defaults per container.
+    assert requests.placed_nonzero == (1500, 2 * 200 * MI)
+
+
+def test_scoring_and_the_cache_default_differently_with_pod_level_requests() -> None:
+    spec = {
+        "resources": {"requests": {"memory": "1Gi"}},
+        "containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "200m"}}},
+            {"name": "b"},
+        ],
+    }
+    requests = pod_requests(spec)
+    assert requests.amounts == {"cpu": 200, "memory": 1024 * MI}
+    assert requests.nonzero == (300, 1024 * MI)  # b's missing cpu request counts 100m
+    assert requests.placed_nonzero == (200, 1024 * MI)  # cpu is in the requests: no default
+
+
+def test_pod_level_requests_then_overhead_and_only_supported_resources() -> None:
+    spec = {
+        "resources": {
+            "requests": {"cpu": "1", "hugepages-2Mi": "4Mi", "ephemeral-storage": "1Gi"},
+        },
+        "containers": [
+            {"resources": {"requests": {"cpu": "3", "memory": "64Mi", "example.com/dev": "1"}}}
+        ],
+        "overhead": {"cpu": "100m"},
+    }
+    requests = pod_requests(spec)
+    # cpu from the pod level plus overhead; memory and the extended resource from containers;
+    # ephemeral-storage is not a pod-level resource, so the containers' (none) stands.
+    assert requests.amounts == {
+        "cpu": 1100,
+        "memory": 64 * MI,
+        "example.com/dev": 1,
+        "hugepages-2Mi": 4 * MI,
+    }
+
+
+def test_pods_without_pod_level_requests_are_unchanged() -> None:
+    spec = {"resources": {"limits": {"cpu": "2"}}, "containers": [{"name": "a"}]}
+    requests = pod_requests(spec)
+    assert requests.amounts == {}
+    assert requests.nonzero == requests.placed_nonzero == (100, 200 * MI)

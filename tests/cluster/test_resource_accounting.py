@@ -1,0 +1,75 @@
+"""Resource accounting against the real kube-scheduler on the same API server: pods with
+pod-level resources (KEP-2837), which loadwise once placed without counting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.kube import Kube
+
+from .conftest import OperatorFactory
+from .util import wait_event
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def kube_scheduler(local_cluster: LocalCluster) -> Iterator[None]:
+    local_cluster.cp.start_scheduler()
+    try:
+        yield
+    finally:
+        local_cluster.cp.stop_process("kube-scheduler")
+
+
+def pod_level(name: str, scheduler: str, cpu: str, node: str) -> dict[str, Any]:
+    body = manifests.pod(name, scheduler_name=scheduler)
+    body["spec"]["containers"][0]["resources"] = {}  # no container requests
+    body["spec"]["resources"] = {"requests": {"cpu": cpu}}
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return body
+
+
+async def test_pod_level_requests_fit_as_kube_scheduler_counts_them(
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    kube_scheduler: None,
+) -> None:
+    """Two pods of 1500m at the pod level on a 2-CPU node: one binds, one does not fit."""
+    for node in ("theirs", "ours"):
+        await local_cluster.add_node(kube, node, cpu="2", memory="8Gi")
+    async with operator():
+        outcome: dict[str, dict[str, str]] = {}
+        for scheduler, node in (("default-scheduler", "theirs"), ("loadwise-scheduler", "ours")):
+            for i in range(2):
+                body = pod_level(f"{node}-{i}", scheduler, "1500m", node)
+                body["metadata"]["namespace"] = ns
+                await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+
+            async def settled(node: str = node) -> dict[str, str] | None:
+                pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
+                mine = {
+                    p["metadata"]["name"]: p for p in pods if p["metadata"]["name"].startswith(node)
+                }
+                bound = {n: p["spec"].get("nodeName", "") for n, p in mine.items()}
+                refused = [n for n, p in mine.items() if manifests.marked_unschedulable(p)]
+                return (
+                    bound
+                    if len(mine) == 2 and sum(map(bool, bound.values())) == 1 and refused
+                    else None
+                )
+
+            outcome[scheduler] = await wait_for(settled, 30, interval=0.3, what=f"{scheduler} done")
+        (pending,) = [n for n, bound in outcome["loadwise-scheduler"].items() if not bound]
+        event = await wait_event(kube, ns, pending, "FailedScheduling")
+        assert "Insufficient cpu" in event["message"]
+    # The same answer from both: one bound, one pending, on identical nodes.
+    assert sorted(map(bool, outcome["default-scheduler"].values())) == [False, True]
+    assert sorted(map(bool, outcome["loadwise-scheduler"].values())) == [False, True]
