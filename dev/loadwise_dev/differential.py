@@ -46,6 +46,8 @@ TAINTS = [
 ]
 HOLD = "loadwise.io/differential-hold"  # a finalizer: keeps a ReplicaSet in deletion, inert
 WORKLOAD_STREAM = 0x5EED  # the Services' and owners' random stream, apart from the scenarios'
+RESOURCE_STREAM = 0x2837  # pod-level resources (KEP-2837): a stream of their own, so the
+# scenarios of a seed stay what they were before the generator made them
 TOLERATIONS = [
     {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
     {"key": "dedicated", "operator": "Exists"},
@@ -195,6 +197,37 @@ def gen_pod(rng: random.Random, name: str) -> dict[str, Any]:
     return pod
 
 
+def vary_resources(rng: random.Random, pod: dict[str, Any], share: float = 0.25) -> dict[str, Any]:
+    """With probability `share`, move some of the pod's requests to the pod level
+    (`spec.resources.requests`, KEP-2837): its cpu, its memory or both, at the same or a
+    larger amount, with the container keeping none, part or all of its own, and sometimes a
+    second container without requests. Both schedulers must count it the same way."""
+    if rng.random() >= share:
+        return pod
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    requests = container.setdefault("resources", {}).setdefault("requests", {})
+    pod_level: dict[str, str] = {}
+    for name in rng.choice([("cpu",), ("memory",), ("cpu", "memory")]):
+        amount = requests.get(name)
+        if amount is None:
+            continue
+        pod_level[name] = amount if rng.random() < 0.6 else _doubled(amount)
+        if rng.random() < 0.5:
+            del requests[name]  # the container keeps none of it
+    if not pod_level:
+        return pod
+    spec["resources"] = {"requests": pod_level}
+    if rng.random() < 0.3:
+        spec["containers"].append({"name": "helper", "image": container["image"]})
+    return pod
+
+
+def _doubled(amount: str) -> str:
+    number = "".join(c for c in amount if c.isdigit())
+    return f"{int(number) * 2}{amount[len(number) :]}"
+
+
 def gen_workloads(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Services and ReplicaSets selecting some of the generated pods (by `app`, or `tenant`)."""
     services, replicasets = [], []
@@ -305,6 +338,7 @@ class Report:
     placed: int = 0
     refused: int = 0
     owned: int = 0  # pods with system default spread constraints (owned by a ReplicaSet)
+    pod_level: int = 0  # pods with pod-level requests (KEP-2837)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -320,6 +354,7 @@ class Report:
             "loadwise_placed": self.placed,
             "loadwise_refused": self.refused,
             "owned_by_replicasets": self.owned,
+            "pod_level_requests": self.pod_level,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -377,6 +412,7 @@ async def run(
 ) -> Report:
     rng = random.Random(seed)
     workload_rng = random.Random(seed ^ WORKLOAD_STREAM)
+    resource_rng = random.Random(seed ^ RESOURCE_STREAM)
     report = Report()
     started = time.monotonic()
     for s in range(scenarios):
@@ -390,13 +426,15 @@ async def run(
         services, replicasets = gen_workloads(workload_rng)
         uids = await create_workloads(kube, services, replicasets)
         for pod in gen_existing(rng, nodes):
+            vary_resources(resource_rng, pod)
             own(workload_rng, pod, replicasets)
             await kube.create(
                 f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", owned_by(pod, uids)
             )
         await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
         for i in range(pods_per_scenario):
-            template = gen_pod(rng, "x")
+            template = vary_resources(resource_rng, gen_pod(rng, "x"))
+            report.pod_level += "resources" in template["spec"]
             own(workload_rng, template, replicasets)
             owned_by(template, uids)
             for constraint in template["spec"].get("topologySpreadConstraints") or ():
