@@ -182,6 +182,55 @@ def _pod_requests(spec: Mapping[str, Any]) -> PodRequests:
     )
 
 
+def resized(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """In-place resize (KEP-1287): a placed pod counts, per container, the larger of its spec's
+    requests and what the kubelet allocated or actuated (`status.containerStatuses[]
+    .allocatedResources` / `.resources.requests`), or only the latter two while the resize is
+    infeasible (component-helpers' determineEffectiveRequests, with UseStatusResources as the
+    scheduler's cache sets it). Returns the spec with those requests in place when they differ
+    from the spec's, else None (the usual case: no resize in flight)."""
+    statuses = {
+        cs.get("name"): cs
+        for key in ("containerStatuses", "initContainerStatuses")
+        for cs in status.get(key) or ()
+        if isinstance(cs, Mapping) and cs.get("resources") is not None
+    }
+    if not statuses:
+        return None
+    infeasible = any(
+        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+        for c in status.get("conditions") or ()
+    )
+    changed: dict[str, list[Any]] = {}
+    for key in ("containers", "initContainers"):
+        containers = list(spec.get(key) or ())
+        for i, container in enumerate(containers):
+            if key == "initContainers" and container.get("restartPolicy") != "Always":
+                continue  # only sidecars keep running with resized resources
+            cs = statuses.get(container.get("name"))
+            if cs is None:
+                continue
+            resources = container.get("resources") or {}
+            spec_requests = _with_limits(resources)
+            actuated = parse_resource_list((cs.get("resources") or {}).get("requests"))
+            allocated = parse_resource_list(cs.get("allocatedResources"))
+            effective: dict[str, int] = {} if infeasible else dict(spec_requests)
+            _max(effective, actuated)
+            _max(effective, allocated)
+            if effective != spec_requests:
+                quantities = {n: f"{v}m" if n == CPU else str(v) for n, v in effective.items()}
+                containers[i] = {**container, "resources": {"requests": quantities}}
+                changed[key] = containers
+    return {**spec, **changed} if changed else None
+
+
+def _with_limits(resources: Mapping[str, Any]) -> dict[str, int]:
+    requests = parse_resource_list(resources.get("requests"))
+    for name, amount in parse_resource_list(resources.get("limits")).items():
+        requests.setdefault(name, amount)
+    return requests
+
+
 def pod_level_requests(spec: Mapping[str, Any]) -> dict[str, int] | None:
     """The pod-level requests kube-scheduler honours (IsPodLevelRequestsSet: cpu, memory and
     hugepages-*), or None when the pod sets none of them."""

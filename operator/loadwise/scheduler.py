@@ -33,6 +33,7 @@ from .framework.types import (
     is_terminal,
     parse_pod,
     preempted_by_scheduler,
+    resize_key,
 )
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
@@ -199,6 +200,7 @@ class Scheduler:
                 and not known.assumed
                 and known.generation == int(meta.get("generation") or 0)
                 and all(getattr(known, f) == read(meta) for f, read in self._placed_from_metadata)
+                and known.resize_key == resize_key(raw.get("status") or {})
             ):
                 # Cheap path: most pod events are status churn. What preemption reads of the
                 # status (no plugin does) is kept current in place: the kubelet writes the

@@ -73,3 +73,50 @@ async def test_pod_level_requests_fit_as_kube_scheduler_counts_them(
     # The same answer from both: one bound, one pending, on identical nodes.
     assert sorted(map(bool, outcome["default-scheduler"].values())) == [False, True]
     assert sorted(map(bool, outcome["loadwise-scheduler"].values())) == [False, True]
+
+
+async def test_a_placed_pods_resize_counts_as_kube_scheduler_counts_it(
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    kube_scheduler: None,
+) -> None:
+    """A placed 500m pod whose resize to 1800m is allocated (status only, as a kubelet writes
+    it) leaves no room for a 1-CPU pod on a 2-CPU node, for either scheduler (KEP-1287)."""
+    async with operator():
+        outcome: dict[str, str | None] = {}
+        for scheduler, node in (("default-scheduler", "theirs"), ("loadwise-scheduler", "ours")):
+            await local_cluster.add_node(kube, node, cpu="2", memory="8Gi")
+            placed = manifests.pod(f"placed-{node}", namespace=ns, cpu="500m")
+            placed["spec"]["nodeName"] = node
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", placed)
+            status = {
+                "status": {
+                    "containerStatuses": [
+                        {
+                            "name": "app",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "imageID": "",
+                            "ready": True,
+                            "restartCount": 0,
+                            "state": {"running": {"startedAt": "2026-11-25T00:00:00Z"}},
+                            "allocatedResources": {"cpu": "1800m", "memory": "128Mi"},
+                            "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}},
+                        }
+                    ]
+                }
+            }
+            await kube.merge_patch(f"/api/v1/namespaces/{ns}/pods/placed-{node}/status", status)
+            body = manifests.pod(f"new-{node}", namespace=ns, scheduler_name=scheduler, cpu="1")
+            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+
+            async def settled(name: str = f"new-{node}") -> tuple[str | None] | None:
+                pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+                if pod["spec"].get("nodeName"):
+                    return (pod["spec"]["nodeName"],)
+                return (None,) if manifests.marked_unschedulable(pod) else None
+
+            (outcome[scheduler],) = await wait_for(settled, 30, interval=0.3, what="an outcome")
+    assert outcome == {"default-scheduler": None, "loadwise-scheduler": None}

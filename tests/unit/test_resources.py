@@ -1,8 +1,10 @@
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
-from loadwise.resources import parse_quantity, pod_requests, to_amount
+from loadwise.framework.types import parse_pod
+from loadwise.resources import parse_quantity, pod_requests, resized, to_amount
 
 
 @pytest.mark.parametrize(
@@ -127,3 +129,52 @@ def test_pods_without_pod_level_requests_are_unchanged() -> None:
     requests = pod_requests(spec)
     assert requests.amounts == {}
     assert requests.nonzero == requests.placed_nonzero == (100, 200 * MI)
+
+
+# --- in-place resize (KEP-1287): placed pods count max(spec, allocated, actual) ---------------
+def _resizing(allocated: str, actual: str, infeasible: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "containerStatuses": [
+            {
+                "name": "app",
+                "allocatedResources": {"cpu": allocated},
+                "resources": {"requests": {"cpu": actual}},
+            }
+        ]
+    }
+    if infeasible:
+        status["conditions"] = [{"type": "PodResizePending", "reason": "Infeasible"}]
+    return status
+
+
+SPEC = {
+    "containers": [{"name": "app", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+}
+
+
+def test_a_resize_in_flight_counts_the_larger_of_spec_and_status() -> None:
+    grown = resized(SPEC, _resizing("1500m", "500m"))  # allocated, not yet actuated
+    assert grown is not None and pod_requests(grown).amounts == {"cpu": 1500, "memory": 1024 * MI}
+    shrinking = resized(
+        {"containers": [{"name": "app", "resources": {"requests": {"cpu": "200m"}}}]},
+        _resizing("500m", "500m"),
+    )
+    assert shrinking is not None and pod_requests(shrinking).get("cpu") == 500  # not freed yet
+    assert resized(SPEC, _resizing("500m", "500m")) is None  # settled: the spec stands
+
+
+def test_an_infeasible_resize_counts_what_is_allocated_and_actual() -> None:
+    spec = {"containers": [{"name": "app", "resources": {"requests": {"cpu": "4"}}}]}
+    counted = resized(spec, _resizing("500m", "500m", infeasible=True))
+    assert counted is not None and pod_requests(counted).get("cpu") == 500
+
+
+def test_parse_pod_counts_a_placed_pods_resize_and_keys_it() -> None:
+    raw = {
+        "metadata": {"uid": "u", "name": "p", "namespace": "d"},
+        "spec": {**SPEC, "nodeName": "n1"},
+        "status": _resizing("1500m", "500m"),
+    }
+    pod = parse_pod(raw, placed=True)
+    assert pod.requests.get("cpu") == 1500 and pod.resize_key
+    assert parse_pod({**raw, "status": {}}, placed=True).requests.get("cpu") == 500

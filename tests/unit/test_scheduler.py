@@ -364,3 +364,38 @@ async def test_the_audit_releases_a_reservation_no_bind_settles() -> None:
         assert REGISTRY.get_sample_value("loadwise_stale_reservations") == 0
         assert sched.oldest_reservation() == 0.0
     assert sched.state.accounted_cpu() == 1000
+
+
+async def test_a_resize_seen_in_a_placed_pods_status_is_accounted_and_a_shrink_requeues() -> None:
+    """The kubelet writes a resize to the status only (the generation does not move): the
+    cheap path for status churn must still re-read the pod (KEP-1287)."""
+    api = Api()
+    sched = scheduler(api)
+    sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
+    placed = bound(raw_pod("placed", cpu="500m", scheduler_name="default-scheduler"), "n1")
+    placed["spec"]["containers"][0]["name"] = "app"
+    sched.on_pod_event("ADDED", placed)
+    assert sched.state.accounted_cpu() == 500
+
+    def with_status(cpu: str) -> dict[str, Any]:
+        status = {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "allocatedResources": {"cpu": cpu},
+                    "resources": {"requests": {"cpu": cpu}},
+                }
+            ],
+        }
+        return {**placed, "status": status}
+
+    sched.on_pod_event("MODIFIED", with_status("1800m"))
+    assert sched.state.accounted_cpu() == 1800
+    waiting = raw_pod("waiting", cpu="1")
+    async with running(sched):
+        sched.on_pod_event("ADDED", waiting)
+        await until(lambda: sched.queue.counts()["unschedulable"] == 1)
+        sched.on_pod_event("MODIFIED", with_status("500m"))  # resized down: room again
+        await until(lambda: len(api.binds("waiting")) == 1)
+    assert sched.state.accounted_cpu() == 1500

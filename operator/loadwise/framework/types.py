@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..resources import PodRequests, parse_resource_list, pod_requests
+from ..resources import PodRequests, parse_resource_list, pod_requests, resized
 from .podaffinity import AffinityTerm, preferred_terms, required_terms
 from .selectors import (
     NodeSelectorTerm,
@@ -105,6 +105,9 @@ class PodInfo:
     nominated_node: str = ""  # status.nominatedNodeName: room being made there for it
     start_time: str = ""  # status.startTime as written (RFC 3339, UTC): "" not started
     preempted: bool = False  # the DisruptionTarget condition, reason PreemptionByScheduler
+    # What of the status an in-place resize changes (allocated and actual resources, the
+    # PodResizePending condition): a change re-reads a placed pod (its generation does not move).
+    resize_key: tuple[Any, ...] = ()
 
     @property
     def key(self) -> str:
@@ -171,6 +174,12 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
         pod.preempted = preempted_by_scheduler(status)
     try:
         pod.requests = pod_requests(spec)
+        if placed:  # a resize in flight: counted at the larger of spec and status
+            pod.resize_key = resize_key(status)
+            if pod.resize_key:
+                effective = resized(spec, status)
+                if effective is not None:
+                    pod.requests = pod_requests(effective)
     except (ValueError, TypeError, AttributeError) as exc:
         pod.invalid_reason = f"invalid resource requests: {exc}"
     try:
@@ -271,6 +280,25 @@ def _scheduled_at(status: Mapping[str, Any]) -> float:
             stamp = condition.get("lastTransitionTime")
             return _timestamp(stamp) if stamp else 0.0
     return 0.0
+
+
+def resize_key(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The status fields an in-place resize moves, hashable; () when none is set."""
+    parts: list[Any] = []
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(key) or ():
+            if isinstance(cs, Mapping) and (cs.get("resources") or cs.get("allocatedResources")):
+                parts.append(
+                    (
+                        cs.get("name"),
+                        repr(cs.get("allocatedResources")),
+                        repr((cs.get("resources") or {}).get("requests")),
+                    )
+                )
+    for c in status.get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == "PodResizePending":
+            parts.append(("PodResizePending", c.get("reason")))
+    return tuple(parts)
 
 
 def is_terminal(raw: Mapping[str, Any]) -> bool:
