@@ -3,6 +3,7 @@ pod-level resources (KEP-2837), which loadwise once placed without counting."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,3 +121,70 @@ async def test_a_placed_pods_resize_counts_as_kube_scheduler_counts_it(
 
             (outcome[scheduler],) = await wait_for(settled, 30, interval=0.3, what="an outcome")
     assert outcome == {"default-scheduler": None, "loadwise-scheduler": None}
+
+
+async def test_a_nomination_set_by_another_component_is_honoured_as_kube_scheduler_does(
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    kube_scheduler: None,
+) -> None:
+    """KEP-5278: a component other than the scheduler (an autoscaler, a queue) sets
+    `status.nominatedNodeName`; the pod goes to that node when it fits there, though another
+    node would score better (kube-scheduler's evaluateNominatedNode)."""
+    async with operator():
+        chosen: dict[str, str] = {}
+        for scheduler, prefix in (("default-scheduler", "k"), ("loadwise-scheduler", "l")):
+            await local_cluster.add_node(kube, f"{prefix}-empty", cpu="8", memory="32Gi")
+            await local_cluster.add_node(kube, f"{prefix}-busy", cpu="8", memory="32Gi")
+            filler = manifests.pod(f"{prefix}-filler", namespace=ns, cpu="5", memory="20Gi")
+            filler["spec"]["nodeName"] = f"{prefix}-busy"
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", filler)
+            body = manifests.pod(f"{prefix}-nominated", namespace=ns, scheduler_name=scheduler)
+            body["spec"]["schedulingGates"] = [{"name": "example.com/queue"}]
+            body["spec"]["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": [f"{prefix}-empty", f"{prefix}-busy"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
+            path = f"/api/v1/namespaces/{ns}/pods/{prefix}-nominated"
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+            await kube.merge_patch(
+                f"{path}/status", {"status": {"nominatedNodeName": f"{prefix}-busy"}}
+            )
+            await kube.merge_patch(path, {"spec": {"schedulingGates": None}})
+
+            async def bound(path: str = path) -> str | None:
+                node = (await kube.get(path))["spec"].get("nodeName")
+                return str(node) if node else None
+
+            chosen[scheduler] = await wait_for(bound, 30, interval=0.3, what=f"{scheduler} bound")
+            # The control: the same pod without a nomination goes to the empty node.
+            control = {**body, "metadata": {**body["metadata"], "name": f"{prefix}-control"}}
+            control["spec"] = {k: v for k, v in body["spec"].items() if k != "schedulingGates"}
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", control)
+            chosen[f"{scheduler} control"] = await wait_for(
+                functools.partial(bound, f"/api/v1/namespaces/{ns}/pods/{prefix}-control"),
+                30,
+                interval=0.3,
+                what=f"{scheduler} control bound",
+            )
+    assert chosen == {
+        "default-scheduler": "k-busy",
+        "default-scheduler control": "k-empty",
+        "loadwise-scheduler": "l-busy",
+        "loadwise-scheduler control": "l-empty",
+    }
