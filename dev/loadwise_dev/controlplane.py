@@ -92,6 +92,16 @@ def make_pki(directory: Path) -> None:
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
     # The API server's client certificate towards kubelets (logs, exec, proxy, metrics).
     issue_cert(directory, directory, "kubelet-client", "/O=system:masters/CN=kube-apiserver")
+    # The aggregation layer's front proxy: its own CA, and the client certificate the API
+    # server presents to aggregated API servers (metrics-server trusts the user it names).
+    front = directory / "front-proxy"
+    front.mkdir()
+    _openssl("genrsa", "-out", "ca.key", "2048", cwd=front)
+    _openssl(
+        "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=loadwise-front-proxy-ca",
+        "-days", "365", "-out", "ca.crt", cwd=front,
+    )  # fmt: skip
+    issue_cert(front, front, "client", "/CN=front-proxy-client")
 
 
 def issue_cert(ca: Path, out: Path, stem: str, subject: str, san: str = "") -> None:
@@ -239,6 +249,13 @@ class ControlPlane:
             f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             f"--kubelet-certificate-authority={pki / 'ca.crt'}",
             "--kubelet-preferred-address-types=Hostname,InternalIP",
+            f"--requestheader-client-ca-file={pki / 'front-proxy' / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy' / 'client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy' / 'client.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",

@@ -41,6 +41,7 @@ from .controlplane import free_port, k8s_bin_dir
 from .demo import NODES, POLICY
 from .exporter import UsageExporter
 from .kube import Kube
+from .metrics_server import MetricsServer
 from .realnode import sweep
 from .usage import UsageFeeder
 
@@ -153,6 +154,7 @@ class Supervisor:
         self.directory = directory
         self.real_nodes = real_nodes
         self.cluster: LocalCluster | None = None
+        self.metrics_server: MetricsServer | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self.state: dict[str, Any] = {"ready": False, "processes": {}, "dirs": []}
 
@@ -209,6 +211,8 @@ class Supervisor:
             started = time.monotonic()
             self._stop_operator()
             _say(f"operator stopped in {time.monotonic() - started:.1f}s")
+            if self.metrics_server is not None:
+                self.metrics_server.stop()
             if self.cluster is not None:
                 started = time.monotonic()
                 self.cluster.stop()
@@ -227,6 +231,12 @@ class Supervisor:
             loop.add_signal_handler(sig, task.cancel)
         async with cluster.kube() as kube:
             await cluster.install_crd(kube)
+            if cluster.real_nodes:  # `kubectl top` for them: the real metrics-server
+                self.metrics_server = MetricsServer(cluster.cp).start()
+                assert self.metrics_server.process is not None
+                self.record_process("metrics-server", self.metrics_server.process.pid)
+                self.record(dirs=[*self.state["dirs"], str(self.metrics_server.workdir)])
+                await self.metrics_server.register(kube)
             await kube.create(POLICY, manifests.policy("default", cpu=2, memory=1))
             for name, (cpu, mem) in NODES.items():
                 body = manifests.node(name)

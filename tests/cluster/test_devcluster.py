@@ -281,6 +281,7 @@ def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_pa
         dirs = [*state["dirs"], *state["node_dirs"], str(state_dir)]
         user = dict(env, KUBECONFIG=str(state_dir / "kubeconfig"))
         assert "real-1" in kubectl("get", "nodes", "-l", "loadwise.io/real-node=true", env=user)
+        assert "metrics-server" in processes  # the real one, for `kubectl top`
         kubectl("apply", "-f", "-", env=user, stdin=REAL_POD)
         deadline = time.monotonic() + 60
         phase = ""
@@ -292,6 +293,19 @@ def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_pa
         assert "Successfully assigned default/real to real-1" in described
         shims = [p for p in _pids_naming(node_dir) if p not in {v[0] for v in processes.values()}]
         assert shims, "the container's shim runs beside kubelet and containerd"
+        deadline = time.monotonic() + 60
+        top = ""
+        while "real-1" not in top:  # the real metrics-server scrapes the real kubelet
+            assert time.monotonic() < deadline, "kubectl top node never showed real-1"
+            done = subprocess.run(
+                [str(k8s_bin_dir() / "kubectl"), "top", "node", "real-1"],
+                env=user,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            top = done.stdout
+            time.sleep(1)
     finally:
         down = loadwise("dev", "down", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -20,6 +20,7 @@ from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.images import BURN
 from loadwise_dev.kube import Kube, KubeError
+from loadwise_dev.metrics_server import MetricsServer
 from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 from loadwise_dev.realnode import RealNode
 
@@ -315,3 +316,60 @@ def test_stopping_a_real_node_leaves_nothing_behind(real_cluster: LocalCluster) 
             cp.api("DELETE", "/api/v1/namespaces/default/pods/held?gracePeriodSeconds=0")
             cp.api("DELETE", f"/api/v1/nodes/{node.name}")
     assert node.leftovers() == []
+
+
+# --- the real metrics-server ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+async def metrics_server(rkube: Kube, real_cluster: LocalCluster) -> AsyncIterator[MetricsServer]:
+    server = MetricsServer(real_cluster.cp).start()
+    await server.register(rkube)
+
+    async def served() -> bool:
+        try:
+            await rkube.get(f"/apis/metrics.k8s.io/v1beta1/nodes/{REAL}")
+            return True
+        except KubeError:
+            return False
+
+    try:
+        await wait_for(served, 90, interval=1.0, what="NodeMetrics of the real node")
+        yield server
+    finally:
+        await server.unregister(rkube)
+        server.stop()
+
+
+async def test_kubectl_top_and_loadwise_read_the_real_metrics_server_alike(
+    rkube: Kube, real_cluster: LocalCluster, rns: str, metrics_server: MetricsServer
+) -> None:
+    await rkube.create(
+        POLICIES, manifests.policy("ms", cpu=1, memory=0, metrics={"source": "metrics-server"})
+    )
+    try:
+        async with loadwise(real_cluster, metrics_sources=("metrics-server",)) as runtime:
+            await create_pod(rkube, rns, burner("topped", millicpu=300))
+            await wait_running(rkube, rns, "topped")
+
+            async def pod_metrics() -> bool:
+                path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{rns}/pods/topped"
+                return await rkube.exists(path)
+
+            await wait_for(pod_metrics, 60, interval=1.0, what="PodMetrics of the burner")
+            top_pod = kubectl(real_cluster, "top", "pod", "-n", rns, "topped", "--no-headers")
+            assert top_pod.returncode == 0, top_pod.stderr
+            millicores = int(top_pod.stdout.split()[1].rstrip("m"))
+            assert 150 <= millicores <= 450, top_pod.stdout  # it burns 300m
+            cache = runtime.scheduler.caches["metrics-server"]
+
+            async def sampled() -> bool:
+                return REAL in cache.samples
+
+            await wait_for(sampled, 30, interval=0.5, what="loadwise's metrics-server sample")
+            # Both read the same NodeMetrics window: the same CPU share of allocatable.
+            top = kubectl(real_cluster, "top", "node", REAL, "--no-headers")
+            assert top.returncode == 0, top.stderr
+            percent = int(top.stdout.split()[2].rstrip("%"))
+            await runtime.refresh_metrics()
+            assert abs(cache.samples[REAL].cpu * 100 - percent) <= 5, (top.stdout, cache.samples)
+    finally:
+        await rkube.delete(f"{POLICIES}/ms")
