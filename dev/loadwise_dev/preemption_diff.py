@@ -72,6 +72,9 @@ PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
 }
 
 
+POD_LEVEL_STREAM = 0x2837
+
+
 def priority_of(klass: str | None) -> int:
     return PRIORITY_CLASSES[klass][0] if klass else 0
 
@@ -99,6 +102,7 @@ class PodSpec:
     start: int  # seconds after EPOCH
     anti: str | None = None  # required hostname anti-affinity against pods with this app
     spread: bool = False  # a zone DoNotSchedule constraint (inert once bound; realism)
+    pod_level: bool = False  # its requests at the pod level (KEP-2837), same amounts
 
     @property
     def priority(self) -> int:
@@ -128,6 +132,7 @@ class PreemptorSpec:
     disk: str | None = None  # nodeSelector disk=...
     anti: str | None = None  # required hostname anti-affinity against this app
     spread: bool = False  # zone maxSkew 1 DoNotSchedule over its own app
+    pod_level: bool = False  # its requests at the pod level (KEP-2837), same amounts
 
     @property
     def priority(self) -> int:
@@ -357,7 +362,7 @@ def build_pod(case: Case, tag: str, spec: PodSpec) -> dict[str, Any]:
     body["spec"]["nodeName"] = node_name(case, tag, spec.node)
     body["spec"]["terminationGracePeriodSeconds"] = VICTIM_GRACE
     _constrain(body, spec.anti, spec.spread, spec.app)
-    return body
+    return _at_pod_level(body) if spec.pod_level else body
 
 
 def pod_status(spec: PodSpec) -> dict[str, Any]:
@@ -387,6 +392,14 @@ def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
         selector["disk"] = pre.disk
     body["spec"]["nodeSelector"] = selector
     _constrain(body, pre.anti, pre.spread, pre.app)
+    return _at_pod_level(body) if pre.pod_level else body
+
+
+def _at_pod_level(body: dict[str, Any]) -> dict[str, Any]:
+    """The same requests, declared at the pod level with none in the container: both
+    schedulers must count them alike (fit, victims' freed room, the reprieve)."""
+    container = body["spec"]["containers"][0]
+    body["spec"]["resources"] = {"requests": container["resources"].pop("requests")}
     return body
 
 
@@ -725,6 +738,14 @@ async def run(
     await ensure_priority_classes(kube)
     rng = random.Random(seed)
     generated = [generate(rng, i) for i in range(cases)]
+    # Pod-level requests on a stream of their own: a seed's cases stay what they were.
+    levels = random.Random(seed ^ POD_LEVEL_STREAM)
+    for case in generated:
+        for pod in case.pods:
+            pod.pod_level = levels.random() < 0.25
+        case.preemptor.pod_level = levels.random() < 0.25
+        if case.preemptor.pod_level or any(p.pod_level for p in case.pods):
+            case.tags.add("pod-level requests")
     report = Report(seed=seed, sides=tuple(sides), tags=tuple(tags))
     gate = asyncio.Semaphore(concurrency)
     started = time.monotonic()

@@ -42,5 +42,13 @@ async def test_loadwise_preempts_as_kube_scheduler_does(
     # agreement would mean little.
     mix = report.mix
     assert mix["ks preempted"] >= 20 and mix["ks none"] >= 5, preemption_diff.summary(report)
-    for tag in ("pdb", "never", "unresolvable-only", "affinity", "spread", "twin"):
+    for tag in (
+        "pdb",
+        "never",
+        "unresolvable-only",
+        "affinity",
+        "spread",
+        "twin",
+        "pod-level requests",
+    ):
         assert mix[tag] >= 1, (tag, preemption_diff.summary(report))
