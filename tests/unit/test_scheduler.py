@@ -399,3 +399,37 @@ async def test_a_resize_seen_in_a_placed_pods_status_is_accounted_and_a_shrink_r
         sched.on_pod_event("MODIFIED", with_status("500m"))  # resized down: room again
         await until(lambda: len(api.binds("waiting")) == 1)
     assert sched.state.accounted_cpu() == 1500
+
+
+async def test_two_hand_overs_with_a_wake_up_at_the_first_leave_no_pod_stuck() -> None:
+    """Issue 26 end to end, in the scheduler. With a pod parked, the queue waits with a deadline;
+    on Python 3.11 `wait_for` then swallowed a cancellation that came with the wake-up, so the
+    loop of a replica that lost the lease went on as a standby and bound the new pod. After the
+    next election and loss, that pod was left reserved and in flight with no bind behind it, for
+    good: the state bench/faults found. Now the loop stops, and the pod ends bound."""
+    hold = asyncio.Event()
+    api = Api(p=[hold, hold])  # its binds hang until the test lets them go
+    sched = scheduler(api)
+    sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
+    first = asyncio.create_task(sched.run())
+    sched.on_pod_event("ADDED", raw_pod("big", cpu="4"))  # parked: pop() waits with a deadline
+    await asyncio.sleep(0.05)
+    raw = raw_pod("p", cpu="500m")
+    sched.on_pod_event("ADDED", raw)
+    await asyncio.sleep(0)  # the wake-up is on its way...
+    first.cancel()  # ...as the lease is lost
+    sched.abandon()
+    await asyncio.sleep(0.05)
+    assert first.done() and not api.binds("p")  # no loop of an ended term binds
+    second = asyncio.create_task(sched.run())  # elected again
+    await asyncio.sleep(0.05)
+    second.cancel()  # and lost again
+    sched.abandon()
+    await asyncio.sleep(0.05)
+    hold.set()
+    async with running(sched):  # the term that lasts
+        await until(lambda: bool(api.events("Scheduled")), timeout=3.0)
+    assert sched.state.pods[uid(raw)].bind_landed and uid(raw) not in sched.queue
+    for task in (first, second):
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 1.0)
