@@ -140,6 +140,21 @@ def kubeconfig_with_cert(server: str, ca_file: Path, cert: Path, key: Path, user
     )
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0, kill: bool = False) -> None:
+    """SIGTERM (SIGKILL with `kill`), then SIGKILL if it outlives `timeout`; reaped."""
+    if proc.poll() is not None:
+        return
+    if kill:
+        proc.kill()
+    else:
+        proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def kubeconfig(server: str, ca_file: Path, token: str, user: str = "admin") -> str:
     ca = base64.b64encode(ca_file.read_bytes()).decode()
     return yaml.safe_dump(
@@ -336,17 +351,8 @@ class ControlPlane:
     def stop_process(self, name: str, timeout: float = 10.0, kill: bool = False) -> None:
         """SIGTERM (SIGKILL with `kill`), then SIGKILL if it outlives `timeout`."""
         proc = self.processes.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        if kill:
-            proc.kill()
-        else:
-            proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            terminate(proc, timeout, kill)
 
     # --- faults --------------------------------------------------------------------------------
     def stop_apiserver(self, kill: bool = False, timeout: float = 10.0) -> None:

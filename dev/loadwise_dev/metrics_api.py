@@ -21,7 +21,8 @@ from loadwise.status import stamp
 
 from .exporter import UsageExporter
 from .httpserve import ThreadedServer
-from .kube import Kube, KubeError
+from .kube import Kube
+from .metrics_server import register_metrics_api, unregister_metrics_api
 
 GROUP_VERSION = "metrics.k8s.io/v1beta1"
 WINDOW_SECONDS = 10
@@ -124,50 +125,7 @@ class MetricsApiStandIn:
 
     async def register(self, kube: Kube) -> None:
         """ExternalName Service + APIService, so kube-apiserver proxies metrics.k8s.io here."""
-        service = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "metrics-standin", "namespace": "kube-system"},
-            "spec": {
-                "type": "ExternalName",
-                "externalName": "localhost",
-                "ports": [{"port": self.port, "protocol": "TCP"}],
-            },
-        }
-        api_service = {
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": "v1beta1.metrics.k8s.io"},
-            "spec": {
-                "service": {
-                    "namespace": "kube-system",
-                    "name": "metrics-standin",
-                    "port": self.port,
-                },
-                "group": "metrics.k8s.io",
-                "version": "v1beta1",
-                "insecureSkipTLSVerify": True,
-                "groupPriorityMinimum": 100,
-                "versionPriority": 100,
-            },
-        }
-        for path, body in (
-            ("/api/v1/namespaces/kube-system/services", service),
-            ("/apis/apiregistration.k8s.io/v1/apiservices", api_service),
-        ):
-            try:
-                await kube.create(path, body)
-            except KubeError as exc:
-                if exc.status != 409:
-                    raise
+        await register_metrics_api(kube, "metrics-standin", self.port)
 
     async def unregister(self, kube: Kube) -> None:
-        for path in (
-            "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io",
-            "/api/v1/namespaces/kube-system/services/metrics-standin",
-        ):
-            try:
-                await kube.delete(path)
-            except KubeError as exc:
-                if exc.status != 404:
-                    raise
+        await unregister_metrics_api(kube, "metrics-standin")

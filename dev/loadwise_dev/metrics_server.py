@@ -19,11 +19,61 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .controlplane import ControlPlane, _cache, free_port, pinned_versions
+from .controlplane import ControlPlane, _cache, free_port, pinned_versions, terminate
 from .kube import Kube, KubeError
 
 SERVICE = "metrics-server"
 API_SERVICE = "v1beta1.metrics.k8s.io"
+
+
+async def register_metrics_api(kube: Kube, service: str, port: int) -> None:
+    """An ExternalName Service for localhost:`port` and the APIService `v1beta1.metrics.k8s.io`
+    on it, so kube-apiserver's aggregator proxies metrics.k8s.io there."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service, "namespace": "kube-system"},
+        "spec": {
+            "type": "ExternalName",
+            "externalName": "localhost",
+            "ports": [{"port": port, "protocol": "TCP"}],
+        },
+    }
+    api_service: dict[str, Any] = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": API_SERVICE},
+        "spec": {
+            "service": {"namespace": "kube-system", "name": service, "port": port},
+            "group": "metrics.k8s.io",
+            "version": "v1beta1",
+            # As metrics-server's own manifests: its serving certificate is self-signed.
+            "insecureSkipTLSVerify": True,
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+        },
+    }
+    for path, item in (
+        ("/api/v1/namespaces/kube-system/services", body),
+        ("/apis/apiregistration.k8s.io/v1/apiservices", api_service),
+    ):
+        try:
+            await kube.create(path, item)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+
+
+async def unregister_metrics_api(kube: Kube, service: str) -> None:
+    for path in (
+        f"/apis/apiregistration.k8s.io/v1/apiservices/{API_SERVICE}",
+        f"/api/v1/namespaces/kube-system/services/{service}",
+    ):
+        try:
+            await kube.delete(path)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
 
 
 def binary() -> Path:
@@ -74,58 +124,13 @@ class MetricsServer:
         return (self.workdir / "metrics-server.log").read_text(errors="replace")
 
     async def register(self, kube: Kube) -> None:
-        service = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": SERVICE, "namespace": "kube-system"},
-            "spec": {
-                "type": "ExternalName",
-                "externalName": "localhost",
-                "ports": [{"port": self.port, "protocol": "TCP"}],
-            },
-        }
-        api_service: dict[str, Any] = {
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": API_SERVICE},
-            "spec": {
-                "service": {"namespace": "kube-system", "name": SERVICE, "port": self.port},
-                "group": "metrics.k8s.io",
-                "version": "v1beta1",
-                # As metrics-server's own manifests: its serving certificate is self-signed.
-                "insecureSkipTLSVerify": True,
-                "groupPriorityMinimum": 100,
-                "versionPriority": 100,
-            },
-        }
-        for path, body in (
-            ("/api/v1/namespaces/kube-system/services", service),
-            ("/apis/apiregistration.k8s.io/v1/apiservices", api_service),
-        ):
-            try:
-                await kube.create(path, body)
-            except KubeError as exc:
-                if exc.status != 409:
-                    raise
+        await register_metrics_api(kube, SERVICE, self.port)
 
     async def unregister(self, kube: Kube) -> None:
-        for path in (
-            f"/apis/apiregistration.k8s.io/v1/apiservices/{API_SERVICE}",
-            f"/api/v1/namespaces/kube-system/services/{SERVICE}",
-        ):
-            try:
-                await kube.delete(path)
-            except KubeError as exc:
-                if exc.status != 404:
-                    raise
+        await unregister_metrics_api(kube, SERVICE)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            terminate(self.process)
         if not os.environ.get("LOADWISE_KEEP_LOGS"):
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from .controlplane import free_port
+from .controlplane import free_port, terminate
 
 # Queries for the simulation: same series as the defaults, with a rate window that fits a 1 s
 # scrape interval instead of node-exporter's usual 15-30 s.
@@ -87,11 +87,6 @@ class Prometheus:
             return json.loads(resp.read())
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            terminate(self.process)
         shutil.rmtree(self.workdir, ignore_errors=True)

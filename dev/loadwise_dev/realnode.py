@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from .controlplane import ControlPlane, free_port, issue_cert, kubeconfig_with_cert
+from .controlplane import ControlPlane, free_port, issue_cert, kubeconfig_with_cert, terminate
 
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -231,13 +231,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         """Containers, kubelet, containerd, shims, mounts, cgroups, the directory: all gone."""
         kubelet = self.processes.pop("kubelet", None)
         if kubelet is not None:
-            _terminate(kubelet)
+            terminate(kubelet)
         if self.processes.get("containerd") is not None and self.socket.exists():
             with contextlib.suppress(Exception):
                 self._kill_containers()
         containerd = self.processes.pop("containerd", None)
         if containerd is not None:
-            _terminate(containerd)
+            terminate(containerd)
         for cgroup in self._cgroup_dirs():
             with contextlib.suppress(OSError):
                 cgroup.rmdir()
@@ -345,17 +345,6 @@ def sweep(directory: Path) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _terminate(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 class NodeExporter:
     """The real node-exporter (Debian's prometheus-node-exporter) for the real nodes, on
     127.0.0.1. Every real node on this machine shares its one kernel, so one exporter serves
@@ -387,7 +376,7 @@ class NodeExporter:
 
     def stop(self) -> None:
         if self.process is not None:
-            _terminate(self.process)
+            terminate(self.process)
 
 
 def scrape_configs(
