@@ -62,6 +62,7 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
             ("poddisruptionbudgets", "policy"),  # preemption spares what they protect
+            ("deviceclasses", "resource.k8s.io"),  # DRA-backed extended resources (refused)
             ("schedulingpolicies", "loadwise.io"),  # policywatch
         )
         for verb in ("list", "watch")

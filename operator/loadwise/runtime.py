@@ -29,8 +29,8 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
+from . import device_classes, prefetch
 from . import observability as obs
-from . import prefetch
 from . import secure_serving as serving
 from .binder import Binder
 from .config import Config
@@ -46,7 +46,7 @@ from .queue import SchedulingQueue
 from .reporting import Reporter
 from .scheduler import Scheduler
 from .state import ClusterState
-from .transport import REQUEST_TIMEOUT, Http, Transport
+from .transport import REQUEST_TIMEOUT, ApiError, Http, Transport
 from .workload_selectors import WorkloadSelectors, namespaced_name
 
 log = logging.getLogger(__name__)
@@ -246,6 +246,14 @@ class Runtime:
             ),
         )
         self.pod_informer = self.informers[2]
+        # Optional: DeviceClasses (DRA-backed extended resources are refused, not guessed). A
+        # cluster without resource.k8s.io/v1, or a role without the rule, runs without it.
+        self.device_classes: Informer | None = Informer(
+            transport,
+            device_classes.PATH,
+            scheduler.device_classes.on_event,
+            on_relisted=scheduler.device_classes.relisted,
+        )
         self.policies = PolicyWatch(transport, scheduler, self.degradations)
         self.reporter = Reporter(
             transport,
@@ -350,7 +358,7 @@ class Runtime:
         began, cpu = time.monotonic(), time.process_time()
         lists = asyncio.gather(*(informer.list(from_cache=True) for informer in self.informers))
         try:
-            keys, _ = await asyncio.gather(lists, self.policies.seed())
+            keys, _, _ = await asyncio.gather(lists, self.policies.seed(), self._seed_optional())
         finally:
             prefetch.abandon_all()  # a start-up retry lists afresh
         log.info(
@@ -365,8 +373,27 @@ class Runtime:
             time.process_time() - cpu,
         )
 
+    async def _seed_optional(self) -> None:
+        informer = self.device_classes
+        if informer is None:
+            return
+        try:
+            await informer.list()
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            log.info(
+                "DeviceClasses not readable (HTTP %s): pods requesting DRA-backed extended "
+                "resources are not recognised as such",
+                exc.status,
+            )
+            self.device_classes = None
+
+    def _watched(self) -> list[Informer]:
+        return [*self.informers, *([self.device_classes] if self.device_classes else [])]
+
     def _start_tasks(self) -> None:
-        for informer in self.informers:
+        for informer in self._watched():
             self._spawn(f"watch{informer.path}", informer.run())
         self._spawn("policy-watch", self.policies.run())
         self._spawn("metrics-refresh", self._refresh_forever())
@@ -467,7 +494,7 @@ class Runtime:
         if lead is not None and lead.done() and not lead.cancelled():
             problems.append("scheduling loop stopped")
         now = time.monotonic()
-        watched = [*self.informers]
+        watched = self._watched()
         if self.policies.crd_present:
             watched.append(self.policies.informer)
         for informer in watched:
@@ -569,7 +596,7 @@ class Runtime:
         # Closing a session does not wake a reader blocked on a streaming response (aiohttp
         # 3.14), so each watch is restarted explicitly; requests in flight hit their timeouts.
         self.transport.reset()
-        for informer in (*self.informers, self.policies.informer):
+        for informer in (*self._watched(), self.policies.informer):
             informer.restart()
 
     async def _probe_api(self) -> bool:

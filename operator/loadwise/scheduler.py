@@ -20,6 +20,7 @@ from typing import Any
 
 from . import observability as obs
 from .binder import Binder, BindResult
+from .device_classes import DeviceClasses
 from .events import EventWriter
 from .framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from .framework.disruption_budgets import DisruptionBudget, parse_budget
@@ -139,6 +140,7 @@ class Scheduler:
         # a node (uid), whose room other pods of no higher priority must leave alone.
         self.budgets: dict[str, DisruptionBudget] = {}
         self.nominated: dict[str, PodInfo] = {}
+        self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
 
     # --- watch events ------------------------------------------------------------------------
     def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -347,7 +349,10 @@ class Scheduler:
         learned = self.learned_for(policy)
         held = self.held_for(pod) if self.nominated else {}
         result: Decision | Unschedulable | None
-        if held or pod.nominated_node:  # rare: while preemption makes room somewhere
+        refused = self.device_classes.refusal(pod)
+        if refused is not None:  # DRA decides this pod's fit: loadwise cannot
+            result = Unschedulable(f"pod cannot be scheduled: {refused}", {})
+        elif held or pod.nominated_node:  # rare: while preemption makes room somewhere
             nominated = Nominated(self.state, held)
             result = schedule_one(
                 pod, self.state, policy, samples, now, self.rng, self.profile, learned, nominated
@@ -371,7 +376,7 @@ class Scheduler:
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
         message = result.message
-        outcome = None if pod.invalid_reason else self.post_filter(pod, policy, held)
+        outcome = None if pod.invalid_reason or refused else self.post_filter(pod, policy, held)
         if isinstance(outcome, NoPreemption):
             message = f"{message} preemption: {outcome.message}"
         if log.isEnabledFor(logging.DEBUG):

@@ -52,6 +52,7 @@ EXPECTED_RULES = [
         "verbs": ["list", "watch"],
     },
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},

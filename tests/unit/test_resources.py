@@ -3,6 +3,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.device_classes import DeviceClasses
 from loadwise.framework.types import parse_pod
 from loadwise.resources import parse_quantity, pod_requests, resized, to_amount
 
@@ -178,3 +179,23 @@ def test_parse_pod_counts_a_placed_pods_resize_and_keys_it() -> None:
     pod = parse_pod(raw, placed=True)
     assert pod.requests.get("cpu") == 1500 and pod.resize_key
     assert parse_pod({**raw, "status": {}}, placed=True).requests.get("cpu") == 500
+
+
+def test_device_classes_name_the_extended_resources_they_back() -> None:
+    classes = DeviceClasses()
+    pod = parse_pod(
+        {
+            "metadata": {"uid": "u", "name": "p", "namespace": "d"},
+            "spec": {"containers": [{"resources": {"requests": {"example.com/gpu": "1"}}}]},
+        }
+    )
+    assert classes.refusal(pod) is None  # no class: an ordinary extended resource
+    classes.on_event("ADDED", {"metadata": {"name": "gpus"}, "spec": {}})
+    assert classes.refusal(pod) is None  # the class backs only its implicit name
+    classes.on_event(
+        "MODIFIED",
+        {"metadata": {"name": "gpus"}, "spec": {"extendedResourceName": "example.com/gpu"}},
+    )
+    assert "DeviceClass gpus" in (classes.refusal(pod) or "")
+    classes.relisted(set())
+    assert classes.refusal(pod) is None
