@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -182,46 +182,129 @@ def _pod_requests(spec: Mapping[str, Any]) -> PodRequests:
     )
 
 
-def resized(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """In-place resize (KEP-1287): a placed pod counts, per container, the larger of its spec's
-    requests and what the kubelet allocated or actuated (`status.containerStatuses[]
-    .allocatedResources` / `.resources.requests`), or only the latter two while the resize is
-    infeasible (component-helpers' determineEffectiveRequests, with UseStatusResources as the
-    scheduler's cache sets it). Returns the spec with those requests in place when they differ
-    from the spec's, else None (the usual case: no resize in flight)."""
+def placed_requests(spec: Mapping[str, Any], status: Mapping[str, Any]) -> PodRequests:
+    """A placed pod's requests as the scheduler's cache counts them in Kubernetes 1.37
+    (PodRequests with UseStatusResources, InPlacePodLevelResourcesVerticalScaling on): while an
+    in-place resize (KEP-1287) is pending or in progress, the larger of the spec's aggregate and
+    what the kubelet allocated and actuated (the pod-level status maps when the kubelet fills
+    them, else each container's status), or only the latter two while the resize is
+    infeasible; pod-level requests likewise against the pod's status. Without such status
+    fields this is `pod_requests(spec)`."""
+    if not _has_status_resources(status):
+        return pod_requests(spec)
+    pod_level = pod_level_requests(spec)
+    total = _with_status(spec, status, {}, pod_level)
+    if pod_level is None:
+        scored = _with_status(spec, status, _DEFAULTS, None) if _misses_requests(spec) else total
+        return PodRequests(total, (scored.get(CPU, 0), scored.get(MEMORY, 0)))
+    scored = _with_status(spec, status, _DEFAULTS, pod_level)
+    missing = {name: amount for name, amount in _DEFAULTS.items() if name not in total}
+    placed = _with_status(spec, status, missing, pod_level) if missing else total
+    return PodRequests(
+        total,
+        (scored.get(CPU, 0), scored.get(MEMORY, 0)),
+        (placed.get(CPU, 0), placed.get(MEMORY, 0)),
+    )
+
+
+def _has_status_resources(status: Mapping[str, Any]) -> bool:
+    if status.get("allocatedResources") or status.get("resources"):
+        return True
+    return any(
+        isinstance(cs, Mapping) and (cs.get("allocatedResources") or cs.get("resources"))
+        for key in ("containerStatuses", "initContainerStatuses")
+        for cs in status.get(key) or ()
+    )
+
+
+def _with_status(
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    defaults: Mapping[str, int],
+    pod_level: Mapping[str, int] | None,
+) -> dict[str, int]:
+    infeasible = any(
+        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+        for c in status.get("conditions") or ()
+        if isinstance(c, Mapping)
+    )
     statuses = {
         cs.get("name"): cs
         for key in ("containerStatuses", "initContainerStatuses")
         for cs in status.get(key) or ()
-        if isinstance(cs, Mapping) and cs.get("resources") is not None
+        if isinstance(cs, Mapping)
     }
-    if not statuses:
-        return None
-    infeasible = any(
-        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
-        for c in status.get("conditions") or ()
-    )
-    changed: dict[str, list[Any]] = {}
-    for key in ("containers", "initContainers"):
-        containers = list(spec.get(key) or ())
-        for i, container in enumerate(containers):
-            if key == "initContainers" and container.get("restartPolicy") != "Always":
-                continue  # only sidecars keep running with resized resources
-            cs = statuses.get(container.get("name"))
-            if cs is None:
-                continue
-            resources = container.get("resources") or {}
-            spec_requests = _with_limits(resources)
-            actuated = parse_resource_list((cs.get("resources") or {}).get("requests"))
-            allocated = parse_resource_list(cs.get("allocatedResources"))
-            effective: dict[str, int] = {} if infeasible else dict(spec_requests)
-            _max(effective, actuated)
-            _max(effective, allocated)
-            if effective != spec_requests:
-                quantities = {n: f"{v}m" if n == CPU else str(v) for n, v in effective.items()}
-                containers[i] = {**container, "resources": {"requests": quantities}}
-                changed[key] = containers
-    return {**spec, **changed} if changed else None
+
+    def allocated_of(container: Mapping[str, Any]) -> Mapping[str, int] | None:
+        cs = statuses.get(container.get("name"))
+        if cs is not None and cs.get("allocatedResources") is not None:
+            return parse_resource_list(cs.get("allocatedResources"))
+        return None if infeasible else _with_limits(container.get("resources") or {})
+
+    def actuated_of(container: Mapping[str, Any]) -> Mapping[str, int] | None:
+        cs = statuses.get(container.get("name"))
+        actual = ((cs or {}).get("resources") or {}).get("requests")
+        if actual is not None:
+            return parse_resource_list(actual)
+        return allocated_of(container)
+
+    spec_total = _aggregate(spec, defaults, lambda c: _with_limits(c.get("resources") or {}))
+    pod_allocated = status.get("allocatedResources")
+    pod_actual = (status.get("resources") or {}).get("requests")
+    if pod_allocated is not None and pod_actual is not None:  # the kubelet's pod-level sums
+        allocated, actuated = parse_resource_list(pod_allocated), parse_resource_list(pod_actual)
+    else:
+        allocated = _aggregate(spec, defaults, allocated_of)
+        actuated = _aggregate(spec, defaults, actuated_of)
+    total = {} if infeasible else dict(spec_total)
+    _max(total, actuated)
+    _max(total, allocated)
+    if pod_level:
+        effective = {} if infeasible else dict(pod_level)
+        pod_status = status.get("resources")
+        if pod_status is not None:
+            _max(effective, parse_resource_list(pod_status.get("requests")))
+            _max(effective, parse_resource_list(status.get("allocatedResources")))
+        else:
+            effective = dict(pod_level)
+        total.update(
+            {n: a for n, a in effective.items() if n in (CPU, MEMORY) or n.startswith("hugepages-")}
+        )
+    _add(total, parse_resource_list(spec.get("overhead")))
+    return total
+
+
+def _aggregate(
+    spec: Mapping[str, Any],
+    defaults: Mapping[str, int],
+    requests_of: Callable[[Mapping[str, Any]], Mapping[str, int] | None],
+) -> dict[str, int]:
+    """Containers plus sidecars, against each init container's peak, with `requests_of`
+    giving each container's requests (None: none) and `defaults` filling what is missing."""
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        _add(total, _defaulted(requests_of(container), defaults))
+    init_peak: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    for container in spec.get("initContainers") or ():
+        requests = _defaulted(requests_of(container), defaults)
+        if container.get("restartPolicy") == "Always":
+            _add(total, requests)
+            _add(sidecars, requests)
+            _max(init_peak, sidecars)
+        else:
+            peak = dict(sidecars)
+            _add(peak, requests)
+            _max(init_peak, peak)
+    _max(total, init_peak)
+    return total
+
+
+def _defaulted(requests: Mapping[str, int] | None, defaults: Mapping[str, int]) -> dict[str, int]:
+    result = dict(requests or {})
+    for name, amount in defaults.items():
+        result.setdefault(name, amount)
+    return result
 
 
 def _with_limits(resources: Mapping[str, Any]) -> dict[str, int]:
@@ -261,39 +344,11 @@ def _effective(
 ) -> dict[str, int]:
     """Containers' aggregate (a container missing a request in `defaults` takes it from
     there), replaced by `pod_level` where it names a resource, plus overhead."""
-    total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
-        _add(total, _container_requests(container, defaults))
-    init_peak: dict[str, int] = {}
-    sidecars: dict[str, int] = {}
-    for container in spec.get("initContainers") or ():
-        requests = _container_requests(container, defaults)
-        if container.get("restartPolicy") == "Always":
-            _add(sidecars, requests)
-            _max(init_peak, sidecars)
-        else:
-            peak = dict(sidecars)
-            _add(peak, requests)
-            _max(init_peak, peak)
-    _add(total, sidecars)
-    _max(total, init_peak)
+    total = _aggregate(spec, defaults, lambda c: _with_limits(c.get("resources") or {}))
     if pod_level:
         total.update(pod_level)
     _add(total, parse_resource_list(spec.get("overhead")))
     return total
-
-
-def _container_requests(
-    container: Mapping[str, Any], defaults: Mapping[str, int] | None = None
-) -> dict[str, int]:
-    resources = container.get("resources") or {}
-    requests = parse_resource_list(resources.get("requests"))
-    # As in the API server's defaulting: a limit without a request makes the request equal it.
-    for name, amount in parse_resource_list(resources.get("limits")).items():
-        requests.setdefault(name, amount)
-    for name, amount in (defaults or {}).items():  # NonMissingContainerRequests
-        requests.setdefault(name, amount)
-    return requests
 
 
 def _add(into: dict[str, int], other: Mapping[str, int]) -> None:

@@ -5,7 +5,7 @@ import pytest
 
 from loadwise.device_classes import DeviceClasses
 from loadwise.framework.types import parse_pod
-from loadwise.resources import parse_quantity, pod_requests, resized, to_amount
+from loadwise.resources import parse_quantity, placed_requests, pod_requests, to_amount
 
 
 @pytest.mark.parametrize(
@@ -154,20 +154,52 @@ SPEC = {
 
 
 def test_a_resize_in_flight_counts_the_larger_of_spec_and_status() -> None:
-    grown = resized(SPEC, _resizing("1500m", "500m"))  # allocated, not yet actuated
-    assert grown is not None and pod_requests(grown).amounts == {"cpu": 1500, "memory": 1024 * MI}
-    shrinking = resized(
-        {"containers": [{"name": "app", "resources": {"requests": {"cpu": "200m"}}}]},
-        _resizing("500m", "500m"),
-    )
-    assert shrinking is not None and pod_requests(shrinking).get("cpu") == 500  # not freed yet
-    assert resized(SPEC, _resizing("500m", "500m")) is None  # settled: the spec stands
+    grown = placed_requests(SPEC, _resizing("1500m", "500m"))  # allocated, not yet actuated
+    assert grown.amounts == {"cpu": 1500, "memory": 1024 * MI}
+    small = {"containers": [{"name": "app", "resources": {"requests": {"cpu": "200m"}}}]}
+    assert placed_requests(small, _resizing("500m", "500m")).get("cpu") == 500  # not freed yet
+    assert placed_requests(SPEC, _resizing("500m", "500m")).amounts == pod_requests(SPEC).amounts
 
 
 def test_an_infeasible_resize_counts_what_is_allocated_and_actual() -> None:
     spec = {"containers": [{"name": "app", "resources": {"requests": {"cpu": "4"}}}]}
-    counted = resized(spec, _resizing("500m", "500m", infeasible=True))
-    assert counted is not None and pod_requests(counted).get("cpu") == 500
+    assert placed_requests(spec, _resizing("500m", "500m", infeasible=True)).get("cpu") == 500
+
+
+def test_resize_takes_the_larger_aggregate_not_each_containers_larger() -> None:
+    """Kubernetes 1.37: max(spec sum, actuated sum, allocated sum), not a sum of maxima."""
+    spec = {
+        "containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "1"}}},
+        ]
+    }
+    status = {
+        "containerStatuses": [
+            {
+                "name": "a",
+                "allocatedResources": {"cpu": "1500m"},
+                "resources": {"requests": {"cpu": "1500m"}},
+            },
+            {
+                "name": "b",
+                "allocatedResources": {"cpu": "200m"},
+                "resources": {"requests": {"cpu": "200m"}},
+            },
+        ]
+    }
+    assert placed_requests(spec, status).get("cpu") == 2000  # spec 2000 > status 1700
+
+
+def test_the_pod_level_status_sums_win_when_the_kubelet_writes_them() -> None:
+    status = {
+        "allocatedResources": {"cpu": "3"},
+        "resources": {"requests": {"cpu": "2"}},
+        "containerStatuses": [{"name": "app", "allocatedResources": {"cpu": "100m"}}],
+    }
+    assert placed_requests(SPEC, status).get("cpu") == 3000
+    pod_level = {**SPEC, "resources": {"requests": {"cpu": "1"}}}
+    assert placed_requests(pod_level, status).get("cpu") == 3000  # max(1, 2, 3) at the pod level
 
 
 def test_parse_pod_counts_a_placed_pods_resize_and_keys_it() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..resources import PodRequests, parse_resource_list, pod_requests, resized
+from ..resources import PodRequests, parse_resource_list, placed_requests, pod_requests
 from .podaffinity import AffinityTerm, preferred_terms, required_terms
 from .selectors import (
     NodeSelectorTerm,
@@ -173,13 +173,11 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
     if pod.deleting:  # the victim mark matters only once the pod is going
         pod.preempted = preempted_by_scheduler(status)
     try:
-        pod.requests = pod_requests(spec)
         if placed:  # a resize in flight: counted at the larger of spec and status
             pod.resize_key = resize_key(status)
-            if pod.resize_key:
-                effective = resized(spec, status)
-                if effective is not None:
-                    pod.requests = pod_requests(effective)
+            pod.requests = placed_requests(spec, status) if pod.resize_key else pod_requests(spec)
+        else:
+            pod.requests = pod_requests(spec)
     except (ValueError, TypeError, AttributeError) as exc:
         pod.invalid_reason = f"invalid resource requests: {exc}"
     try:
@@ -295,6 +293,8 @@ def resize_key(status: Mapping[str, Any]) -> tuple[Any, ...]:
                         repr((cs.get("resources") or {}).get("requests")),
                     )
                 )
+    if status.get("allocatedResources") or status.get("resources"):  # the pod-level sums
+        parts.append((repr(status.get("allocatedResources")), repr(status.get("resources"))))
     for c in status.get("conditions") or ():
         if isinstance(c, Mapping) and c.get("type") == "PodResizePending":
             parts.append(("PodResizePending", c.get("reason")))
