@@ -256,6 +256,9 @@ async def test_a_real_node_made_hot_by_real_cpu_gets_nothing_new_while_a_cooler_
     finally:
         with contextlib.suppress(KubeError):
             await rkube.delete(f"{POLICIES}/real")
+        for i in range(4):  # on the simulated node: no kubelet finishes their deletion
+            with contextlib.suppress(KubeError):
+                await rkube.delete_pod_now(rns, f"new-{i}")
         await rkube.delete("/api/v1/nodes/cool")
         real_cluster.exporter.remove("cool")
 
