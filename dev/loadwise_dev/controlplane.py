@@ -1,12 +1,15 @@
 """A real local control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager, and
 (on demand) kube-scheduler, built by hack/ensure-tools from pinned Kubernetes modules.
 
-No kubelet runs: nodes are Node objects created through the API. Two choices follow from that:
+Simulated nodes have no kubelet: they are Node objects created through the API (real nodes, with
+a kubelet, are realnode.py's). Two choices follow from that:
 - the node lifecycle controller is off (it would mark kubelet-less nodes NotReady and evict);
 - the TaintNodesByCondition admission plugin is off (it taints every new Node not-ready, and with
   no lifecycle controller nothing would remove the taint).
-Authentication is a static admin token (group system:masters) plus real service-account tokens
-(TokenRequest), so tests can run the operator with exactly the chart's RBAC.
+Authentication is a static admin token (group system:masters), real service-account tokens
+(TokenRequest), so tests can run the operator with exactly the chart's RBAC, and client
+certificates from the harness CA (kubelets, under the Node authorizer and NodeRestriction); the
+aggregation layer has front-proxy certificates (the real metrics-server).
 """
 
 from __future__ import annotations
