@@ -48,6 +48,7 @@ HOLD = "loadwise.io/differential-hold"  # a finalizer: keeps a ReplicaSet in del
 WORKLOAD_STREAM = 0x5EED  # the Services' and owners' random stream, apart from the scenarios'
 RESOURCE_STREAM = 0x2837  # pod-level resources (KEP-2837): a stream of their own, so the
 # scenarios of a seed stay what they were before the generator made them
+RESIZE_STREAM = 0x1287  # in-place resizes of placed pods (KEP-1287), likewise
 TOLERATIONS = [
     {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
     {"key": "dedicated", "operator": "Exists"},
@@ -223,6 +224,43 @@ def vary_resources(rng: random.Random, pod: dict[str, Any], share: float = 0.25)
     return pod
 
 
+def resize_status(
+    rng: random.Random, pod: dict[str, Any], share: float = 0.25
+) -> dict[str, Any] | None:
+    """With probability `share`, the status a kubelet writes while an in-place resize of this
+    placed pod is in flight (KEP-1287): its container's allocated cpu grown or shrunk, actuated
+    or not yet, sometimes infeasible; for a pod with pod-level requests, sometimes the pod-level
+    status sums too. Both schedulers must count the pod alike."""
+    if rng.random() >= share:
+        return None
+    container = pod["spec"]["containers"][0]
+    spec_cpu = (container.get("resources") or {}).get("requests", {}).get("cpu") or "100m"
+    millis = int("".join(ch for ch in spec_cpu if ch.isdigit())) * (
+        1 if spec_cpu.endswith("m") else 1000
+    )
+    allocated = f"{max(1, int(millis * rng.choice([0.5, 2, 3])))}m"
+    actual = rng.choice([spec_cpu, allocated])
+    cs: dict[str, Any] = {
+        "name": container["name"],
+        "image": container["image"],
+        "imageID": "",
+        "ready": True,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-11-25T00:00:00Z"}},
+        "allocatedResources": {"cpu": allocated},
+        "resources": {"requests": {"cpu": actual}},
+    }
+    status: dict[str, Any] = {"phase": "Running", "containerStatuses": [cs]}
+    if rng.random() < 0.2:
+        status["conditions"] = [
+            {"type": "PodResizePending", "status": "True", "reason": "Infeasible"}
+        ]
+    if "resources" in pod["spec"] and rng.random() < 0.5:
+        status["allocatedResources"] = {"cpu": allocated}
+        status["resources"] = {"requests": {"cpu": actual}}
+    return {"status": status}
+
+
 def _doubled(amount: str) -> str:
     number = "".join(c for c in amount if c.isdigit())
     return f"{int(number) * 2}{amount[len(number) :]}"
@@ -339,6 +377,7 @@ class Report:
     refused: int = 0
     owned: int = 0  # pods with system default spread constraints (owned by a ReplicaSet)
     pod_level: int = 0  # pods with pod-level requests (KEP-2837)
+    resized: int = 0  # placed pods with an in-place resize in flight (KEP-1287)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -355,6 +394,7 @@ class Report:
             "loadwise_refused": self.refused,
             "owned_by_replicasets": self.owned,
             "pod_level_requests": self.pod_level,
+            "placed_pods_resizing": self.resized,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -413,6 +453,7 @@ async def run(
     rng = random.Random(seed)
     workload_rng = random.Random(seed ^ WORKLOAD_STREAM)
     resource_rng = random.Random(seed ^ RESOURCE_STREAM)
+    resize_rng = random.Random(seed ^ RESIZE_STREAM)
     report = Report()
     started = time.monotonic()
     for s in range(scenarios):
@@ -428,9 +469,12 @@ async def run(
         for pod in gen_existing(rng, nodes):
             vary_resources(resource_rng, pod)
             own(workload_rng, pod, replicasets)
-            await kube.create(
-                f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", owned_by(pod, uids)
-            )
+            path = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
+            await kube.create(path, owned_by(pod, uids))
+            resize = resize_status(resize_rng, pod)
+            if resize is not None:
+                await kube.merge_patch(f"{path}/{pod['metadata']['name']}/status", resize)
+                report.resized += 1
         await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
         for i in range(pods_per_scenario):
             template = vary_resources(resource_rng, gen_pod(rng, "x"))

@@ -73,6 +73,7 @@ PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
 
 
 POD_LEVEL_STREAM = 0x2837
+RESIZE_STREAM = 0x1287
 
 
 def priority_of(klass: str | None) -> int:
@@ -103,6 +104,7 @@ class PodSpec:
     anti: str | None = None  # required hostname anti-affinity against pods with this app
     spread: bool = False  # a zone DoNotSchedule constraint (inert once bound; realism)
     pod_level: bool = False  # its requests at the pod level (KEP-2837), same amounts
+    resized_m: int = 0  # an in-place resize in flight: cpu allocated (KEP-1287); 0: none
 
     @property
     def priority(self) -> int:
@@ -367,13 +369,27 @@ def build_pod(case: Case, tag: str, spec: PodSpec) -> dict[str, Any]:
 
 def pod_status(spec: PodSpec) -> dict[str, Any]:
     """What a kubelet would report: Running and Ready (the disruption controller counts Ready
-    pods as healthy) since its start time."""
+    pods as healthy) since its start time; with a resize in flight, the allocated cpu."""
     started = stamp(EPOCH + spec.start)
     conditions = [
         {"type": kind, "status": "True", "lastTransitionTime": started}
         for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
     ]
-    return {"status": {"phase": "Running", "startTime": started, "conditions": conditions}}
+    status: dict[str, Any] = {"phase": "Running", "startTime": started, "conditions": conditions}
+    if spec.resized_m:
+        status["containerStatuses"] = [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": started}},
+                "allocatedResources": {"cpu": f"{spec.resized_m}m"},
+                "resources": {"requests": {"cpu": f"{spec.cpu_m}m"}},
+            }
+        ]
+    return {"status": status}
 
 
 def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
@@ -740,12 +756,17 @@ async def run(
     generated = [generate(rng, i) for i in range(cases)]
     # Pod-level requests on a stream of their own: a seed's cases stay what they were.
     levels = random.Random(seed ^ POD_LEVEL_STREAM)
+    resizes = random.Random(seed ^ RESIZE_STREAM)
     for case in generated:
         for pod in case.pods:
             pod.pod_level = levels.random() < 0.25
+            if resizes.random() < 0.15:  # allocated grown or shrunk, not yet actuated
+                pod.resized_m = max(1, int(pod.cpu_m * resizes.choice([0.5, 2])))
         case.preemptor.pod_level = levels.random() < 0.25
         if case.preemptor.pod_level or any(p.pod_level for p in case.pods):
             case.tags.add("pod-level requests")
+        if any(p.resized_m for p in case.pods):
+            case.tags.add("resizing")
     report = Report(seed=seed, sides=tuple(sides), tags=tuple(tags))
     gate = asyncio.Semaphore(concurrency)
     started = time.monotonic()

@@ -46,3 +46,4 @@ async def test_loadwise_choices_are_feasible_for_kube_scheduler(
     assert report.placed >= 20 and report.refused >= 5, report.as_dict()
     assert report.owned >= 10, report.as_dict()  # system default spreading applies to them
     assert report.pod_level >= 10, report.as_dict()  # pod-level requests (KEP-2837)
+    assert report.resized >= 5, report.as_dict()  # placed pods resizing (KEP-1287)

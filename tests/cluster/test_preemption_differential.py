@@ -50,5 +50,6 @@ async def test_loadwise_preempts_as_kube_scheduler_does(
         "spread",
         "twin",
         "pod-level requests",
+        "resizing",
     ):
         assert mix[tag] >= 1, (tag, preemption_diff.summary(report))
