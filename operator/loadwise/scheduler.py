@@ -119,7 +119,6 @@ class Scheduler:
         self._binds: dict[str, asyncio.Task[None]] = {}
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
-        self.stale_reservations = 0  # reservations the last audit found past their bound
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
         # kube-scheduler's metrics; the profile label is the scheduler name.
         self._attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
@@ -656,7 +655,6 @@ class Scheduler:
             released += 1
         if released:
             obs.RESERVATIONS_RELEASED.inc(released)
-        self.stale_reservations = released
         obs.STALE_RESERVATIONS.set(released)
         return released
 
