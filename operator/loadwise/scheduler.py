@@ -234,8 +234,10 @@ class Scheduler:
         if uid in self.state.pods:  # assumed: our bind is in flight; keep its data current
             self.queue.refresh(pod)  # for a retry, should the bind fail
             return
-        if pod.gated:
-            self._forget_pod(uid)  # scheduling gates: wait until they are all removed
+        if pod.gated:  # scheduling gates: not queued until they are all removed, but its
+            # nomination still holds room (kube-scheduler's nominator records gated pods too)
+            self.queue.remove(uid)
+            self._reported.pop(uid, None)
             self._gated.add(uid)
             self._pending["gated"].set(len(self._gated))
             return

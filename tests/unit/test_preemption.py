@@ -337,3 +337,25 @@ def test_status_only_updates_of_placed_pods_reach_what_preemption_reads() -> Non
     ]
     scheduler.on_pod_event("MODIFIED", raw)
     assert scheduler.state.pods[uid].preempted
+
+
+def test_a_gated_pod_nominated_by_another_component_holds_its_room() -> None:
+    """KEP-5278: a queue or autoscaler nominates a pod while its scheduling gates are still
+    on. kube-scheduler's nominator records gated pods too (PriorityQueue.addPod), so pods of
+    no higher priority must leave the room free; once the nomination is cleared, it is not."""
+    scheduler = Scheduler(
+        "loadwise-scheduler",
+        Binder(FakeTransport(), "loadwise-scheduler"),
+        {},
+        SchedulingQueue(1, 10, 60),
+    )
+    scheduler.on_node_event(None, manifests.node("n1", cpu="1"))
+    holder = raw_pod("holder", "600m", 0, schedulingGates=[{"name": "example.com/queue"}])
+    holder["status"] = {"nominatedNodeName": "n1"}
+    scheduler.on_pod_event("ADDED", holder)
+    incoming = parse_pod(raw_pod("incoming", "500m", 0))
+    assert [p.name for p in scheduler.held_for(incoming)["n1"]] == ["holder"]
+    assert not scheduler.queue.uids()  # still gated: not queued
+    holder["status"] = {}
+    scheduler.on_pod_event("MODIFIED", holder)
+    assert scheduler.held_for(incoming) == {}
