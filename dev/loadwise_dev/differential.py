@@ -19,6 +19,16 @@ scores, never feasibility, which is what is compared). Each ReplicaSet is held i
 finalizer, so its controller neither deletes nor adopts pods: they keep the owner they are given.
 These choices, and the empty label selectors some spread constraints get, come from their own
 random stream, so a seed's clusters and pods are otherwise the same as before they were added.
+
+Resource accounting of Kubernetes 1.34-1.37, each on a stream of its own too: pod-level requests
+(KEP-2837), in-place resizes in flight on placed pods (KEP-1287), and nominations set by another
+component (KEP-5278). For the last, some scenarios hold a gated pod per scheduler (one named
+for loadwise, one for kube-scheduler: each scheduler's nominator tracks its own pods only) with
+`status.nominatedNodeName` set, which both must leave room for; and some incoming pods carry a
+nomination of their own (created gated, nominated, then released). A scheduler places such a
+pod on its nominated node whenever it fits there, so when loadwise places it elsewhere the oracle
+is asked twice: pinned to the nominated node it must refuse, pinned to loadwise's node it must
+bind.
 """
 
 from __future__ import annotations
@@ -49,6 +59,8 @@ WORKLOAD_STREAM = 0x5EED  # the Services' and owners' random stream, apart from 
 RESOURCE_STREAM = 0x2837  # pod-level resources (KEP-2837): a stream of their own, so the
 # scenarios of a seed stay what they were before the generator made them
 RESIZE_STREAM = 0x1287  # in-place resizes of placed pods (KEP-1287), likewise
+NOMINATION_STREAM = 0x5278  # nominations set by another component (KEP-5278), likewise
+GATE = "loadwise.io/differential-gate"  # holds a pod while its nomination is written
 TOLERATIONS = [
     {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
     {"key": "dedicated", "operator": "Exists"},
@@ -261,6 +273,47 @@ def resize_status(
     return {"status": status}
 
 
+def gen_held(rng: random.Random, nodes: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """A pending pod another component nominated to a node (KEP-5278), kept gated: both
+    schedulers must leave its room free there for pods of no higher priority."""
+    pod = manifests.pod(
+        "held",
+        namespace=NS,
+        cpu=f"{rng.choice([500, 1000, 2000, 3000])}m",
+        memory=f"{rng.choice([256, 1024, 4096])}Mi",
+        labels=_labels(rng),
+    )
+    return pod, str(rng.choice(nodes)["metadata"]["name"])
+
+
+async def create_nominated(
+    kube: Kube, body: dict[str, Any], node: str, release: bool = True
+) -> None:
+    """Create a pod whose `status.nominatedNodeName` is `node` before its scheduler sees it
+    schedulable: created gated, nominated, then (with `release`) its gate removed."""
+    gated = copy.deepcopy(body)
+    gated["spec"]["schedulingGates"] = [{"name": GATE}]
+    ns, name = gated["metadata"]["namespace"], gated["metadata"]["name"]
+    await kube.create(f"/api/v1/namespaces/{ns}/pods", gated)
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    await kube.merge_patch(f"{path}/status", {"status": {"nominatedNodeName": node}})
+    if release:
+        await kube.merge_patch(path, {"spec": {"schedulingGates": None}})
+
+
+async def decide(kube: Kube, body: dict[str, Any], nominated: str | None) -> str | None:
+    """Create `body` (nominated to `nominated`, if given), read its outcome, delete it."""
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    if nominated is None:
+        await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+    else:
+        await create_nominated(kube, body, nominated)
+    try:
+        return await outcome(kube, ns, name)
+    finally:
+        await kube.delete_pod_now(ns, name)
+
+
 def _doubled(amount: str) -> str:
     number = "".join(c for c in amount if c.isdigit())
     return f"{int(number) * 2}{amount[len(number) :]}"
@@ -378,6 +431,9 @@ class Report:
     owned: int = 0  # pods with system default spread constraints (owned by a ReplicaSet)
     pod_level: int = 0  # pods with pod-level requests (KEP-2837)
     resized: int = 0  # placed pods with an in-place resize in flight (KEP-1287)
+    held: int = 0  # scenarios with a pod nominated by another component, held (KEP-5278)
+    nominated: int = 0  # incoming pods nominated by another component (KEP-5278)
+    nominated_elsewhere: int = 0  # ... that loadwise placed on another node (it did not fit)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -395,6 +451,9 @@ class Report:
             "owned_by_replicasets": self.owned,
             "pod_level_requests": self.pod_level,
             "placed_pods_resizing": self.resized,
+            "scenarios_holding_a_nominated_pod": self.held,
+            "pods_nominated_by_another_component": self.nominated,
+            "nominated_pods_placed_elsewhere": self.nominated_elsewhere,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -454,6 +513,7 @@ async def run(
     workload_rng = random.Random(seed ^ WORKLOAD_STREAM)
     resource_rng = random.Random(seed ^ RESOURCE_STREAM)
     resize_rng = random.Random(seed ^ RESIZE_STREAM)
+    nomination_rng = random.Random(seed ^ NOMINATION_STREAM)
     report = Report()
     started = time.monotonic()
     for s in range(scenarios):
@@ -475,6 +535,13 @@ async def run(
             if resize is not None:
                 await kube.merge_patch(f"{path}/{pod['metadata']['name']}/status", resize)
                 report.resized += 1
+        if nomination_rng.random() < 0.4:
+            held, held_node = gen_held(nomination_rng, nodes)
+            for name, scheduler in (("held-lw", scheduler_name), ("held-ks", "default-scheduler")):
+                body = copy.deepcopy(held)
+                body["metadata"]["name"], body["spec"]["schedulerName"] = name, scheduler
+                await create_nominated(kube, body, held_node, release=False)
+            report.held += 1
         await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
         for i in range(pods_per_scenario):
             template = vary_resources(resource_rng, gen_pod(rng, "x"))
@@ -484,29 +551,45 @@ async def run(
             for constraint in template["spec"].get("topologySpreadConstraints") or ():
                 if workload_rng.random() < 0.15:  # selects everything, counts nothing
                     constraint["labelSelector"] = {}
+            nominated: str | None = None
+            if nomination_rng.random() < 0.15:
+                nominated = str(nomination_rng.choice(nodes)["metadata"]["name"])
+                report.nominated += 1
             ours = copy.deepcopy(template)
             ours["metadata"]["name"] = f"lw-{s}-{i}"
             ours["spec"]["schedulerName"] = scheduler_name
-            await kube.create(f"/api/v1/namespaces/{NS}/pods", ours)
-            chosen = await outcome(kube, NS, ours["metadata"]["name"])
-            await kube.delete_pod_now(NS, ours["metadata"]["name"])
+            chosen = await decide(kube, ours, nominated)
+
+            async def oracle(
+                node: str | None,
+                name: str,
+                template: dict[str, Any] = template,
+                nominated: str | None = nominated,
+            ) -> str | None:
+                body = pin(template, node) if node else copy.deepcopy(template)
+                body["metadata"]["name"] = name
+                body["spec"]["schedulerName"] = "default-scheduler"
+                return await decide(kube, body, nominated)
+
             accepted: str | None = "(not asked)"
+            agree = False
             if chosen != VANISHED:
-                oracle = pin(template, chosen) if chosen else copy.deepcopy(template)
-                oracle["metadata"]["name"] = f"ks-{s}-{i}"
-                oracle["spec"]["schedulerName"] = "default-scheduler"
-                await kube.create(f"/api/v1/namespaces/{NS}/pods", oracle)
-                accepted = await outcome(kube, NS, oracle["metadata"]["name"])
-                await kube.delete_pod_now(NS, oracle["metadata"]["name"])
+                if nominated is not None and chosen not in (None, nominated):
+                    # It did not fit on its nominated node, by loadwise's judgement.
+                    report.nominated_elsewhere += 1
+                    there = await oracle(nominated, f"ks-{s}-{i}-nominated")
+                    accepted = await oracle(chosen, f"ks-{s}-{i}")
+                    agree = there is None and accepted not in (None, VANISHED)
+                    if there is not None:
+                        accepted = f"{there} (its nominated node fits)"
+                else:
+                    accepted = await oracle(chosen, f"ks-{s}-{i}")
+                    agree = accepted != VANISHED and (chosen is None) == (accepted is None)
             report.pods += 1
             report.owned += "ownerReferences" in template["metadata"]
             report.placed += chosen is not None
             report.refused += chosen is None
-            if (
-                chosen != VANISHED
-                and accepted != VANISHED
-                and (chosen is None) == (accepted is None)
-            ):
+            if agree:
                 report.agree += 1
             else:
                 report.disagreements.append(
@@ -515,6 +598,7 @@ async def run(
                         "pod": i,
                         "loadwise": chosen,
                         "kube_scheduler": accepted,
+                        "nominated": nominated,
                         "spec": template["spec"],
                         "nodes": [_node_summary(n) for n in nodes],
                     }
@@ -573,6 +657,11 @@ def main() -> int:
         f"differential vs kube-scheduler: {result['agree']}/{result['pods']} pods agree "
         f"({result['agreement']:.1%}); loadwise placed {result['loadwise_placed']}, refused "
         f"{result['loadwise_refused']}; {result['owned_by_replicasets']} owned by ReplicaSets; "
+        f"{result['pod_level_requests']} with pod-level requests; "
+        f"{result['placed_pods_resizing']} placed pods resizing; "
+        f"{result['scenarios_holding_a_nominated_pod']} scenarios holding a pod nominated by "
+        f"another component; {result['pods_nominated_by_another_component']} pods nominated by "
+        f"another component ({result['nominated_pods_placed_elsewhere']} placed elsewhere); "
         f"{result['seconds']}s; seed {args.seed}"
     )
     for d in report.disagreements:
