@@ -4,6 +4,7 @@ kube-scheduler's rules (framework/preemption.py cites them)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from loadwise.binder import Binder
 from loadwise.framework.context import CycleContext
-from loadwise.framework.cycle import refusal
+from loadwise.framework.cycle import passes, refusal
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
 from loadwise.framework.preemption import (
     NEVER,
@@ -359,3 +360,56 @@ def test_a_gated_pod_nominated_by_another_component_holds_its_room() -> None:
     holder["status"] = {}
     scheduler.on_pod_event("MODIFIED", holder)
     assert scheduler.held_for(incoming) == {}
+
+
+def test_a_nominated_pod_counts_under_an_empty_spread_selector_as_kube_scheduler_adds_it() -> None:
+    """kube-scheduler counts no pod for an empty spread selector (countPodsMatchSelector),
+    but adds each pod nominated to the node under test with `Selector.Matches`, which selects
+    every pod (PodTopologySpread.AddPod): a held pod makes its node's domain one fuller.
+    Found by bench/differential with nominations (seed 3: 2 of 600 disagreed)."""
+    state = state_with(manifests.node("n1"), manifests.node("n2"))
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {},
+    }
+    pod = parse_pod(raw_pod("incoming", "100m", 0, topologySpreadConstraints=[spread]))
+    holder = dataclasses.replace(
+        parse_pod(raw_pod("holder", "100m", 0)), node_name="n1", assumed=True
+    )
+    n1, n2 = state.nodes["n1"], state.nodes["n2"]
+    failed = passes(CycleContext(pod, state), n1, state, FILTERS, [holder])
+    assert failed is not None and failed[1] == [
+        "node(s) didn't match pod topology spread constraints"
+    ]
+    assert passes(CycleContext(pod, state), n2, state, FILTERS, []) is None
+    assert passes(CycleContext(pod, state), n1, state, FILTERS, []) is None  # not held: fits
+    elsewhere = dataclasses.replace(holder, namespace="other")  # another namespace: not counted
+    assert passes(CycleContext(pod, state), n1, state, FILTERS, [elsewhere]) is None
+    # A selector that selects something counts the held copy the ordinary way.
+    spread["labelSelector"] = {"matchLabels": {"app": "none"}}
+    other = parse_pod(raw_pod("incoming-2", "100m", 0, topologySpreadConstraints=[spread]))
+    assert passes(CycleContext(other, state), n1, state, FILTERS, [holder]) is None
+
+
+def test_victims_removed_count_down_an_empty_spread_selector_as_kube_scheduler_removes_them() -> (
+    None
+):
+    """In preemption's dry run kube-scheduler removes the victims with RemovePod, which under
+    an empty selector takes one away per pod (it selects every pod) though none was counted;
+    with a held pod added back (AddPod, +1) the node's domain is where it started, so the
+    preemptor may preempt there. Counting the held pod alone would refuse the node."""
+    state = state_with(manifests.node("n1", cpu="1"), manifests.node("n2", cpu="1"))
+    place(state, "n1", "low", "600m", 0)
+    place(state, "n2", "high", "900m", 1000)
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {},
+    }
+    holder = parse_pod(raw_pod("holder", "100m", 100))
+    holder.node_name = "n1"
+    vip = raw_pod("vip", "500m", 100, topologySpreadConstraints=[spread])
+    assert names(run(state, vip, held={"n1": [holder]})) == ("n1", ["low"])

@@ -30,6 +30,7 @@ class CycleContext:
         now: float = 0.0,
         rng: random.Random | None = None,
         learned: UsageProfiles | None = None,
+        nominated: spread.NominatedHere | None = None,
     ) -> None:
         self.pod = pod
         self.state = state
@@ -38,6 +39,8 @@ class CycleContext:
         self.now = now  # wall clock: sample ages and placement times are wall-clock times
         self.rng = rng or random.Random(0)  # tie-breaks
         self.learned = learned  # the policy's source's usage per workload (estimates)
+        # a node with the pods nominated to it placed there in `state` for this context
+        self.nominated = nominated
 
     @property
     def policy(self) -> Policy:
@@ -73,7 +76,12 @@ class CycleContext:
     @cached_property
     def hard_spread(self) -> spread.SpreadCounts | None:
         hard = [c for c in self.pod.spread if c.hard]
-        return spread.count(self.pod, self.state, hard) if hard else None
+        if not hard:
+            return None
+        counts = spread.count(self.pod, self.state, hard)
+        if self.nominated is not None:
+            counts = spread.with_nominated(counts, self.pod, self.nominated)
+        return counts
 
     @cached_property
     def soft_spread(self) -> spread.SoftSpread | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
+from . import spread
 from .context import CycleContext
 from .plugin import FilterPlugin
 from .profile import DEFAULT_PROFILE, Profile
@@ -218,16 +219,19 @@ def passes(
     state: WhatIf,
     filters: Sequence[FilterPlugin],
     held: Sequence[PodInfo] = (),
+    removed: Sequence[PodInfo] = (),
 ) -> tuple[FilterPlugin, list[str]] | None:
     """kube-scheduler's RunFilterPluginsWithNominatedPods: the filters with the pods nominated
     to the node (of equal or higher priority: `held`) counted there, then without them, so
     nobody takes the room being made for them and nobody relies on them either. `ctx` is
-    the pod's context without them (held pods are copies placed on `node`)."""
+    the pod's context without them (held pods are copies placed on `node`); `removed` are
+    the pods preemption's dry run has set aside from `node`."""
     if held:
         for other in held:
             state.put_back(other)
+        here = spread.NominatedHere(node, held, removed)
         try:
-            failed = refusal(CycleContext(ctx.pod, state), node, filters)
+            failed = refusal(CycleContext(ctx.pod, state, nominated=here), node, filters)
         finally:
             for other in held:
                 state.set_aside(other.uid)

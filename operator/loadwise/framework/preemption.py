@@ -112,7 +112,7 @@ def select_victims(
     for victim in potential:
         state.set_aside(victim.uid)
     try:
-        failed = passes(CycleContext(pod, state), node, state, filters, held)
+        failed = passes(CycleContext(pod, state), node, state, filters, held, potential)
         if failed is not None:
             return failed[1]
         violating, keeping = split_violating(potential, budgets)
@@ -122,7 +122,8 @@ def select_victims(
             for victim in group:
                 state.put_back(victim)
                 del aside[victim.uid]
-                if passes(CycleContext(pod, state), node, state, filters, held) is None:
+                removed = list(aside.values())
+                if passes(CycleContext(pod, state), node, state, filters, held, removed) is None:
                     continue  # reprieved
                 state.set_aside(victim.uid)
                 aside[victim.uid] = victim

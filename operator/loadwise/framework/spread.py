@@ -175,6 +175,48 @@ def count(
     return SpreadCounts(tuple(constraints), per_pair, domains, minimum)
 
 
+@dataclass(frozen=True, slots=True)
+class NominatedHere:
+    """For one check of `node`: the pods nominated to it (placed there in the state for the
+    check) and the pods set aside from it (preemption's victims, for the dry run)."""
+
+    node: NodeInfo
+    added: Sequence[PodInfo]
+    removed: Sequence[PodInfo] = ()
+
+
+def with_nominated(counts: SpreadCounts, pod: PodInfo, here: NominatedHere) -> SpreadCounts:
+    """The counts as kube-scheduler's have them in RunFilterPluginsWithNominatedPods, where
+    preemption's RemovePod and the nominated pods' AddPod changed them. The state already
+    has the held copies placed and the victims set aside, so selectors that select something
+    count them alike; an empty selector does not: countPodsMatchSelector counts no pod for it,
+    but AddPod and RemovePod test `Selector.Matches`, which for an empty selector selects
+    every pod. So each added pod of the pod's namespace adds one to the node's domain of every
+    hard constraint with an empty selector, and each removed one takes one away."""
+    node = here.node
+    keys = {c.topology_key for c in counts.constraints}
+    if not keys.issubset(node.labels):  # nodeLabelsMatchSpreadConstraints
+        return counts
+    delta = sum(other.namespace == pod.namespace for other in here.added) - sum(
+        other.namespace == pod.namespace for other in here.removed
+    )
+    per_pair = Counter(counts.per_pair)
+    changed = False
+    for c in counts.constraints:
+        if c.selector is None or matches_anything(c.selector) or not delta:
+            continue
+        if not node_scope(c, pod, frozenset(keys)).includes(node):
+            continue
+        per_pair[(c.topology_key, node.labels[c.topology_key])] += delta
+        changed = True
+    if not changed:
+        return counts
+    minimum: dict[str, int] = {}
+    for (key, _), matches in per_pair.items():
+        minimum[key] = min(matches, minimum.get(key, matches))
+    return SpreadCounts(counts.constraints, per_pair, counts.domains, minimum)
+
+
 def filter_node(pod: PodInfo, node: NodeInfo, counts: SpreadCounts) -> str | None:
     for c in counts.constraints:
         value = node.labels.get(c.topology_key)
