@@ -535,8 +535,11 @@ async def run(
             if resize is not None:
                 await kube.merge_patch(f"{path}/{pod['metadata']['name']}/status", resize)
                 report.resized += 1
+        held_by: dict[str, Any] | None = None  # the pod another component nominated, held
         if nomination_rng.random() < 0.4:
             held, held_node = gen_held(nomination_rng, nodes)
+            held_by = {"node": held_node, "labels": held["metadata"]["labels"]}
+            held_by["requests"] = held["spec"]["containers"][0]["resources"]["requests"]
             for name, scheduler in (("held-lw", scheduler_name), ("held-ks", "default-scheduler")):
                 body = copy.deepcopy(held)
                 body["metadata"]["name"], body["spec"]["schedulerName"] = name, scheduler
@@ -599,6 +602,7 @@ async def run(
                         "loadwise": chosen,
                         "kube_scheduler": accepted,
                         "nominated": nominated,
+                        "held": held_by,
                         "spec": template["spec"],
                         "nodes": [_node_summary(n) for n in nodes],
                     }
