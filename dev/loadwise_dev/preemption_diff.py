@@ -74,6 +74,8 @@ PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
 
 POD_LEVEL_STREAM = 0x2837
 RESIZE_STREAM = 0x1287
+NOMINATION_STREAM = 0x5278
+GATE = "loadwise.bench/gate"  # holds a pod nominated by another component
 
 
 def priority_of(klass: str | None) -> int:
@@ -135,6 +137,26 @@ class PreemptorSpec:
     anti: str | None = None  # required hostname anti-affinity against this app
     spread: bool = False  # zone maxSkew 1 DoNotSchedule over its own app
     pod_level: bool = False  # its requests at the pod level (KEP-2837), same amounts
+    spread_selects_all: bool = False  # its spread's labelSelector is {} (counts no pod)
+
+    @property
+    def priority(self) -> int:
+        return priority_of(self.klass)
+
+
+@dataclass
+class HeldSpec:
+    """A pending pod that another component nominated to a node (KEP-5278), kept gated;
+    each copy has its own, named for that copy's scheduler (a nominator tracks its own
+    scheduler's pods only). Of the preemptor's priority or above it holds its room in the dry
+    run; below it, its nomination is cleared where the preemptor is nominated."""
+
+    node: int
+    klass: str | None
+    cpu_m: int
+    mem_mi: int
+    app: str
+    team: str
 
     @property
     def priority(self) -> int:
@@ -149,6 +171,7 @@ class Case:
     pdbs: list[PdbSpec]
     preemptor: PreemptorSpec
     tags: set[str] = field(default_factory=set)
+    held: HeldSpec | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -158,6 +181,7 @@ class Case:
             "pods": [{**asdict(p), "priority": p.priority} for p in self.pods],
             "pdbs": [asdict(p) for p in self.pdbs],
             "preemptor": {**asdict(self.preemptor), "priority": self.preemptor.priority},
+            "held": {**asdict(self.held), "priority": self.held.priority} if self.held else None,
         }
 
 
@@ -331,9 +355,12 @@ def build_nodes(case: Case, tag: str, pin: int | None = None) -> list[dict[str, 
     return out
 
 
-def _constrain(body: dict[str, Any], anti: str | None, spread: bool, app: str) -> None:
+def _constrain(
+    body: dict[str, Any], anti: str | None, spread: bool, app: str, selects_all: bool = False
+) -> None:
     """Required anti-affinity by hostname to pods of app `anti`, and a zone spread (maxSkew 1,
-    DoNotSchedule) of the pod's own app: the constraints victims and preemptors may carry."""
+    DoNotSchedule) of the pod's own app, or with `selects_all` an empty selector: the
+    constraints victims and preemptors may carry."""
     if anti:
         term = {"labelSelector": {"matchLabels": {"app": anti}}, "topologyKey": HOST}
         body["spec"]["affinity"] = {
@@ -345,7 +372,7 @@ def _constrain(body: dict[str, Any], anti: str | None, spread: bool, app: str) -
                 "maxSkew": 1,
                 "topologyKey": ZONE,
                 "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"app": app}},
+                "labelSelector": {} if selects_all else {"matchLabels": {"app": app}},
             }
         ]
 
@@ -407,8 +434,24 @@ def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
     if pre.disk:
         selector["disk"] = pre.disk
     body["spec"]["nodeSelector"] = selector
-    _constrain(body, pre.anti, pre.spread, pre.app)
+    _constrain(body, pre.anti, pre.spread, pre.app, pre.spread_selects_all)
     return _at_pod_level(body) if pre.pod_level else body
+
+
+def build_held(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
+    assert case.held is not None
+    held = case.held
+    body = manifests.pod(
+        "held",
+        namespace=namespace(case, tag),
+        scheduler_name=scheduler,
+        cpu=f"{held.cpu_m}m",
+        memory=f"{held.mem_mi}Mi",
+        labels={"app": held.app, "team": held.team},
+        priority_class=held.klass,
+    )
+    body["spec"]["schedulingGates"] = [{"name": GATE}]
+    return body
 
 
 def _at_pod_level(body: dict[str, Any]) -> dict[str, Any]:
@@ -598,9 +641,13 @@ async def _gather(items: Iterable[Awaitable[Any]]) -> list[Any]:
     return list(await asyncio.gather(*items))
 
 
-async def setup_copy(env: Env, case: Case, tag: str, pin: int | None = None) -> None:
+async def setup_copy(
+    env: Env, case: Case, tag: str, scheduler: str, pin: int | None = None
+) -> None:
     """Namespace, nodes, bound pods with their status, PDBs with theirs (see the module
-    docstring), everything but the preemptor."""
+    docstring), the pod held by another component's nomination (after the PDBs settled: the
+    disruption controller counts pending pods in expectedPods, never in disruptionsAllowed),
+    everything but the preemptor."""
     kube, ns = env.kube, namespace(case, tag)
     await kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
     # Pod admission needs the `default` ServiceAccount; without a controller-manager nobody
@@ -638,6 +685,10 @@ async def setup_copy(env: Env, case: Case, tag: str, pin: int | None = None) -> 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{ns}: PodDisruptionBudget status never as predicted")
         await asyncio.sleep(0.2)
+    if case.held is not None:
+        await kube.create(f"/api/v1/namespaces/{ns}/pods", build_held(case, tag, scheduler))
+        nominated = {"status": {"nominatedNodeName": node_name(case, tag, case.held.node)}}
+        await kube.merge_patch(f"/api/v1/namespaces/{ns}/pods/held/status", nominated)
 
 
 async def teardown_copy(env: Env, case: Case, tag: str) -> None:
@@ -661,7 +712,7 @@ async def run_copies(
 ) -> list[Outcome]:
     """Build each (tag, schedulerName) copy, then create their preemptors together."""
     try:
-        await _gather(setup_copy(env, case, tag, pin) for tag, _ in copies)
+        await _gather(setup_copy(env, case, tag, scheduler, pin) for tag, scheduler in copies)
         await asyncio.sleep(SETTLE)
         await _gather(
             env.kube.create(
@@ -757,6 +808,7 @@ async def run(
     # Pod-level requests on a stream of their own: a seed's cases stay what they were.
     levels = random.Random(seed ^ POD_LEVEL_STREAM)
     resizes = random.Random(seed ^ RESIZE_STREAM)
+    nominations = random.Random(seed ^ NOMINATION_STREAM)
     for case in generated:
         for pod in case.pods:
             pod.pod_level = levels.random() < 0.25
@@ -767,6 +819,19 @@ async def run(
             case.tags.add("pod-level requests")
         if any(p.resized_m for p in case.pods):
             case.tags.add("resizing")
+        if nominations.random() < 0.3:
+            case.held = HeldSpec(
+                node=nominations.randrange(len(case.nodes)),
+                klass=nominations.choice(["pe-top", "pe-top", "pe-high", "pe-low", None]),
+                cpu_m=nominations.choice([100, 250, 500]),
+                mem_mi=nominations.choice([128, 256, 512]),
+                app=nominations.choice(APPS),
+                team=nominations.choice(TEAMS),
+            )
+            case.tags.add("nominated by another")
+        if case.preemptor.spread and nominations.random() < 0.4:
+            case.preemptor.spread_selects_all = True
+            case.tags.add("spread selecting all")
     report = Report(seed=seed, sides=tuple(sides), tags=tuple(tags))
     gate = asyncio.Semaphore(concurrency)
     started = time.monotonic()
