@@ -14,7 +14,7 @@ demo:
 
 # A local cluster to use with kubectl, in the foreground: Ctrl-C stops everything. From another
 # shell: `loadwise dev status|load|down` (`loadwise dev up -d` starts it in the background).
-# REAL_NODES=N adds N real nodes (kubelet + containerd running real containers; see README).
+# REAL_NODES=N adds N real nodes (kubelet + containerd running real containers; see docs/development.md).
 REAL_NODES ?= 0
 cluster:
 	@$(ENV) && loadwise dev up --real-nodes $(REAL_NODES)

@@ -102,7 +102,7 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
                     f"export KUBECONFIG={cluster.cp.kubeconfig}"
                     "\nthen try kubectl get schedpol, kubectl describe pod demo-00;"
                     " Ctrl-C stops all"
-                    "\n(`make cluster` gives a cluster to keep, with a walk-through in the README)"
+                    "\n(`make cluster` gives a cluster to keep; walk-through: docs/try-it.md)"
                 )
                 await stopped.wait()
 

@@ -4,7 +4,7 @@ Where a metric means what a kube-scheduler metric means, it has kube-scheduler's
 and buckets (pkg/scheduler/metrics/metrics.go), so dashboards and alerts written for
 kube-scheduler work on loadwise; `profile` is the scheduler name, as kube-scheduler's profiles
 are. What only loadwise has is `loadwise_*`, with a `policy` label where decisions differ by
-policy. README "Metrics" lists them all.
+policy. docs/operations.md ("Metrics, logs and the dashboard") lists them all.
 """
 
 from __future__ import annotations

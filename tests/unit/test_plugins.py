@@ -1,4 +1,4 @@
-"""A plugin added as README's architecture section shows it: one class, one registration; the
+"""A plugin added as docs/architecture.md shows it: one class, one registration; the
 full cycle, the score index and the requeue checks all follow from its declared inputs."""
 
 from __future__ import annotations
