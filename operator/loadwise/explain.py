@@ -88,7 +88,7 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
 def preemption_line(scheduler: Scheduler, pod: PodInfo, policy: Policy) -> str:
     """What the operator's PostFilter would do for this pod now (a dry run: nothing is
     evicted)."""
-    outcome = scheduler.post_filter(pod, policy, scheduler.held_for(pod))
+    outcome = scheduler.post_filter(pod, policy, scheduler.preemption.held_for(pod))
     if outcome is None:
         return "preemption: no placed pod has a lower priority than this pod"
     if isinstance(outcome, NoPreemption):
@@ -191,7 +191,7 @@ async def _explain(target: str, config: Config) -> str:
         await Informer(transport, f"/apis/{GROUP}/{VERSION}/{PLURAL}", policy_event).list()
         with contextlib.suppress(ApiError):  # not allowed to list them: no budget is weighed
             budgets = "/apis/policy/v1/poddisruptionbudgets"
-            await Informer(transport, budgets, scheduler.on_budget_event).list()
+            await Informer(transport, budgets, scheduler.preemption.on_budget_event).list()
         for cache in scheduler.caches.values():
             await cache.refresh()
         pod = parse_pod(target_raw)

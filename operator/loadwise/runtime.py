@@ -240,9 +240,9 @@ class Runtime:
             Informer(  # last: the seed's log line counts them apart
                 transport,
                 "/apis/policy/v1/poddisruptionbudgets",
-                scheduler.on_budget_event,
+                scheduler.preemption.on_budget_event,
                 namespaced_name,
-                scheduler.relisted_budgets,
+                scheduler.preemption.relisted_budgets,
             ),
         )
         self.pod_informer = self.informers[2]

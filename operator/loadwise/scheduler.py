@@ -3,15 +3,13 @@
 Watch events go in through `on_pod_event` / `on_node_event` / `on_namespace_event`
 (synchronous, cheap; which changes matter comes from the plugins' declarations); `run()` is the
 loop, on the leader only: pop a pod, run the pure cycle against in-memory state, Reserve
-(assume) the chosen node, and hand the Binding to a bounded set of concurrent bind tasks. The
-cycle never awaits the network; binds, events and PodScheduled are the only writes for pods.
+(assume) the chosen node, and hand the Binding to a bounded set of concurrent bind tasks
+(inflight.py). The cycle never awaits the network: its writes (bindings, events, PodScheduled,
+and preemption's nominations and evictions, preemptor.py) run in those tasks.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import functools
 import logging
 import random
 import time
@@ -20,12 +18,12 @@ from typing import Any
 
 from . import observability as obs
 from .binder import Binder, BindResult
+from .decisions import DecisionMetrics, decision_record
 from .device_classes import DeviceClasses
 from .events import EventWriter
 from .framework.cycle import Decision, Nominated, Unschedulable, schedule_one
-from .framework.disruption_budgets import DisruptionBudget, parse_budget
 from .framework.index import ScoreIndex
-from .framework.preemption import NoPreemption, Preemption, preempt
+from .framework.preemption import NoPreemption, Preemption
 from .framework.profile import DEFAULT_PROFILE, Profile
 from .framework.scoring import UsageProfiles, score_node, weighted_load
 from .framework.types import (
@@ -36,48 +34,15 @@ from .framework.types import (
     preempted_by_scheduler,
     resize_key,
 )
+from .inflight import InFlight
 from .metrics.cache import MetricsCache, NodeSample
 from .policy import Policy, PolicySet, parse_spec
+from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
-from .workload_selectors import namespaced_name
 
 log = logging.getLogger(__name__)
 RESULTS = ("scheduled", "unschedulable", "error")
-
-
-def decision_record(decision: Decision) -> str:
-    """The short why that goes into the Scheduled event."""
-    chosen = decision.chosen
-    load = _load(chosen.cpu, chosen.memory, chosen.sample_age)
-    text = f"score {decision.score:.0f} ({load})"
-    runner = decision.runner_up
-    if runner is not None:
-        text += f"; runner-up {runner[1].node} score {runner[0]:.0f}"
-    if decision.hot_skipped:
-        text += f"; {decision.hot_skipped} hot node(s) passed over"
-    if decision.all_hot:
-        text += "; every feasible node is hot: least loaded chosen"
-    return f"{text}; policy {decision.policy}"
-
-
-def _load(cpu: float, mem: float, age: float | None) -> str:
-    where = f"metrics {age:.0f}s old" if age is not None else "requests"
-    return f"cpu {cpu:.0%} mem {mem:.0%} by {where}"
-
-
-class _PolicyMetrics:
-    """One policy's labelled metrics, resolved once (a labels() lookup per pod adds up), and
-    created at 0 so rate() and dashboards see the series before the first event."""
-
-    __slots__ = ("all_hot", "by_metrics", "by_requests", "estimate", "hot")
-
-    def __init__(self, policy: str) -> None:
-        self.by_metrics = obs.PLACEMENTS.labels(policy, "metrics")
-        self.by_requests = obs.PLACEMENTS.labels(policy, "requests")
-        self.hot = obs.HOT_PASSED_OVER.labels(policy)
-        self.all_hot = obs.ALL_HOT.labels(policy)
-        self.estimate = obs.ESTIMATE_CPU.labels(policy)
 
 
 class Scheduler:
@@ -112,11 +77,7 @@ class Scheduler:
             if field in FROM_METADATA
         ]
         self.events = EventWriter(binder.event)
-        self._slots = asyncio.Semaphore(bind_concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
-        # The bind that owns each reservation (pod uid -> its task): an answer from any other
-        # task (an attempt abandoned meanwhile) changes nothing.
-        self._binds: dict[str, asyncio.Task[None]] = {}
+        self.inflight = InFlight(self.state, queue, bind_concurrency)
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
@@ -127,7 +88,7 @@ class Scheduler:
             s: obs.EXTENSION_POINT_SECONDS.labels("Bind", s, scheduler_name)
             for s in ("Success", "Error")
         }
-        self._by_policy: dict[str, _PolicyMetrics] = {}
+        self._decision_metrics = DecisionMetrics()
         # Pods of ours waiting for their scheduling gates: not queued, but pending.
         self._gated: set[str] = set()
         self._pending = {q: obs.PENDING.labels(q) for q in obs.QUEUES}
@@ -135,10 +96,7 @@ class Scheduler:
         for where, count in queue.counts().items():
             self._queue_changed(where, count)
         self._pending["gated"].set(0)
-        # Preemption: PodDisruptionBudgets (namespace/name), and our pending pods nominated to
-        # a node (uid), whose room other pods of no higher priority must leave alone.
-        self.budgets: dict[str, DisruptionBudget] = {}
-        self.nominated: dict[str, PodInfo] = {}
+        self.preemption = Preemptor(self.state, binder, profile, self.rng)
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
 
     # --- watch events ------------------------------------------------------------------------
@@ -166,17 +124,6 @@ class Scheduler:
             self.profile.reads_namespaces  # e.g. affinity terms' namespace selectors
         ):
             self.queue.move_all_to_active()
-
-    def on_budget_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        key = namespaced_name(raw)
-        if event_type == "DELETED":
-            self.budgets.pop(key, None)
-        else:
-            self.budgets[key] = parse_budget(raw)
-
-    def relisted_budgets(self, keys: set[str]) -> None:
-        for key in set(self.budgets) - keys:
-            del self.budgets[key]
 
     def on_pod_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         meta = raw.get("metadata") or {}
@@ -227,10 +174,7 @@ class Scheduler:
             self._forget_pod(uid)
             return
         pod = parse_pod(raw)
-        if pod.nominated_node:
-            self.nominated[uid] = pod
-        else:
-            self.nominated.pop(uid, None)
+        self.preemption.observe(pod)
         if uid in self.state.pods:  # assumed: our bind is in flight; keep its data current
             self.queue.refresh(pod)  # for a retry, should the bind fail
             return
@@ -250,8 +194,7 @@ class Scheduler:
         gone_queued = [uid for uid in [*self.queue.uids(), *self._gated] if uid not in uids]
         for uid in gone_queued:
             self._forget_pod(uid)
-        for uid in set(self.nominated) - uids:
-            del self.nominated[uid]
+        self.preemption.relisted_pods(uids)
         gone = set(self.state.pods) - uids
         if self.state.drop_missing(gone, set()):
             self.queue.move_all_to_active()
@@ -270,7 +213,7 @@ class Scheduler:
 
     def _forget_pod(self, uid: str) -> None:
         self.queue.remove(uid)
-        self.nominated.pop(uid, None)
+        self.preemption.forget(uid)
         self._reported.pop(uid, None)
         self._ungate(uid)
 
@@ -305,17 +248,17 @@ class Scheduler:
         log.info("scheduler %s running", self.name)
         try:
             while True:
-                await self._slots.acquire()
+                await self.inflight.slots.acquire()
                 try:
                     pod = await self.queue.pop()
                 except BaseException:  # cancelled while waiting (leadership lost, shutdown)
-                    self._slots.release()
+                    self.inflight.slots.release()
                     raise
                 if term != self._term:
                     # Leadership ended while this loop waited (a cancellation can be lost on
                     # the way in): the pod is not ours to place any more.
                     self.queue.retry_now(pod.uid)
-                    self._slots.release()
+                    self.inflight.slots.release()
                     return
                 handed_off = False
                 try:
@@ -331,7 +274,7 @@ class Scheduler:
                     self.queue.backoff(pod.uid)
                 finally:
                     if not handed_off:
-                        self._slots.release()
+                        self.inflight.slots.release()
         finally:
             if term == self._term:  # stopped otherwise than by abandon(): end the term here
                 self.abandon()
@@ -348,7 +291,7 @@ class Scheduler:
         started = time.perf_counter()
         samples, now = self.samples_for(policy), time.time()
         learned = self.learned_for(policy)
-        held = self.held_for(pod) if self.nominated else {}
+        held = self.preemption.held_for(pod) if self.preemption.nominated else {}
         result: Decision | Unschedulable | None
         refused = self.device_classes.refusal(pod)
         if refused is not None:  # DRA decides this pod's fit: loadwise cannot
@@ -365,14 +308,12 @@ class Scheduler:
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):
-            self._observe_decision(result, samples)
+            self._decision_metrics.observe(result, samples)
             self.state.assume(pod, result.node)
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            task = self._spawn(self._bind(pod, result, started))
-            self._binds[pod.uid] = task
-            task.add_done_callback(functools.partial(self._bind_ended, pod.uid))
+            self.inflight.start_bind(pod.uid, self._bind(pod, result, started))
             return True
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
@@ -390,40 +331,22 @@ class Scheduler:
             )
         self.queue.park(pod.uid)
         if isinstance(outcome, Preemption):
-            self._spawn(self._preempt(pod, outcome, message))
+            cleared = self.preemption.nominate(pod, outcome.node)
+            self.inflight.spawn(self.preemption.carry_out(pod, outcome, message, cleared))
             self._reported[pod.uid] = (message, time.monotonic())
             return True
         if self._should_report(pod.uid, message):
-            self._spawn(self._report_unschedulable(pod, message))
+            self.inflight.spawn(self._report_unschedulable(pod, message))
             return True
         return False
 
     # --- preemption --------------------------------------------------------------------------
-    def held_for(self, pod: PodInfo) -> dict[str, list[PodInfo]]:
-        """Per node, copies placed there of the pods nominated to it that `pod` must leave
-        room for: of equal or higher priority, not itself (kube-scheduler's
-        addGENominatedPods)."""
-        held: dict[str, list[PodInfo]] = {}
-        for other in self.nominated.values():
-            if other.uid == pod.uid or other.priority < pod.priority:
-                continue
-            node = other.nominated_node
-            if node in self.state.nodes and other.uid not in self.state.pods:
-                copy = dataclasses.replace(other, node_name=node, assumed=True)
-                held.setdefault(node, []).append(copy)
-        return held
-
     def post_filter(
         self, pod: PodInfo, policy: Policy, held: Mapping[str, list[PodInfo]]
     ) -> Preemption | NoPreemption | None:
-        """DefaultPreemption for a pod no node can take (framework/preemption.py). None when
-        no placed pod has a lower priority (most clusters, most of the time): nothing to try,
-        and the FailedScheduling message stays the filters' alone, where kube-scheduler would
-        append "preemption: 0/N nodes are available: N No preemption victims found ..."."""
-        obs.PREEMPTION_ATTEMPTS.inc()
+        """DefaultPreemption (preemptor.py), ties between candidates going to the node with
+        the least weighted load under the pod's policy."""
         state = self.state
-        if not state.any_below(pod.priority):
-            return None
         samples, now, learned = self.samples_for(policy), time.time(), self.learned_for(policy)
 
         def load_of(name: str) -> float:
@@ -432,67 +355,7 @@ class Scheduler:
                 policy, score_node(pod, node, state, policy, samples, now, learned)
             )
 
-        budgets = list(self.budgets.values())
-        return preempt(pod, state, self.profile.filters, budgets, held, self.rng, load_of)
-
-    async def _preempt(self, pod: PodInfo, preemption: Preemption, message: str) -> None:
-        """Carry a preemption out: the pod is nominated to the node at once (here, so no
-        pod of no higher priority takes the room), lower-priority nominations there are
-        cleared, the victims are marked and deleted, and the pod's status and events say so.
-        The pod waits parked until the victims' deletion moves it."""
-        node = preemption.node
-        try:
-            pod.nominated_node = node
-            self.nominated[pod.uid] = pod
-            lower = [
-                other
-                for other in self.nominated.values()
-                if other.nominated_node == node and other.priority < pod.priority
-            ]
-            for other in lower:
-                other.nominated_node = ""
-                del self.nominated[other.uid]
-            victims = preemption.victims
-            obs.PREEMPTION_VICTIMS.observe(len(victims))
-            names = ", ".join(v.key for v in victims)
-            log.info(
-                "preempting %d pod(s) on %s for %s: %s",
-                len(victims),
-                node,
-                pod.key,
-                names,
-                extra={"pod": pod.key, "node": node},
-            )
-            await asyncio.gather(
-                *(self.binder.evict(v, pod, node) for v in victims if not v.deleting),
-                *(self.binder.clear_nomination(other) for other in lower),
-            )
-            await self.binder.event(pod, "Warning", "FailedScheduling", message)
-            await self.binder.mark_unschedulable(pod, message, nominated_node=node)
-            await self.binder.event(
-                pod,
-                "Normal",
-                "Preempting",
-                f"Preempting {len(victims)} pod(s) on node {node} to make room: {names}",
-            )
-        except Exception:  # best effort, as the binder's writes: the loop goes on
-            log.exception("preemption for %s failed", pod.key, extra={"pod": pod.key})
-
-    def _observe_decision(self, decision: Decision, samples: Mapping[str, NodeSample]) -> None:
-        metrics = self._by_policy.get(decision.policy)
-        if metrics is None:
-            metrics = self._by_policy[decision.policy] = _PolicyMetrics(decision.policy)
-        chosen = decision.chosen
-        sample = samples.get(chosen.node)
-        if chosen.source == "metrics" and sample is not None:
-            metrics.by_metrics.inc()
-            metrics.estimate.observe(max(0.0, chosen.cpu - sample.cpu))
-        else:
-            metrics.by_requests.inc()
-        if decision.hot_skipped:
-            metrics.hot.inc(decision.hot_skipped)
-        if decision.all_hot:
-            metrics.all_hot.inc()
+        return self.preemption.post_filter(pod, held, load_of)
 
     def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
         cache = self.caches.get(policy.spec.metrics.source)
@@ -503,39 +366,6 @@ class Scheduler:
         refresh, which also replaces the source's samples mapping (the score index's key)."""
         cache = self.caches.get(policy.spec.metrics.source)
         return cache.learned if cache is not None else None
-
-    def _spawn(self, coro: Any) -> asyncio.Task[None]:
-        """A task that holds a bind slot: the slot is released when the task ends, however
-        it ends (a task cancelled before its first step never runs its own `finally`)."""
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_ended)
-        return task
-
-    def _task_ended(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._slots.release()
-
-    def _bind_ended(self, uid: str, task: asyncio.Task[None]) -> None:
-        """A bind task ended without settling its pod (cancelled, even before it started, or
-        crashed): release its reservation and retry the pod."""
-        if self._binds.get(uid) is task:
-            del self._binds[uid]
-            self._release(uid)
-
-    def _release(self, uid: str) -> None:
-        """Unreserve a pod whose bind did not land and put it back in the queue (an attempt
-        abandoned, not failed: no backoff). A pod whose bind landed is only taken off the
-        queue: the watch brings it."""
-        pod = self.state.pods.get(uid)
-        if pod is not None and pod.bind_landed:
-            self.queue.done(uid)
-            return
-        self.state.forget(uid)
-        if uid in self.queue:
-            self.queue.retry_now(uid)
-        elif pod is not None and pod.assumed:  # its queue entry is gone: queue it again
-            self.queue.add(dataclasses.replace(pod, node_name="", assumed=False))
 
     def _should_report(self, uid: str, message: str) -> bool:
         now = time.monotonic()
@@ -554,7 +384,7 @@ class Scheduler:
         except Exception:  # Binder.bind classifies errors itself; this is the backstop
             log.exception("bind of %s raised", pod.key, extra={"pod": pod.key})
             result = BindResult.ERROR
-        if self._binds.get(pod.uid) is not asyncio.current_task():
+        if not self.inflight.settle(pod.uid):
             # Abandoned while the request ran on (leadership lost, reservation expired):
             # the reservation was released then, and the watch shows what the request did.
             log.info(
@@ -565,7 +395,6 @@ class Scheduler:
                 extra={"pod": pod.key, "node": decision.node},
             )
             return
-        del self._binds[pod.uid]
         finished = time.perf_counter()
         status = "Success" if result is BindResult.BOUND else "Error"
         self._bind_seconds[status].observe(finished - started)
@@ -618,57 +447,15 @@ class Scheduler:
         so a later term (or the next leader, whose watch shows what did land) starts from the
         truth. Synchronous: nothing new is sent after it returns."""
         self._term += 1
-        for task in list(self._tasks):
-            task.cancel()
-        binds, self._binds = self._binds, {}
-        for uid in [*binds, *self.queue.in_flight()]:
-            self._release(uid)
-        # Whatever is still reserved has no bind behind it: a reservation this replica cannot
-        # account for (the audit's invariant, enforced at every hand-over).
-        self.audit_reservations(bound=0.0)
+        self.inflight.abandon()
 
     def audit_reservations(self, bound: float) -> int:
-        """The reservation invariant: a pod reserved on a node is, within `bound` seconds
-        (the bind timeout plus the longest backoff), seen bound, or its bind is still being
-        tried; otherwise its reservation is released and it is queued again. A reservation
-        with no bind behind it at all is released at once. Returns how many were released."""
-        now = time.monotonic()
-        released = 0
-        for uid, since in list(self.state.assumed.items()):
-            pod = self.state.pods.get(uid)
-            if pod is None or pod.bind_landed:
-                continue  # our bind landed: the watch will show it (a deletion drops it)
-            task = self._binds.get(uid)
-            if task is not None and now - since <= bound:
-                continue
-            log.error(
-                "reservation of %s on %s released: %s",
-                pod.key,
-                pod.node_name,
-                f"its bind has not answered in {now - since:.0f}s"
-                if task is not None
-                else "no bind is in flight for it",
-                extra={"pod": pod.key, "node": pod.node_name},
-            )
-            if task is not None:
-                del self._binds[uid]
-                task.cancel()
-            self._release(uid)
-            released += 1
-        if released:
-            obs.RESERVATIONS_RELEASED.inc(released)
-        obs.STALE_RESERVATIONS.set(released)
-        return released
+        """The reservation invariant (InFlight.audit); returns how many were released."""
+        return self.inflight.audit(bound)
 
     def oldest_reservation(self) -> float:
         """Age in seconds of the oldest reservation whose bind has not landed (0 if none)."""
-        now = time.monotonic()
-        ages = [
-            now - since
-            for uid, since in self.state.assumed.items()
-            if (pod := self.state.pods.get(uid)) is not None and not pod.bind_landed
-        ]
-        return max(ages, default=0.0)
+        return self.inflight.oldest()
 
     def trim_placements(self, keep: float) -> int:
         """Trim the state's placement log: a node's entries are needed only after the oldest
@@ -690,6 +477,5 @@ class Scheduler:
 
     async def drain(self) -> None:
         """Wait for in-flight binds and reports (used at shutdown and by tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.inflight.drain()
         await self.events.flush()

@@ -355,11 +355,11 @@ def test_a_gated_pod_nominated_by_another_component_holds_its_room() -> None:
     holder["status"] = {"nominatedNodeName": "n1"}
     scheduler.on_pod_event("ADDED", holder)
     incoming = parse_pod(raw_pod("incoming", "500m", 0))
-    assert [p.name for p in scheduler.held_for(incoming)["n1"]] == ["holder"]
+    assert [p.name for p in scheduler.preemption.held_for(incoming)["n1"]] == ["holder"]
     assert not scheduler.queue.uids()  # still gated: not queued
     holder["status"] = {}
     scheduler.on_pod_event("MODIFIED", holder)
-    assert scheduler.held_for(incoming) == {}
+    assert scheduler.preemption.held_for(incoming) == {}
 
 
 def test_a_nominated_pod_counts_under_an_empty_spread_selector_as_kube_scheduler_adds_it() -> None:

@@ -125,7 +125,7 @@ async def test_bound_writes_the_decision_and_keeps_the_reservation_until_the_wat
     raw = raw_pod("web", cpu="500m")
     async with running(sched):
         sched.on_pod_event("ADDED", raw)
-        await until(lambda: len(api.binds("web")) == 1 and not sched._tasks)
+        await until(lambda: len(api.binds("web")) == 1 and not sched.inflight.tasks)
         await sched.drain()
         held = sched.state.pods[uid(raw)]
         assert held.assumed and held.bind_landed and held.node_name == "n1"
@@ -162,7 +162,7 @@ async def test_gone_or_conflict_releases_the_reservation_and_is_not_retried(stat
     errors = attempts("error")
     async with running(sched):
         sched.on_pod_event("ADDED", raw)
-        await until(lambda: len(api.binds("web")) == 1 and not sched._tasks)
+        await until(lambda: len(api.binds("web")) == 1 and not sched.inflight.tasks)
         assert uid(raw) not in sched.state.pods and sched.state.accounted_cpu() == 0
         assert uid(raw) not in sched.queue
         await asyncio.sleep(0.2)  # four backoffs
@@ -190,7 +190,7 @@ async def test_an_error_releases_the_reservation_and_retries_after_backoff(
     raw = raw_pod("web", cpu="500m")
     async with running(sched):
         sched.on_pod_event("ADDED", raw)
-        await until(lambda: len(api.binds("web")) == 1 and not sched._tasks)
+        await until(lambda: len(api.binds("web")) == 1 and not sched.inflight.tasks)
         assert uid(raw) not in sched.state.pods and sched.state.accounted_cpu() == 0
         assert sched.queue.counts()["backoff"] == 1
         await until(lambda: len(api.events("Scheduled")) == 1)
@@ -263,7 +263,7 @@ async def test_abandon_cancels_binds_in_flight_and_requeues_their_pods_not_lande
     assert uid(slow) not in sched.state.pods and sched.queue.counts()["active"] == 1
     assert sched.state.pods[uid(fast)].bind_landed and uid(fast) not in sched.queue
     assert sched.state.accounted_cpu() == 500  # only the landed bind keeps its reservation
-    assert sched._slots._value == 64  # every slot came back
+    assert sched.inflight.slots._value == 64  # every slot came back
 
     async with running(sched):  # a later term starts from the truth
         await until(lambda: len(api.events("Scheduled")) == 2)
@@ -285,13 +285,13 @@ async def test_a_report_in_flight_is_cancelled_by_abandon_and_frees_its_slot() -
     task = asyncio.create_task(sched.run())
     sched.on_pod_event("ADDED", raw_pod("big", cpu="2"))
     await until(lambda: len(api.events("FailedScheduling")) == 1)
-    assert sched._slots._value == 62  # the report's, and the loop's for its next pod
+    assert sched.inflight.slots._value == 62  # the report's, and the loop's for its next pod
     task.cancel()
     sched.abandon()
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await asyncio.wait_for(sched.drain(), 1.0)
-    assert sched._slots._value == 64 and sched.queue.counts()["unschedulable"] == 1
+    assert sched.inflight.slots._value == 64 and sched.queue.counts()["unschedulable"] == 1
     await sched.events.stop()
 
 
@@ -312,7 +312,7 @@ async def test_a_loop_cancelled_just_as_the_queue_wakes_stops_and_places_nothing
     await asyncio.sleep(0.05)
     assert task.done()
     assert not api.binds("late") and uid(raw) not in sched.state.pods
-    assert sched.queue.counts()["active"] == 1 and sched._slots._value == 64
+    assert sched.queue.counts()["active"] == 1 and sched.inflight.slots._value == 64
     await sched.events.stop()
 
 
@@ -322,15 +322,15 @@ async def test_a_bind_cancelled_before_it_starts_releases_its_reservation_and_sl
     sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
     raw = raw_pod("early", cpu="500m")
     sched.on_pod_event("ADDED", raw)
-    await sched._slots.acquire()  # what the loop does before it pops
+    await sched.inflight.slots.acquire()  # what the loop does before it pops
     pod = sched.queue.pop_nowait()
     assert pod is not None and sched.schedule(pod)
     assert sched.state.accounted_cpu() == 500
-    for task in list(sched._tasks):
+    for task in list(sched.inflight.tasks):
         task.cancel()  # before its first step: its own `finally` would never run
     await asyncio.sleep(0.01)
     assert not api.binds("early") and uid(raw) not in sched.state.pods
-    assert sched.queue.counts()["active"] == 1 and sched._slots._value == 64
+    assert sched.queue.counts()["active"] == 1 and sched.inflight.slots._value == 64
     async with running(sched):  # and it is placed by the next attempt
         await until(lambda: len(api.events("Scheduled")) == 1)
 
