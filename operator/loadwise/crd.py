@@ -1,7 +1,8 @@
 """Generate the SchedulingPolicy CRD from the pydantic model (the one source of truth).
 
-`python -m loadwise.crd --write` rewrites crds/ and the chart's copy; a test fails when the
-committed files drift from what the model generates.
+`python -m loadwise.crd --write` rewrites crds/, the chart's copy and the policy reference
+(docs/policy-reference.md); a test fails when the committed files drift from what the model
+generates.
 """
 
 from __future__ import annotations
@@ -177,17 +178,23 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help="rewrite the committed CRD files")
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite the committed CRD files and reference"
+    )
     parser.add_argument("--root", default=".", help="repository root (for --write)")
     args = parser.parse_args(argv)
     text = render()
     if not args.write:
         sys.stdout.write(text)
         return 0
-    for target in TARGETS:
+    from . import policy_reference  # it renders from this module's CRD
+
+    outputs = {target: text for target in TARGETS}
+    outputs[policy_reference.TARGET] = policy_reference.render()
+    for target, content in outputs.items():
         path = Path(args.root) / target
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_text(content)
     return 0
 
 

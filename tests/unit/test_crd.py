@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from loadwise import policy_reference
 from loadwise.crd import TARGETS, build_crd, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,3 +45,12 @@ def test_go_module_pins_the_same_kubernetes_version() -> None:
     staging = "v0." + version.removeprefix("v1.")
     replaces = [line for line in go_mod.splitlines() if "=> k8s.io/" in line]
     assert replaces and all(line.endswith(staging) for line in replaces)
+
+
+def test_committed_policy_reference_matches_model() -> None:
+    committed = (ROOT / policy_reference.TARGET).read_text()
+    assert committed == policy_reference.render(), (
+        f"{policy_reference.TARGET} drifted: run `python -m loadwise.crd --write`"
+    )
+    for field in ("spec.weights.cpu", "spec.hotThresholds.memory", "status.conditions"):
+        assert f"| `{field}` |" in committed  # nested fields are listed, by their API names
