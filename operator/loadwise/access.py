@@ -20,9 +20,9 @@ from typing import Any, Literal
 import aiohttp
 from kubernetes_asyncio import client
 
+from .components import api_client
 from .config import Config
 from .logs import one_line
-from .runtime import api_client
 from .transport import Transport
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def _kubeconfig_problem() -> str | None:
 
 
 async def connect(pool_size: int) -> client.ApiClient:
-    """`runtime.api_client`, with a missing or unusable kubeconfig as an AccessError."""
+    """`components.api_client`, with a missing or unusable kubeconfig as an AccessError."""
     problem = _kubeconfig_problem()
     if problem is not None:
         raise AccessError(f"no Kubernetes credentials: {problem}")

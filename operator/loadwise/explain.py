@@ -23,6 +23,7 @@ from typing import Any
 
 from .access import AccessError, connect
 from .binder import Binder
+from .components import metrics_caches, workload_informers
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose
@@ -32,7 +33,6 @@ from .framework.types import PodInfo, parse_pod
 from .informer import Informer
 from .policy import GROUP, PLURAL, VERSION, Policy
 from .queue import SchedulingQueue
-from .runtime import metrics_caches, workload_informers
 from .scheduler import Scheduler
 from .transport import ApiError, Transport
 

@@ -18,9 +18,10 @@ from typing import Any
 
 import kopf
 
+from .components import report_startup_failure
 from .config import Config
 from .logs import one_line
-from .runtime import Runtime, report_startup_failure
+from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ async def start_runtime(config: Config) -> Runtime:
 
 def in_cluster(info: kopf.ConnectionInfo | None) -> kopf.ConnectionInfo | None:
     """kopf's service-account login at the address a kubelet puts in KUBERNETES_SERVICE_HOST and
-    _PORT, which client-go's InClusterConfig and our own client (runtime.api_client) use, instead
+    _PORT, which client-go's InClusterConfig and our own client (components.api_client) use, instead
     of kopf's fixed https://kubernetes.default.svc: a pod on the host network (DNS policy
     Default) cannot resolve that name, and kopf then fails every request it makes."""
     host = os.environ.get("KUBERNETES_SERVICE_HOST")

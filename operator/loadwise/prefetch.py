@@ -59,7 +59,7 @@ class Credentials:
 
 
 def credentials(environ: Mapping[str, str] = os.environ) -> Credentials | None:
-    """The plain credentials `runtime.api_client` will use, or None where they are not plain."""
+    """The plain credentials `components.api_client` will use, or None where they are not plain."""
     try:
         if environ.get("KUBERNETES_SERVICE_HOST"):
             return _service_account(environ)

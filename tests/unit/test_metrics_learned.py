@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from loadwise.components import workload_lookup
 from loadwise.metrics import learned as learned_module
 from loadwise.metrics.cache import MetricsCache, NodeSample, PodUsage
 from loadwise.metrics.learned import LearnedUsage
 from loadwise.metrics.prometheus import PrometheusSource
-from loadwise.runtime import workload_lookup
 from loadwise.state import ClusterState
 from loadwise_dev import manifests
 

@@ -1,0 +1,180 @@
+"""The parts the operator is built from, made from the settings: the API client, the metrics
+sources and their caches (with the workload lookup they learn through), the workload informers
+for system default spreading, and who this replica is. Runtime assembles them; `explain` uses
+the same ones, so a dry run reads what the operator reads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import math
+import os
+import socket
+import time
+import uuid
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
+
+from .binder import Binder
+from .config import Config
+from .informer import Informer
+from .metrics.cache import MetricsCache, MetricsSource
+from .metrics.learned import WorkloadOf
+from .metrics.metrics_server import MetricsServerSource
+from .metrics.prometheus import PrometheusSource
+from .state import ClusterState
+from .transport import Http, Transport
+from .workload_selectors import WorkloadSelectors, namespaced_name
+
+
+async def api_client(pool_size: int) -> client.ApiClient:
+    """An ApiClient from the in-cluster service account, or from $KUBECONFIG / ~/.kube/config."""
+    configuration = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        # kubernetes-asyncio reads $KUBECONFIG at import time; read it now instead.
+        await kube_config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
+        )
+    configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
+
+
+def metrics_sources(
+    config: Config, transport: Http, state: ClusterState, ready: asyncio.Event | None = None
+) -> dict[str, MetricsSource]:
+    sources: dict[str, MetricsSource] = {}
+    if "prometheus" in config.metrics_sources:
+        sources["prometheus"] = PrometheusSource(
+            config.prometheus_url,
+            cpu_query=config.prometheus_cpu_query,
+            memory_query=config.prometheus_memory_query,
+            node_label=config.prometheus_node_label,
+            lag=config.metrics_lag,
+            timeout=config.prometheus_timeout,
+            dimensions=config.prometheus_dimensions,
+            pod_cpu_query=config.prometheus_pod_cpu_query,
+            pod_memory_query=config.prometheus_pod_memory_query,
+            known_nodes=lambda: state.nodes.keys(),
+            ready=ready,
+        )
+    if "metrics-server" in config.metrics_sources:
+
+        def allocatable(name: str) -> dict[str, int] | None:
+            node = state.nodes.get(name)
+            return dict(node.allocatable) if node is not None else None
+
+        sources["metrics-server"] = MetricsServerSource(transport, allocatable, ready)
+    return sources
+
+
+def workload_lookup(state: ClusterState, max_age: float = 1.0) -> WorkloadOf:
+    """(namespace, name) -> (workload, placed_at) of a pod on a node, for the caches' learning.
+    The state keys pods by uid: an index by name is built from it when older than `max_age`
+    seconds, so once per refresh (which asks about every pod at once), not once per pod."""
+    index: dict[tuple[str, str], tuple[str, float]] = {}
+    built = -math.inf
+
+    def workload_of(namespace: str, name: str) -> tuple[str, float] | None:
+        nonlocal index, built
+        now = time.monotonic()
+        if now - built > max_age:
+            index = {
+                (pod.namespace, pod.name): (workload, pod.placed_at)
+                for pod in state.pods.values()
+                if (workload := pod.workload) is not None
+            }
+            built = now
+        return index.get((namespace, name))
+
+    return workload_of
+
+
+def metrics_caches(
+    config: Config, transport: Http, state: ClusterState, ready: asyncio.Event | None = None
+) -> dict[str, MetricsCache]:
+    """One cache per enabled source, learning per-workload usage unless turned off. `ready`:
+    set when the state is listed (what answers need of it waits for that, not the requests)."""
+    workload_of = workload_lookup(state) if config.learn_usage else None
+    # A pod's usage is learned once a whole rate window lies after its start, which comes
+    # after its binding (image pull, container start): two lags after placement.
+    learn_after = 2 * config.metrics_lag
+    return {
+        name: MetricsCache(source, config.metrics_interval, workload_of, learn_after, ready)
+        for name, source in metrics_sources(config, transport, state, ready).items()
+    }
+
+
+def workload_informers(transport: Http, workloads: WorkloadSelectors) -> list[Informer]:
+    """Services, ReplicationControllers, ReplicaSets and StatefulSets, for kube-scheduler's
+    system default spreading: only their selectors are kept."""
+    informers = [
+        Informer(
+            transport,
+            "/api/v1/services",
+            workloads.on_service_event,
+            namespaced_name,
+            workloads.relisted_services,
+        )
+    ]
+    for path in (
+        "/api/v1/replicationcontrollers",
+        "/apis/apps/v1/replicasets",
+        "/apis/apps/v1/statefulsets",
+    ):
+        resource = path.rsplit("/", 1)[1]
+        informers.append(
+            Informer(
+                transport,
+                path,
+                functools.partial(workloads.on_controller_event, resource),
+                namespaced_name,
+                functools.partial(workloads.relisted_controllers, resource),
+            )
+        )
+    return informers
+
+
+def identity_of(config: Config) -> str:
+    return config.identity or config.pod_name or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def operator_object(config: Config) -> dict[str, str] | None:
+    """What operator-level events and the Degraded condition go on: our Pod, else our Lease."""
+    if config.pod_name and config.pod_namespace:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": config.pod_name,
+            "namespace": config.pod_namespace,
+        }
+    if config.leader_elect:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "name": config.lease_name,
+            "namespace": config.lease_namespace,
+        }
+    return None
+
+
+async def report_startup_failure(config: Config, message: str) -> None:
+    """A Warning event (StartupFailed) on our Pod, or Lease, while start-up keeps failing:
+    nothing else runs then (no /metrics, no probes), so the log and this event are all there
+    is. Best effort: the API server may be what is failing."""
+    target = operator_object(config)
+    if target is None:
+        return
+    with contextlib.suppress(Exception):
+        api = await api_client(pool_size=1)
+        transport = Transport(api, pool_size=2)
+        try:
+            async with asyncio.timeout(5):
+                binder = Binder(transport, config.scheduler_name)
+                await binder.object_event(target, "Warning", "StartupFailed", message)
+        finally:
+            await transport.close()
+            await api.close()
