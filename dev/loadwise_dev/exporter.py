@@ -25,10 +25,15 @@ from .httpserve import ThreadedServer
 
 # Queries for these series, with the rate window of the dev cluster's node CPU query
 # (`SIM_CPU_QUERY`: 5 s, fitting 1 s scrapes). Per (namespace, pod): CPU cores, memory bytes.
+# Like the defaults, a container counts once though two kubelet endpoints (real nodes) have it.
 SIM_POD_CPU_QUERY = (
-    'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[5s]))'
+    "sum by (namespace, pod) (max by (namespace, pod, container)"
+    ' (rate(container_cpu_usage_seconds_total{container!=""}[5s])))'
 )
-SIM_POD_MEMORY_QUERY = 'sum by (namespace, pod) (container_memory_working_set_bytes{container!=""})'
+SIM_POD_MEMORY_QUERY = (
+    "sum by (namespace, pod) (max by (namespace, pod, container)"
+    ' (container_memory_working_set_bytes{container!=""}))'
+)
 # Extra node dimensions: PromQL per node (a `node` label), utilisation 0..1.
 SIM_DIMENSIONS: dict[str, str] = {
     "gpu": "avg by (node) (DCGM_FI_DEV_GPU_UTIL) / 100",

@@ -40,6 +40,10 @@ from .controlplane import ControlPlane, free_port, issue_cert, kubeconfig_with_c
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CNI_BIN = Path("/usr/lib/cni")
+# Where the kubelet's cAdvisor asks containerd which pod a container's cgroup belongs to: its
+# default, which the kubelet no longer lets one change (cAdvisor's --containerd flag is not
+# registered). Without an answer, cAdvisor's series carry only the cgroup `id`, no pod.
+CADVISOR_CONTAINERD = Path("/run/containerd/containerd.sock")
 
 
 def _which(name: str) -> str:
@@ -137,6 +141,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         (base / "config.toml").write_text(config)
         self._spawn("containerd", [_which("containerd"), "--config", str(base / "config.toml")])
         self._wait(lambda: self.socket.exists(), 30, "containerd's socket")
+        self._link_for_cadvisor()
+
+    def _link_for_cadvisor(self) -> None:
+        """Point cAdvisor's containerd path at this node's containerd (a symlink; the shims
+        keep naming this node's directory), unless another containerd answers there. With
+        several real nodes only the first gets it: one kernel, one cAdvisor view anyway."""
+        link = CADVISOR_CONTAINERD
+        if link.is_symlink() and not link.exists():
+            link.unlink()  # dangling: a node that did not stop cleanly
+        if link.exists() or link.is_symlink():
+            return
+        link.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            link.symlink_to(self.socket)
+
+    def _unlink_for_cadvisor(self) -> None:
+        link = CADVISOR_CONTAINERD
+        if link.is_symlink() and Path(os.readlink(link)) == self.socket:
+            link.unlink()
 
     def _start_kubelet(self) -> None:
         pki = self.workdir / "pki"
@@ -241,6 +264,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         for cgroup in self._cgroup_dirs():
             with contextlib.suppress(OSError):
                 cgroup.rmdir()
+        self._unlink_for_cadvisor()
         sweep(self.workdir)
 
     def _kill_containers(self) -> None:
@@ -298,6 +322,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         left += [f"cgroup {c}" for c in self._cgroup_dirs()]
         if self.workdir.exists() and not os.environ.get("LOADWISE_KEEP_LOGS"):
             left.append(f"directory {self.workdir}")
+        link = CADVISOR_CONTAINERD
+        if link.is_symlink() and Path(os.readlink(link)) == self.socket:
+            left.append(f"symlink {link}")
         for tool in ("iptables-save", "ip6tables-save"):  # the kubelet makes none (config)
             if shutil.which(tool):
                 rules = subprocess.run([tool], capture_output=True, text=True).stdout
@@ -449,3 +476,69 @@ def node_targets(cp: ControlPlane, names: list[str]) -> list[dict[str, Any]]:
         labels["__meta_kubernetes_node_name"] = name
         found.append({"targets": [f"{address}:{port}"], "labels": labels})
     return found
+
+
+# What Prometheus holds for the real node's exporters under the stacks users run: the target
+# labels prometheus-operator generates from each stack's ServiceMonitors (a Pod endpoint gets
+# namespace, service, pod, container, endpoint and `instance` = address; a Node endpoint, as
+# the kubelet Service's are, also `node`), written here as static and file_sd configs.
+STACKS = ("node-exporter", "kube-prometheus", "kube-prometheus-stack")
+
+
+def stack_scrape_configs(
+    cp: ControlPlane, names: list[str], exporter: NodeExporter, stack: str
+) -> list[dict[str, Any]]:
+    """node-exporter: a plain Prometheus relabelling the pod's node name to `node` (what the
+    harness does). kube-prometheus (jsonnet): its node-exporter ServiceMonitor relabels
+    `__meta_kubernetes_pod_node_name` to `instance`. kube-prometheus-stack: node-exporter keeps
+    `instance` = address and gets no node label; the kubelet's /metrics/cadvisor (scraped by
+    default, every 10 s) carries `node`, less the series its metricRelabelings drop (cgroups
+    without a pod)."""
+    if stack == "node-exporter":
+        return scrape_configs(cp, names, exporter)[:1]
+
+    def pod_labels(name: str, service: str) -> dict[str, str]:
+        return {
+            "namespace": "monitoring",
+            "service": service,
+            "pod": f"{service}-{name}",
+            "container": "node-exporter",
+            "endpoint": "http-metrics",
+        }
+
+    if stack == "kube-prometheus":
+        return [
+            {
+                "job_name": "node-exporter",
+                "static_configs": [
+                    {
+                        "targets": [exporter.address],
+                        "labels": {**pod_labels(n, "node-exporter"), "instance": n},
+                    }
+                    for n in names
+                ],
+            }
+        ]
+    if stack != "kube-prometheus-stack":
+        raise ValueError(f"unknown stack {stack!r}")
+    service = "kps-prometheus-node-exporter"
+    cadvisor = next(
+        j for j in scrape_configs(cp, names, exporter) if j["job_name"].endswith("cadvisor")
+    )
+    cadvisor = {
+        **cadvisor,
+        "job_name": "kubelet",
+        "scrape_interval": "10s",
+        "metric_relabel_configs": [
+            {"source_labels": ["id", "pod"], "regex": ".+;", "action": "drop"}
+        ],
+    }
+    return [
+        {
+            "job_name": "node-exporter",
+            "static_configs": [
+                {"targets": [exporter.address], "labels": pod_labels(n, service)} for n in names
+            ],
+        },
+        cadvisor,
+    ]

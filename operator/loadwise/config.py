@@ -29,12 +29,16 @@ from .metrics.prometheus import (
     DEFAULT_MEMORY_QUERY,
     DEFAULT_POD_CPU_QUERY,
     DEFAULT_POD_MEMORY_QUERY,
+    PRESETS,
 )
 
 PREFIX = "LOADWISE_"
 # Python's level names; charts/loadwise/values.schema.json's logLevel enum must be the same
 # (tests/unit/test_chart_values.py compares them).
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+# Prometheus stacks whose labels the built-in queries know (metrics/prometheus.py PRESETS; the
+# chart's metrics.preset enum must be the same).
+PrometheusPreset = Literal["node-exporter", "kube-prometheus", "kube-prometheus-stack"]
 _DIMENSION_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
 # LOADWISE_* variables that are not operator settings: read by hack/ensure-tools,
@@ -80,7 +84,16 @@ class Config(BaseModel):
         description="PromQL giving each node's memory utilisation 0..1, labelled by the node label",
     )
     prometheus_node_label: str = Field(
-        "node", description="the label in the query results that holds the Node's name"
+        "node",
+        description="the label in the query results that holds the Node's name (default: "
+        "the preset's)",
+    )
+    prometheus_preset: PrometheusPreset = Field(
+        "node-exporter",
+        description="whose labels the built-in node queries read: node-exporter (series "
+        "labelled `node`), kube-prometheus (node-exporter's `instance` is the node name) or "
+        "kube-prometheus-stack (the kubelet's cAdvisor series); the queries and the node "
+        "label, when set, override it",
     )
     prometheus_dimensions: dict[str, str] = Field(
         default_factory=dict,
@@ -199,6 +212,19 @@ class Config(BaseModel):
         description="seconds between API server probes (GET /readyz on a fresh connection), "
         "which tell a network black hole from a quiet cluster",
     )
+
+    @model_validator(mode="after")
+    def _preset(self) -> Config:
+        """The preset's queries and node label, for those not set explicitly."""
+        cpu, memory, label = PRESETS[self.prometheus_preset]
+        for name, value in (
+            ("prometheus_cpu_query", cpu),
+            ("prometheus_memory_query", memory),
+            ("prometheus_node_label", label),
+        ):
+            if name not in self.model_fields_set:
+                object.__setattr__(self, name, value)  # frozen: set once, while validating
+        return self
 
     @model_validator(mode="after")
     def _election_timing(self) -> Config:

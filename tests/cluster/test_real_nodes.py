@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from loadwise.config import Config
+from loadwise.metrics.cache import NodeSample
+from loadwise.metrics.prometheus import PrometheusError, PrometheusSource
 from loadwise.resources import to_amount
 from loadwise.runtime import Runtime
 from loadwise_dev import manifests
@@ -23,8 +26,8 @@ from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.images import BURN
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.metrics_server import MetricsServer
-from loadwise_dev.prometheus_server import SIM_CPU_QUERY
-from loadwise_dev.realnode import RealNode
+from loadwise_dev.prometheus_server import SIM_CPU_QUERY, Prometheus
+from loadwise_dev.realnode import STACKS, RealNode, stack_scrape_configs
 
 from .conftest import POLICIES
 from .util import wait_bound, wait_event
@@ -402,3 +405,61 @@ async def test_kubectl_top_and_loadwise_read_the_real_metrics_server_alike(
             assert abs(sampled_cpu - share) <= 0.01, (share, cache.samples)
     finally:
         await rkube.delete(f"{POLICIES}/ms")
+
+
+# --- the Prometheus stacks users run ----------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+async def test_each_stacks_preset_reads_the_real_exporters_as_that_stack_labels_them(
+    rkube: Kube, real_cluster: LocalCluster, rns: str, stack: str
+) -> None:
+    """One setting per stack (LOADWISE_PROMETHEUS_PRESET, chart `metrics.preset`): the real
+    node-exporter and the real kubelet's cAdvisor, scraped by a real Prometheus with the target
+    labels that stack's ServiceMonitors give them, give loadwise the real node's usage, with a
+    burner of half a core running there. The default preset fails on the other stacks' labels,
+    naming the setting."""
+    assert real_cluster.node_exporter is not None
+    cp = real_cluster.cp
+    body = burner("preset-burn", millicpu=500)
+    body["spec"]["nodeName"] = REAL  # no scheduler needed
+    await create_pod(rkube, rns, body)
+    await wait_running(rkube, rns, "preset-burn")
+    jobs = stack_scrape_configs(cp, [REAL], real_cluster.node_exporter, stack)
+    prometheus = Prometheus([], "2s", jobs, cp.with_hosts()).start()
+    try:
+        config = Config.from_env(
+            {"LOADWISE_PROMETHEUS_URL": prometheus.url, "LOADWISE_PROMETHEUS_PRESET": stack}
+        )
+
+        def source(config: Config) -> PrometheusSource:
+            return PrometheusSource(
+                config.prometheus_url,
+                cpu_query=config.prometheus_cpu_query,
+                memory_query=config.prometheus_memory_query,
+                node_label=config.prometheus_node_label,
+                lag=config.metrics_lag,
+                known_nodes=lambda: {REAL, "elsewhere"},
+            )
+
+        preset = source(config)
+        try:
+
+            async def sample() -> NodeSample | None:
+                with contextlib.suppress(PrometheusError):
+                    found = (await preset.fetch()).get(REAL)
+                    # half a core of the machine's two or more: at least a fifth of it busy
+                    return found if found is not None and found.cpu > 0.2 else None
+                return None
+
+            found = await wait_for(sample, 90, interval=1.0, what=f"a {stack} sample of {REAL}")
+            assert found.cpu <= 1.0 and 0.0 < found.memory < 1.0, found
+        finally:
+            await preset.close()
+        if stack != "node-exporter":
+            default = source(Config.from_env({"LOADWISE_PROMETHEUS_URL": prometheus.url}))
+            try:
+                with pytest.raises(PrometheusError, match="LOADWISE_PROMETHEUS_PRESET"):
+                    await default.fetch()
+            finally:
+                await default.close()
+    finally:
+        prometheus.stop()

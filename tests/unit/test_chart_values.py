@@ -130,6 +130,22 @@ def test_the_schema_enums_are_the_operators() -> None:
     assert SCHEMA["properties"]["logLevel"]["enum"] == list(get_args(level))
     log_format = Config.model_fields["log_format"].annotation
     assert SCHEMA["properties"]["logFormat"]["enum"] == list(get_args(log_format))
+    preset = Config.model_fields["prometheus_preset"].annotation
+    metrics = SCHEMA["properties"]["metrics"]["properties"]
+    assert metrics["preset"]["enum"] == list(get_args(preset))
+
+
+def test_the_preset_is_one_value_and_explicit_settings_still_win() -> None:
+    env = container_env(one(render(), "Deployment"))
+    assert env["LOADWISE_PROMETHEUS_PRESET"] == "node-exporter"
+    assert "LOADWISE_PROMETHEUS_NODE_LABEL" not in env and "LOADWISE_METRICS_LAG" not in env
+    stack = "metrics.preset=kube-prometheus-stack"
+    config = Config.from_env(container_env(one(render(stack), "Deployment")))
+    assert config.prometheus_preset == "kube-prometheus-stack"
+    assert "machine_cpu_cores" in config.prometheus_cpu_query
+    sets = (stack, "metrics.nodeLabel=kubernetes_node", "metrics.lagSeconds=90")
+    config = Config.from_env(container_env(one(render(*sets), "Deployment")))
+    assert (config.prometheus_node_label, config.metrics_lag) == ("kubernetes_node", 90)
 
 
 @pytest.mark.parametrize(
@@ -147,6 +163,7 @@ def test_the_schema_enums_are_the_operators() -> None:
         ("metrics.podMemoryQuery= ", "/metrics/podMemoryQuery"),
         ("metrics.dimensions.gpu= ", "/metrics/dimensions/gpu"),
         ("metrics.lagSeconds=-5", "/metrics/lagSeconds"),
+        ("metrics.preset=graphite", "/metrics/preset"),
         ("metrics.prometheusUrl=prometheus:9090", "/metrics/prometheusUrl"),
         ("metrics.prometheusUlr=http://x", "prometheusUlr"),
         ("metrics.dimensions.GPU=q", "GPU"),

@@ -13,6 +13,7 @@ import yaml
 
 from loadwise import cli, prefetch
 from loadwise.config import TOOLING_VARIABLES, Config, settings, unknown_variables
+from loadwise.metrics.prometheus import DEFAULT_CPU_QUERY
 from loadwise_dev.controlplane import helm_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,3 +237,32 @@ def test_whitespace_queries_and_sub_second_refreshes_are_refused() -> None:
     assert Config(metrics_interval=1.0).metrics_interval == 1.0
     with pytest.raises(ValueError, match="LOADWISE_METRICS_INTERVAL"):
         Config.from_env({"LOADWISE_METRICS_INTERVAL": "0.5"})
+
+
+def test_a_prometheus_preset_sets_the_queries_and_label_that_are_not_set() -> None:
+    default = Config.from_env({})
+    assert default.prometheus_preset == "node-exporter"
+    assert (default.prometheus_cpu_query, default.prometheus_node_label) == (
+        DEFAULT_CPU_QUERY,
+        "node",
+    )
+    stack = Config.from_env({"LOADWISE_PROMETHEUS_PRESET": "kube-prometheus-stack"})
+    assert "machine_cpu_cores" in stack.prometheus_cpu_query
+    assert "machine_memory_bytes" in stack.prometheus_memory_query
+    kp = Config.from_env({"LOADWISE_PROMETHEUS_PRESET": "kube-prometheus"})
+    assert kp.prometheus_node_label == "instance" and "by (instance)" in kp.prometheus_cpu_query
+    # What is set explicitly wins over the preset, query by query.
+    mixed = Config.from_env(
+        {
+            "LOADWISE_PROMETHEUS_PRESET": "kube-prometheus",
+            "LOADWISE_PROMETHEUS_CPU_QUERY": "my_cpu",
+            "LOADWISE_PROMETHEUS_NODE_LABEL": "kubernetes_node",
+        }
+    )
+    assert (mixed.prometheus_cpu_query, mixed.prometheus_node_label) == (
+        "my_cpu",
+        "kubernetes_node",
+    )
+    assert mixed.prometheus_memory_query == kp.prometheus_memory_query
+    with pytest.raises(ValueError, match="LOADWISE_PROMETHEUS_PRESET"):
+        Config.from_env({"LOADWISE_PROMETHEUS_PRESET": "graphite"})

@@ -72,9 +72,10 @@ def test_series_without_the_node_label_are_a_wrong_label_not_missing_samples() -
         parse_response(answer, "node", 5)
     assert str(caught.value) == (
         "2 series came back but none has the node label 'node' "
-        "(LOADWISE_PROMETHEUS_NODE_LABEL): they have instance, job"
+        "(LOADWISE_PROMETHEUS_NODE_LABEL): they have instance, job; for kube-prometheus or "
+        "kube-prometheus-stack, set LOADWISE_PROMETHEUS_PRESET (chart: metrics.preset) to its name"
     )
-    with pytest.raises(PrometheusError, match=r"no other label .*by \(node\)"):
+    with pytest.raises(PrometheusError, match=r"no other label \(the series read carry no 'node'"):
         parse_response(series({"loadwise_resource": "cpu"}), "node", 5)
 
 

@@ -25,12 +25,42 @@ DEFAULT_MEMORY_QUERY = (
     "1 - sum by (node) (node_memory_MemAvailable_bytes)"
     " / sum by (node) (node_memory_MemTotal_bytes)"
 )
+# Per container first (max), then per pod: a container scraped twice (the kubelet's
+# /metrics/cadvisor and /metrics/resource both have it) or seen twice across a restart counts
+# once.
 DEFAULT_POD_CPU_QUERY = (
-    'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[1m]))'
+    "sum by (namespace, pod) (max by (namespace, pod, container)"
+    ' (rate(container_cpu_usage_seconds_total{container!=""}[1m])))'
 )
 DEFAULT_POD_MEMORY_QUERY = (
-    'sum by (namespace, pod) (container_memory_working_set_bytes{container!=""})'
+    "sum by (namespace, pod) (max by (namespace, pod, container)"
+    ' (container_memory_working_set_bytes{container!=""}))'
 )
+# What the built-in queries read, per Prometheus stack (docs/operations.md, "Prometheus
+# stacks"): (cpu query, memory query, node label).
+PRESETS: dict[str, tuple[str, str, str]] = {
+    # node-exporter series with a `node` label (a config relabelling the pod's node name).
+    "node-exporter": (DEFAULT_CPU_QUERY, DEFAULT_MEMORY_QUERY, "node"),
+    # kube-prometheus (jsonnet), OpenShift: node-exporter's `instance` is the node name.
+    "kube-prometheus": (
+        '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[1m]))',
+        "1 - sum by (instance) (node_memory_MemAvailable_bytes)"
+        " / sum by (instance) (node_memory_MemTotal_bytes)",
+        "instance",
+    ),
+    # kube-prometheus-stack: node-exporter's series name no node; the kubelet's cAdvisor
+    # series, labelled `node` by the Prometheus Operator, are scraped by default. A node
+    # without pods has no container series: it reads 0, not "no sample".
+    "kube-prometheus-stack": (
+        "(sum by (node) (max by (node, namespace, pod, container)"
+        ' (rate(container_cpu_usage_seconds_total{container!="", pod!=""}[1m])))'
+        " or 0 * max by (node) (machine_cpu_cores)) / max by (node) (machine_cpu_cores)",
+        "(sum by (node) (max by (node, namespace, pod, container)"
+        ' (container_memory_working_set_bytes{container!="", pod!=""}))'
+        " or 0 * max by (node) (machine_memory_bytes)) / max by (node) (machine_memory_bytes)",
+        "node",
+    ),
+}
 _RESOURCE_LABEL = "loadwise_resource"
 _NAMESPACE_LABEL = "namespace"
 _POD_LABEL = "pod"
@@ -100,11 +130,14 @@ def parse_response(
         have = (
             f"they have {', '.join(sorted(other_labels))}"
             if other_labels
-            else "they have no other label (does the query keep it, e.g. `by (node)`?)"
+            else f"they have no other label (the series read carry no {node_label!r} label, "
+            "or the query drops it)"
         )
         raise PrometheusError(
             f"{unlabelled} series came back but none has the node label {node_label!r} "
-            f"(LOADWISE_PROMETHEUS_NODE_LABEL): {have}"
+            f"(LOADWISE_PROMETHEUS_NODE_LABEL): {have}; for kube-prometheus or "
+            "kube-prometheus-stack, set LOADWISE_PROMETHEUS_PRESET (chart: metrics.preset) "
+            "to its name"
         )
     samples = {}
     for node, values in partial.items():
