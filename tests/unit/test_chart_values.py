@@ -120,6 +120,7 @@ def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
         "serviceMonitor",
         "defaultPolicy",
         "dashboards",
+        "serviceAccount",
     ):
         assert SCHEMA["properties"][key]["additionalProperties"] is False, key
 
@@ -347,7 +348,17 @@ def test_the_default_policy_is_a_fallback() -> None:
     policy = one(render("defaultPolicy.weights.cpu=3"), "SchedulingPolicy")
     spec = parse_spec(policy["spec"])
     assert spec.fallback and spec.weights.cpu == 3
+    assert spec.metrics.source == "prometheus"
     assert not [d for d in render("defaultPolicy.create=false") if d["kind"] == "SchedulingPolicy"]
+    # Its source is the first the operator runs: with metrics-server alone, metrics-server.
+    for sources, expected in (
+        ("metrics-server", "metrics-server"),
+        (" metrics-server\\, prometheus", "metrics-server"),
+        ("prometheus\\,metrics-server", "prometheus"),
+        ("none", "prometheus"),  # no source at all: the CRD default, scoring by requests
+    ):
+        policy = one(render(f"metrics.sources={sources}"), "SchedulingPolicy")
+        assert parse_spec(policy["spec"]).metrics.source == expected, sources
 
 
 # Read access the chart grants that loadwise does not use (kube-scheduler's role grants the
@@ -404,3 +415,66 @@ def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) 
     assert bool(leases) == config.leader_elect
     # Everything the table lists is needed by some settings.
     assert {p.when for p in PERMISSIONS} == {"always", "leader_elect", "metrics_server"}
+
+
+def test_the_chart_takes_the_values_installs_commonly_need() -> None:
+    """Pull secrets, a digest, annotations and labels, an existing or annotated
+    ServiceAccount, extra environment, the pod's security context, spreading, names."""
+    digest = "sha256:" + "ab" * 32
+    docs = render(
+        "fullnameOverride=sched",
+        "commonLabels.team=platform",
+        f"image.digest={digest}",
+        "imagePullSecrets[0].name=regcred",
+        "podAnnotations.example\\.com/owner=platform",
+        "podLabels.tier=control",
+        "serviceAccount.annotations.iam\\.example\\.com/role=loadwise",
+        "extraEnv[0].name=HTTPS_PROXY",
+        "extraEnv[0].value=http://proxy:3128",
+        "podSecurityContext.runAsUser=20000",
+        "podSecurityContext.runAsNonRoot=true",
+        "topologySpreadConstraints[0].maxSkew=1",
+        "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+        "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+    )
+    deployment = one(docs, "Deployment")
+    assert deployment["metadata"]["name"] == "sched"
+    assert deployment["metadata"]["labels"]["team"] == "platform"
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"]["tier"] == "control"
+    assert template["metadata"]["labels"]["team"] == "platform"
+    assert template["metadata"]["annotations"] == {"example.com/owner": "platform"}
+    pod = template["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"ghcr.io/loadwise/loadwise@{digest}"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["securityContext"] == {  # helm merges: the seccomp profile stays
+        "runAsUser": 20000,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    assert container_env(deployment)["HTTPS_PROXY"] == "http://proxy:3128"
+    account = one(docs, "ServiceAccount")
+    assert account["metadata"]["name"] == pod["serviceAccountName"] == "sched"
+    assert account["metadata"]["annotations"] == {"iam.example.com/role": "loadwise"}
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        for subject in binding["subjects"]:
+            if subject["kind"] == "ServiceAccount" and subject["namespace"] == "loadwise-system":
+                assert subject["name"] == "sched", binding["metadata"]["name"]
+    assert Config.from_env(container_env(deployment) | {"HTTPS_PROXY": ""}).lease_name == "sched"
+
+
+def test_an_existing_service_account_and_the_default_spreading_of_the_replicas() -> None:
+    docs = render("serviceAccount.create=false", "serviceAccount.name=existing")
+    assert not [d for d in docs if d["kind"] == "ServiceAccount"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "existing"
+    done = helm("template", "lw", str(CHART), "--set", "serviceAccount.create=false")
+    assert done.returncode != 0 and "serviceAccount.name is required" in done.stderr
+    # By default the two replicas prefer different nodes; an affinity given replaces that.
+    default = one(render(), "Deployment")["spec"]["template"]["spec"]["affinity"]
+    (term,) = default["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    given = one(render("affinity.nodeAffinity.x=y"), "Deployment")["spec"]["template"]["spec"]
+    assert given["affinity"] == {"nodeAffinity": {"x": "y"}}
