@@ -37,7 +37,7 @@ class Permission:
     group: str
     resource: str
     subresource: str = ""
-    when: Literal["always", "leader_elect", "metrics_server"] = "always"
+    when: Literal["always", "leader_elect", "metrics_server", "preemption"] = "always"
 
     def describe(self) -> str:
         name = f"{self.resource}.{self.group}" if self.group else self.resource
@@ -61,15 +61,18 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicationcontrollers", ""),
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
-            ("poddisruptionbudgets", "policy"),  # preemption spares what they protect
             ("deviceclasses", "resource.k8s.io"),  # DRA-backed extended resources (refused)
             ("schedulingpolicies", "loadwise.io"),  # policywatch
         )
         for verb in ("list", "watch")
     ),
+    *(  # preemption spares what they protect
+        Permission(verb, "policy", "poddisruptionbudgets", when="preemption")
+        for verb in ("list", "watch")
+    ),
     Permission("create", "", "pods", "binding"),  # binder
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
-    Permission("delete", "", "pods"),  # preemption's victims
+    Permission("delete", "", "pods", when="preemption"),  # preemption's victims
     Permission("create", "", "events", ""),
     Permission("patch", "loadwise.io", "schedulingpolicies"),  # drops the pre-0.3 finalizer
     Permission("patch", "loadwise.io", "schedulingpolicies", "status"),  # reporting
@@ -90,6 +93,7 @@ def needed(config: Config) -> list[Permission]:
         "always": True,
         "leader_elect": config.leader_elect,
         "metrics_server": "metrics-server" in config.metrics_sources,
+        "preemption": config.preemption,
     }
     return [p for p in PERMISSIONS if applies[p.when]]
 

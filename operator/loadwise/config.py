@@ -128,6 +128,13 @@ class Config(BaseModel):
     metrics_interval: float = Field(
         10.0, ge=1, description="seconds between node-metrics refreshes (at least 1)"
     )
+    preemption: bool = Field(
+        True,
+        description="kube-scheduler's DefaultPreemption: a pod that fits nowhere may evict "
+        "pods of lower priority (gracefully, PodDisruptionBudgets weighed); false: never, as "
+        "a kube-scheduler profile can disable it (and loadwise then needs no pods delete and "
+        "reads no PodDisruptionBudgets)",
+    )
     bind_concurrency: int = Field(64, ge=1, le=4096, description="bindings in flight at once")
     initial_backoff: float = Field(
         1.0, gt=0, description="seconds before a pod whose bind failed is retried (doubling)"

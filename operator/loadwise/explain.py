@@ -80,7 +80,12 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
     summary = f"{summary}\n{estimate_line(pod, policy, learned)}"
     if not isinstance(result, Decision) and not pod.invalid_reason:
-        summary = f"{summary}\n{preemption_line(scheduler, pod, policy)}"
+        line = (
+            preemption_line(scheduler, pod, policy)
+            if scheduler.preempts
+            else "preemption: off (LOADWISE_PREEMPTION=false)"
+        )
+        summary = f"{summary}\n{line}"
     warning = metrics_warning(scheduler, policy)
     return rows, f"{warning}\n{summary}" if warning else summary
 
@@ -165,6 +170,7 @@ async def _explain(target: str, config: Config) -> str:
             Binder(transport, config.scheduler_name),  # never called: this is a dry run
             {},
             SchedulingQueue(),
+            preemption=config.preemption,
         )
         scheduler.caches = metrics_caches(config, transport, scheduler.state)
         await Informer(transport, "/api/v1/namespaces", scheduler.on_namespace_event).list()

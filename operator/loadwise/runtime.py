@@ -85,12 +85,18 @@ class Runtime:
                 transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
             ),
             *workload_informers(transport, scheduler.state.workloads),
-            Informer(  # last: the seed's log line counts them apart
-                transport,
-                "/apis/policy/v1/poddisruptionbudgets",
-                scheduler.preemption.on_budget_event,
-                namespaced_name,
-                scheduler.preemption.relisted_budgets,
+            *(  # last: the seed's log line counts them apart
+                [
+                    Informer(
+                        transport,
+                        "/apis/policy/v1/poddisruptionbudgets",
+                        scheduler.preemption.on_budget_event,
+                        namespaced_name,
+                        scheduler.preemption.relisted_budgets,
+                    )
+                ]
+                if config.preemption
+                else []
             ),
         )
         self.pod_informer = self.informers[2]
@@ -153,6 +159,7 @@ class Runtime:
                 bind_concurrency=config.bind_concurrency,
                 failure_event_interval=config.failure_event_interval,
                 state=state,
+                preemption=config.preemption,
             )
             runtime = cls(config, api, transport, scheduler)
             # First: a port taken fails start-up before anything runs.
@@ -214,8 +221,8 @@ class Runtime:
             "controllers, %d PodDisruptionBudgets and %d SchedulingPolicies in %.2fs (%.2fs of "
             "CPU)",
             *(len(k) for k in keys[:3]),
-            sum(len(k) for k in keys[3:-1]),
-            len(keys[-1]),
+            sum(len(k) for k in keys[3:7]),  # Services and the three workload controllers
+            len(keys[7]) if len(keys) > 7 else 0,  # none listed with preemption off
             len(self.policies.objects),
             time.monotonic() - began,
             time.process_time() - cpu,

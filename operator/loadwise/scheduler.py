@@ -57,6 +57,7 @@ class Scheduler:
         rng: random.Random | None = None,
         state: ClusterState | None = None,
         profile: Profile = DEFAULT_PROFILE,
+        preemption: bool = True,
     ) -> None:
         self.profile = profile
         self.name = scheduler_name
@@ -97,6 +98,7 @@ class Scheduler:
             self._queue_changed(where, count)
         self._pending["gated"].set(0)
         self.preemption = Preemptor(self.state, binder, profile, self.rng)
+        self.preempts = preemption  # DefaultPreemption on (kube-scheduler's default) or off
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
 
     # --- watch events ------------------------------------------------------------------------
@@ -318,7 +320,11 @@ class Scheduler:
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
         message = result.message
-        outcome = None if pod.invalid_reason or refused else self.post_filter(pod, policy, held)
+        outcome = (
+            self.post_filter(pod, policy, held)
+            if self.preempts and not (pod.invalid_reason or refused)
+            else None
+        )
         if isinstance(outcome, NoPreemption):
             message = f"{message} preemption: {outcome.message}"
         if log.isEnabledFor(logging.DEBUG):

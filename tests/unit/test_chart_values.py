@@ -121,6 +121,7 @@ def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
         "defaultPolicy",
         "dashboards",
         "serviceAccount",
+        "preemption",
     ):
         assert SCHEMA["properties"][key]["additionalProperties"] is False, key
 
@@ -393,8 +394,9 @@ def permission_key(p: Any) -> tuple[str, str, str]:
         [],
         ["metrics.sources=prometheus\\,metrics-server"],
         ["replicas=1", "leaderElection.enabled=false"],
+        ["preemption.enabled=false"],
     ],
-    ids=["defaults", "metrics-server", "no-election"],
+    ids=["defaults", "metrics-server", "no-election", "no-preemption"],
 )
 def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
     """loadwise.access.PERMISSIONS is the one list: the chart grants each permission the
@@ -414,7 +416,12 @@ def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) 
     assert {permission_key(p) for p in wanted if p.when == "leader_elect"} == leases
     assert bool(leases) == config.leader_elect
     # Everything the table lists is needed by some settings.
-    assert {p.when for p in PERMISSIONS} == {"always", "leader_elect", "metrics_server"}
+    assert {p.when for p in PERMISSIONS} == {
+        "always",
+        "leader_elect",
+        "metrics_server",
+        "preemption",
+    }
 
 
 def test_the_chart_takes_the_values_installs_commonly_need() -> None:

@@ -413,3 +413,34 @@ def test_victims_removed_count_down_an_empty_spread_selector_as_kube_scheduler_r
     holder.node_name = "n1"
     vip = raw_pod("vip", "500m", 100, topologySpreadConstraints=[spread])
     assert names(run(state, vip, held={"n1": [holder]})) == ("n1", ["low"])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_preemption_can_be_turned_off_as_a_kube_scheduler_profile_can(enabled: bool) -> None:
+    """LOADWISE_PREEMPTION=false: a pod that fits nowhere is reported unschedulable and
+    nothing is evicted or nominated, where with it on the lower-priority pod is evicted."""
+    transport = FakeTransport()
+    scheduler = Scheduler(
+        "loadwise-scheduler",
+        Binder(transport, "loadwise-scheduler"),
+        {},
+        SchedulingQueue(1, 10, 60),
+        preemption=enabled,
+    )
+    scheduler.on_node_event(None, manifests.node("n1", cpu="1"))
+    low = raw_pod("low", "800m", 0)
+    low["spec"]["nodeName"] = "n1"
+    scheduler.on_pod_event("ADDED", low)
+    vip = raw_pod("vip", "500m", 100)
+    vip["spec"]["schedulerName"] = "loadwise-scheduler"
+    scheduler.on_pod_event("ADDED", vip)
+    pod = await scheduler.queue.pop()
+    await scheduler.inflight.slots.acquire()
+    if not scheduler.schedule(pod):
+        scheduler.inflight.slots.release()
+    await scheduler.drain()
+    deletes = [c for c in transport.calls if c.method == "DELETE"]
+    assert bool(deletes) is enabled
+    assert (pod.nominated_node == "n1") is enabled
+    status = [c for c in transport.calls if c.path.endswith("/vip/status")]
+    assert status, "the pod is reported either way"
