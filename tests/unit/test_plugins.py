@@ -56,3 +56,22 @@ def test_its_declared_inputs_drive_requeueing() -> None:
     assert alone.node_changed(before, relabelled)  # labels: declared
     assert not alone.node_changed(before, cordoned)  # not read by it, so no requeue
     assert alone.pod_fields == ("tolerations",)
+
+
+def test_the_score_index_names_no_plugin_class() -> None:
+    """The index takes a plugin's fast path from its declaration (`fast_path`), so a plugin
+    added or replaced needs no edit there: index.py imports no plugin class."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    from loadwise.framework import index
+    from loadwise.framework.plugin import Plugin
+
+    tree = ast.parse(Path(index.__file__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and "plugins" in node.module:
+            module = importlib.import_module(f"loadwise.framework.{node.module.lstrip('.')}")
+            for alias in node.names:
+                value = getattr(module, alias.name)
+                assert not (isinstance(value, type) and issubclass(value, Plugin)), alias.name

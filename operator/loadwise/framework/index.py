@@ -37,9 +37,8 @@ from .cycle import (
     first_failure,
     load,
 )
-from .plugin import UNSIGNABLE, ScorePlugin
-from .plugins.inter_pod_affinity import InterPodAffinity, PodAffinityPreference, preference_share
-from .plugins.topology_spread import SpreadPreference
+from .plugin import AFFINITY_BY_DOMAIN, HOSTNAME_APART, SPREAD_BY_DOMAIN, UNSIGNABLE, ScorePlugin
+from .plugins.inter_pod_affinity import preference_share
 from .profile import DEFAULT_PROFILE, Profile, Shape
 from .scoring import LOAD_WEIGHT, MAX_SCORE, NodeScore, UsageProfiles, weighted_load
 from .types import NodeInfo, PodInfo
@@ -348,7 +347,7 @@ class ScoreIndex:
         apart = self._apart_only(ctx)
         if apart is None:
             return None  # an inter-pod filter may refuse nodes: the feasible set is not known
-        if len(preferring) != 1 or not isinstance(preferring[0], SpreadPreference):
+        if len(preferring) != 1 or preferring[0].fast_path != SPREAD_BY_DOMAIN:
             return None
         weight = preferring[0].weight_for(ctx)
         spread_keys = {c.topology_key for c in soft.constraints}
@@ -416,7 +415,7 @@ class ScoreIndex:
         if not signing:
             return ()
         pod, state = ctx.pod, ctx.state
-        if len(signing) != 1 or not isinstance(signing[0], InterPodAffinity):
+        if len(signing) != 1 or signing[0].fast_path != HOSTNAME_APART:
             return None
         if pod.affinity_terms:
             return None
@@ -446,7 +445,7 @@ class ScoreIndex:
         scores = ctx.affinity_preference
         if scores is None or shape.feasible == shape.hot:
             return None
-        if len(preferring) != 1 or not isinstance(preferring[0], PodAffinityPreference):
+        if len(preferring) != 1 or preferring[0].fast_path != AFFINITY_BY_DOMAIN:
             return None
         if spread.HOSTNAME in scores or any(f.sign(ctx) is UNSIGNABLE for f in self.inter_pod):
             return None

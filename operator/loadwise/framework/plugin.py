@@ -10,6 +10,8 @@ As kube-scheduler's plugins do (SignPod, EventsToRegister), each plugin says wha
 A plugin is `node_local` when its verdict or score for a node depends only on the pod's
 signature and that node's own state. Others (spread, inter-pod affinity, preferences normalised
 across nodes) sign UNSIGNABLE for a pod they apply to: such a pod leaves the batching path.
+Such a plugin may declare a `fast_path` the score index knows how to take for it (visiting
+nodes by domain instead of all of them); the index reads the declaration, never the class.
 """
 
 from __future__ import annotations
@@ -21,6 +23,18 @@ from typing import TYPE_CHECKING, ClassVar, Final
 if TYPE_CHECKING:
     from .context import CycleContext
     from .types import NodeInfo, PodInfo
+
+
+# Fast paths of the score index (framework/index.py), which a plugin may declare it allows:
+# - HOSTNAME_APART: a filter whose only refusals for the pod come from pods on the node itself
+#   (required anti-affinity by hostname): the index walks the nodes holding none;
+# - SPREAD_BY_DOMAIN, AFFINITY_BY_DOMAIN: a preference whose score depends only on the node's
+#   topology domain (for spreading by hostname, on the matching pods on the node itself), which
+#   the index computes per domain from its counts (ScheduleAnyway spreading, preferred inter-pod
+#   affinity): it keeps each domain's two least loaded nodes.
+HOSTNAME_APART: Final = "hostname-apart"
+SPREAD_BY_DOMAIN: Final = "spread-by-domain"
+AFFINITY_BY_DOMAIN: Final = "affinity-by-domain"
 
 
 class _Unsignable:
@@ -46,6 +60,8 @@ class Plugin:
     node_local: ClassVar[bool] = True
     # A pod this plugin rejected may fit once another pod is placed (affinity, spread minimums).
     helped_by_placement: ClassVar[bool] = False
+    # The score index's fast path this plugin allows for pods it signs UNSIGNABLE (above).
+    fast_path: ClassVar[str | None] = None
 
     def sign(self, ctx: CycleContext) -> Signature:
         """The declared pod fields; plugins that are not node-local override this."""

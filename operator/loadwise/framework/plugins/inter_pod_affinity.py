@@ -8,13 +8,22 @@ from collections.abc import Sequence
 
 from .. import podaffinity
 from ..context import CycleContext
-from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, ScorePlugin, Signature
+from ..plugin import (
+    AFFINITY_BY_DOMAIN,
+    HOSTNAME_APART,
+    UNSIGNABLE,
+    FilterPlugin,
+    Inputs,
+    ScorePlugin,
+    Signature,
+)
 from ..scoring import INTER_POD_AFFINITY_WEIGHT, MAX_SCORE
 from ..types import NodeInfo, PodInfo
 
 
 class InterPodAffinity(FilterPlugin):
     name = "InterPodAffinity"
+    fast_path = HOSTNAME_APART  # when every term that applies is by hostname (index.py)
     inputs = Inputs(
         pod=("affinity_terms", "anti_affinity_terms", "labels", "namespace"),
         node=("labels",),
@@ -54,6 +63,8 @@ class PodAffinityPreference(ScorePlugin):
     its preferred anti-affinity terms, plus placed pods' required affinity (weight 1) and
     preferred (anti-)affinity terms that match the pod; scaled to 0..100 between the lowest and
     highest node (truncated, as kube-scheduler does)."""
+
+    fast_path = AFFINITY_BY_DOMAIN  # by keys other than hostname (index.py)
 
     name = "InterPodAffinityScore"
     inputs = Inputs(

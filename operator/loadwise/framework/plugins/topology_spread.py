@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from .. import spread
 from ..context import CycleContext
-from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, ScorePlugin, Signature
+from ..plugin import SPREAD_BY_DOMAIN, UNSIGNABLE, FilterPlugin, Inputs, ScorePlugin, Signature
 from ..scoring import SPREAD_WEIGHT
 from ..types import NodeInfo, PodInfo
 
@@ -51,6 +51,8 @@ class SpreadPreference(ScorePlugin):
     never by owner. Services and controllers themselves requeue nothing: a ScheduleAnyway
     constraint never filters, so no change of theirs can make a rejected pod fit; the next cycle
     reads them."""
+
+    fast_path = SPREAD_BY_DOMAIN
 
     name = "PodTopologySpreadScore"
     inputs = Inputs(pod=(*_INPUTS.pod, "owner"), node=_INPUTS.node, placed=_INPUTS.placed)
