@@ -128,6 +128,23 @@ def metrics_warning(scheduler: Scheduler, policy: Policy) -> str | None:
     return None
 
 
+def settings_line(config: Config) -> str:
+    """Which settings judged the metrics above: this command's own LOADWISE_* environment,
+    which need not be the operator's (its Deployment sets them)."""
+    sources = ", ".join(config.metrics_sources) or "none"
+    parts = [f"metrics sources {sources}"]
+    if "prometheus" in config.metrics_sources:
+        parts.append(
+            f"Prometheus {config.prometheus_url} (preset {config.prometheus_preset}, node label "
+            f"{config.prometheus_node_label!r}, lag {config.metrics_lag:g}s)"
+        )
+    parts.append(f"preemption {'on' if config.preemption else 'off'}")
+    return (
+        "settings: this command's LOADWISE_* environment, not read from the operator (set the "
+        f"same to see what it sees): {'; '.join(parts)}"
+    )
+
+
 def estimate_line(pod: PodInfo, policy: Policy, learned: UsageProfiles | None) -> str:
     """What the pod is expected to add to a node before a sample shows it, and why."""
     spec = policy.spec
@@ -202,7 +219,7 @@ async def _explain(target: str, config: Config) -> str:
             await cache.refresh()
         pod = parse_pod(target_raw)
         scheduler.state.remove_pod(pod.uid)  # explain it as if it were being placed now
-        return render(*explain_rows(scheduler, pod, time.time()))
+        return f"{render(*explain_rows(scheduler, pod, time.time()))}\n{settings_line(config)}"
     finally:
         for cache in scheduler.caches.values():
             close = getattr(cache.source, "close", None)

@@ -43,3 +43,7 @@ async def test_explain_shows_every_nodes_verdict_without_binding(
     assert lines["tainted"].endswith("node(s) had untolerated taint {dedicated: gpu}")
     pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/mystery")
     assert not pod["spec"].get("nodeName")
+    # It says whose settings judged the metrics: its own, which may differ from the operator's.
+    settings = output.splitlines()[-1]
+    assert settings.startswith("settings: this command's LOADWISE_* environment, not read")
+    assert f"Prometheus {local_cluster.operator_config().prometheus_url}" in settings
