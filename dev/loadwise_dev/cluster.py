@@ -27,6 +27,7 @@ from . import images, manifests
 from .controlplane import ControlPlane
 from .exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY, SIM_POD_MEMORY_QUERY, UsageExporter
 from .kube import Kube, KubeError
+from .kwok import kwok_node
 from .prometheus_server import SIM_CPU_QUERY, Prometheus
 from .realnode import NodeExporter, RealNode, scrape_configs
 
@@ -143,9 +144,19 @@ class LocalCluster:
         await wait_for(established, 30, what="CRD established")
 
     async def add_node(
-        self, kube: Kube, name: str, cpu_usage: float = 0.0, mem_usage: float = 0.0, **spec: Any
+        self,
+        kube: Kube,
+        name: str,
+        cpu_usage: float = 0.0,
+        mem_usage: float = 0.0,
+        kwok: bool = False,
+        **spec: Any,
     ) -> dict[str, Any]:
+        """A simulated node, its usage published by the exporter; with `kwok`, handed to a
+        running KWOK (kwok.py), which plays its kubelet (Ready, Lease, pods Running)."""
         body = manifests.node(name, **spec)
+        if kwok:
+            kwok_node(body)
         capacity = body["status"]["capacity"]
         self.exporter.set_usage(
             name,
