@@ -419,17 +419,24 @@ def pod_status(spec: PodSpec) -> dict[str, Any]:
     return {"status": status}
 
 
-def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
-    pre = case.preemptor
-    body = manifests.pod(
-        "preemptor",
+def _pending(
+    case: Case, tag: str, scheduler: str, name: str, spec: PreemptorSpec | HeldSpec
+) -> dict[str, Any]:
+    """A pod of the copy waiting for `scheduler`, with the spec's requests, labels and class."""
+    return manifests.pod(
+        name,
         namespace=namespace(case, tag),
         scheduler_name=scheduler,
-        cpu=f"{pre.cpu_m}m",
-        memory=f"{pre.mem_mi}Mi",
-        labels={"app": pre.app, "team": pre.team},
-        priority_class=pre.klass,  # admission sets spec.priority and preemptionPolicy from it
+        cpu=f"{spec.cpu_m}m",
+        memory=f"{spec.mem_mi}Mi",
+        labels={"app": spec.app, "team": spec.team},
+        priority_class=spec.klass,  # admission sets spec.priority and preemptionPolicy from it
     )
+
+
+def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
+    pre = case.preemptor
+    body = _pending(case, tag, scheduler, "preemptor", pre)
     selector = {CASE_LABEL: namespace(case, tag)}
     if pre.disk:
         selector["disk"] = pre.disk
@@ -440,16 +447,7 @@ def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
 
 def build_held(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
     assert case.held is not None
-    held = case.held
-    body = manifests.pod(
-        "held",
-        namespace=namespace(case, tag),
-        scheduler_name=scheduler,
-        cpu=f"{held.cpu_m}m",
-        memory=f"{held.mem_mi}Mi",
-        labels={"app": held.app, "team": held.team},
-        priority_class=held.klass,
-    )
+    body = _pending(case, tag, scheduler, "held", case.held)
     body["spec"]["schedulingGates"] = [{"name": GATE}]
     return body
 
