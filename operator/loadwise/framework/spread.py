@@ -169,10 +169,15 @@ def count(
             for value, matches in state.matching_domains(match, key, scope).items():
                 per_pair[(key, value)] += matches
     domains: Counter[str] = Counter(key for key, _ in per_pair)
+    return SpreadCounts(tuple(constraints), per_pair, domains, _minimum(per_pair))
+
+
+def _minimum(per_pair: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Per topology key, the fewest matches over its eligible domains."""
     minimum: dict[str, int] = {}
     for (key, _), matches in per_pair.items():
         minimum[key] = min(matches, minimum.get(key, matches))
-    return SpreadCounts(tuple(constraints), per_pair, domains, minimum)
+    return minimum
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +216,7 @@ def with_nominated(counts: SpreadCounts, pod: PodInfo, here: NominatedHere) -> S
         changed = True
     if not changed:
         return counts
-    minimum: dict[str, int] = {}
-    for (key, _), matches in per_pair.items():
-        minimum[key] = min(matches, minimum.get(key, matches))
-    return SpreadCounts(counts.constraints, per_pair, counts.domains, minimum)
+    return SpreadCounts(counts.constraints, per_pair, counts.domains, _minimum(per_pair))
 
 
 def filter_node(pod: PodInfo, node: NodeInfo, counts: SpreadCounts) -> str | None:
