@@ -67,6 +67,18 @@ class Runtime:
         self.scheduler = scheduler
         self.identity = scheduler.binder.instance or identity_of(config)
         self.degradations = Degradations()
+        # PodDisruptionBudgets only for preemption, which weighs them.
+        self.budget_informer = (
+            Informer(
+                transport,
+                "/apis/policy/v1/poddisruptionbudgets",
+                scheduler.preemption.on_budget_event,
+                namespaced_name,
+                scheduler.preemption.relisted_budgets,
+            )
+            if config.preemption
+            else None
+        )
         # All of these are listed before the first decision.
         self.informers = (
             Informer(
@@ -85,19 +97,8 @@ class Runtime:
                 transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
             ),
             *workload_informers(transport, scheduler.state.workloads),
-            *(  # last: the seed's log line counts them apart
-                [
-                    Informer(
-                        transport,
-                        "/apis/policy/v1/poddisruptionbudgets",
-                        scheduler.preemption.on_budget_event,
-                        namespaced_name,
-                        scheduler.preemption.relisted_budgets,
-                    )
-                ]
-                if config.preemption
-                else []
-            ),
+            # last: the seed's log line counts it apart
+            *([self.budget_informer] if self.budget_informer is not None else []),
         )
         self.pod_informer = self.informers[2]
         # Optional: DeviceClasses (DRA-backed extended resources are refused, not guessed). A
@@ -216,13 +217,14 @@ class Runtime:
             keys, _, _ = await asyncio.gather(lists, self.policies.seed(), self._seed_optional())
         finally:
             prefetch.abandon_all()  # a start-up retry lists afresh
+        budgets = keys[-1:] if self.budget_informer is not None else []
         log.info(
             "seeded state with %d namespaces, %d nodes, %d pods, %d services and workload "
             "controllers, %d PodDisruptionBudgets and %d SchedulingPolicies in %.2fs (%.2fs of "
             "CPU)",
             *(len(k) for k in keys[:3]),
-            sum(len(k) for k in keys[3:7]),  # Services and the three workload controllers
-            len(keys[7]) if len(keys) > 7 else 0,  # none listed with preemption off
+            sum(len(k) for k in keys[3 : len(keys) - len(budgets)]),  # Services, controllers
+            sum(len(k) for k in budgets),  # none listed with preemption off
             len(self.policies.objects),
             time.monotonic() - began,
             time.process_time() - cpu,
