@@ -12,7 +12,7 @@ import pytest
 
 from loadwise.binder import Binder
 from loadwise.framework.context import CycleContext
-from loadwise.framework.cycle import passes, refusal
+from loadwise.framework.cycle import refusal, refusal_with_nominated
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
 from loadwise.framework.preemption import (
     NEVER,
@@ -379,18 +379,20 @@ def test_a_nominated_pod_counts_under_an_empty_spread_selector_as_kube_scheduler
         parse_pod(raw_pod("holder", "100m", 0)), node_name="n1", assumed=True
     )
     n1, n2 = state.nodes["n1"], state.nodes["n2"]
-    failed = passes(CycleContext(pod, state), n1, state, FILTERS, [holder])
+    failed = refusal_with_nominated(CycleContext(pod, state), n1, state, FILTERS, [holder])
     assert failed is not None and failed[1] == [
         "node(s) didn't match pod topology spread constraints"
     ]
-    assert passes(CycleContext(pod, state), n2, state, FILTERS, []) is None
-    assert passes(CycleContext(pod, state), n1, state, FILTERS, []) is None  # not held: fits
+    assert refusal_with_nominated(CycleContext(pod, state), n2, state, FILTERS, []) is None
+    assert (
+        refusal_with_nominated(CycleContext(pod, state), n1, state, FILTERS, []) is None
+    )  # not held: fits
     elsewhere = dataclasses.replace(holder, namespace="other")  # another namespace: not counted
-    assert passes(CycleContext(pod, state), n1, state, FILTERS, [elsewhere]) is None
+    assert refusal_with_nominated(CycleContext(pod, state), n1, state, FILTERS, [elsewhere]) is None
     # A selector that selects something counts the held copy the ordinary way.
     spread["labelSelector"] = {"matchLabels": {"app": "none"}}
     other = parse_pod(raw_pod("incoming-2", "100m", 0, topologySpreadConstraints=[spread]))
-    assert passes(CycleContext(other, state), n1, state, FILTERS, [holder]) is None
+    assert refusal_with_nominated(CycleContext(other, state), n1, state, FILTERS, [holder]) is None
 
 
 def test_victims_removed_count_down_an_empty_spread_selector_as_kube_scheduler_removes_them() -> (

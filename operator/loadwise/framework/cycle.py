@@ -1,11 +1,14 @@
-"""One scheduling cycle: Filter -> Score -> NormalizeScore -> pick. Pure: no I/O, no awaits."""
+"""The framework runtime: one scheduling cycle, Filter -> Score -> NormalizeScore -> select,
+over the profile's plugins. Pure: no I/O, no awaits. The score index (index.py) supplies
+candidate nodes and cached verdicts to the same `select`; preemption's dry run asks the same
+`refusal`."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..metrics.cache import NodeSample
 from ..policy import Policy
@@ -13,15 +16,7 @@ from . import spread
 from .context import CycleContext
 from .plugin import FilterPlugin
 from .profile import DEFAULT_PROFILE, Profile
-from .scoring import (
-    LOAD_WEIGHT,
-    NodeScore,
-    UsageProfiles,
-    combine,
-    normalize,
-    score_node,
-    weighted_load,
-)
+from .scoring import NodeScore, UsageProfiles, combine, normalize
 from .types import NodeInfo, PodInfo
 from .view import ClusterView, WhatIf
 
@@ -70,7 +65,8 @@ class NodeDiagnosis:
 @dataclass(frozen=True, slots=True)
 class Nominated:
     """Pods nominated to nodes (room is being made there for them by preemption) that the pod
-    being scheduled must leave room for: per node, copies placed there (see `passes`)."""
+    being scheduled must leave room for: per node, copies placed there
+    (see `refusal_with_nominated`)."""
 
     state: WhatIf
     held: Mapping[str, Sequence[PodInfo]]
@@ -91,21 +87,26 @@ def schedule_one(
     node by its preemption takes that node if it fits there now, as kube-scheduler's
     evaluateNominatedNode does: the room was made for it."""
     if pod.invalid_reason:
-        return Unschedulable(f"pod cannot be scheduled: {pod.invalid_reason}", {})
+        return invalid(pod)
     ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
     own = state.nodes.get(pod.nominated_node) if pod.nominated_node else None
-    if own is not None and _failure(ctx, own, profile, nominated) is None:
-        return decide(ctx, [own], [load(ctx, own)], profile)
+    if own is not None and _reasons(ctx, own, profile, nominated) is None:
+        return select(ctx, [own], [profile.load.load(ctx, own)], profile)
     return conclude(ctx, diagnose(ctx, profile, nominated), profile)
 
 
-def _failure(
+def invalid(pod: PodInfo) -> Unschedulable:
+    return Unschedulable(f"pod cannot be scheduled: {pod.invalid_reason}", {})
+
+
+def _reasons(
     ctx: CycleContext, node: NodeInfo, profile: Profile, nominated: Nominated | None
 ) -> list[str] | None:
     held = nominated.held.get(node.name) if nominated is not None else None
     if nominated is None or not held:
-        return first_failure(ctx, node, profile.filters)
-    failed = passes(ctx, node, nominated.state, profile.filters, held)
+        failed = refusal(ctx, node, profile.filters)
+    else:
+        failed = refusal_with_nominated(ctx, node, nominated.state, profile.filters, held)
     return failed[1] if failed is not None else None
 
 
@@ -114,16 +115,13 @@ def diagnose(
 ) -> list[NodeDiagnosis]:
     """Every node's verdict and, where it passes, load score (explain shows these)."""
     out = []
+    load = profile.load
     for node in ctx.state.nodes.values():
-        failed = _failure(ctx, node, profile, nominated)
+        failed = _reasons(ctx, node, profile, nominated)
         out.append(
-            NodeDiagnosis(node, failed) if failed else NodeDiagnosis(node, (), load(ctx, node))
+            NodeDiagnosis(node, failed) if failed else NodeDiagnosis(node, (), load.load(ctx, node))
         )
     return out
-
-
-def load(ctx: CycleContext, node: NodeInfo) -> NodeScore:
-    return score_node(ctx.pod, node, ctx.state, ctx.policy, ctx.samples, ctx.now, ctx.learned)
 
 
 def conclude(
@@ -141,59 +139,60 @@ def conclude(
             scores.append(diagnosis.load)
     if not feasible:
         return Unschedulable(failure_message(len(ctx.state.nodes), reasons), reasons)
-    return decide(ctx, feasible, scores, profile)
+    return select(ctx, feasible, scores, profile)
 
 
-def decide(
+def select(
     ctx: CycleContext,
-    feasible: list[NodeInfo],
-    load: list[NodeScore],
+    feasible: Sequence[NodeInfo],
+    load: Sequence[NodeScore],
     profile: Profile = DEFAULT_PROFILE,
+    *,
+    hot_feasible: int | None = None,
+    scores: Sequence[tuple[float, Sequence[float]]] | None = None,
 ) -> Decision:
-    """From the feasible nodes and their load scores: hot pass-over, preferences, normalise,
-    pick."""
-    policy, rng = ctx.policy, ctx.rng
-    hot = sum(s.hot for s in load)
-    all_hot = hot == len(load)
-    if hot and not all_hot:  # hot nodes get nothing while a cooler feasible node exists
-        keep = [i for i, s in enumerate(load) if not s.hot]
-        feasible = [feasible[i] for i in keep]
-        load = [load[i] for i in keep]
-    elif all_hot:  # never leave a pod pending on load alone: take the least loaded
-        # By measured load itself: near or past the thresholds the scores have faded to 0.
-        least = min(range(len(load)), key=lambda i: (weighted_load(policy, load[i]), rng.random()))
-        feasible, load = [feasible[least]], [load[least]]
-    totals = combine(
-        [(LOAD_WEIGHT, normalize([s.score for s in load])), *preferences(ctx, feasible, profile)]
-    )
-    # Random tie-break among equal best scores, as kube-scheduler does: equal nodes share a burst.
+    """The one place a decision is made: the load plugin's pass-over, the preferences,
+    NormalizeScore, and the pick with a random tie-break (equal nodes share a burst, as in
+    kube-scheduler). `feasible` is every feasible node (their load scores in `load`), or, from
+    the score index, a subset known to hold the best two: then `hot_feasible` counts all the
+    feasible hot nodes, and `scores` gives the preferences normalised over all feasible nodes
+    (one list per preference, aligned with `feasible`; empty when none applies)."""
+    kept, all_hot = profile.load.pass_over(ctx, load)
+    hot = len(load) - len(kept) if hot_feasible is None else hot_feasible
+    if len(kept) < len(load):
+        feasible = [feasible[i] for i in kept]
+        load = [load[i] for i in kept]
+        if scores:
+            scores = [(weight, [values[i] for i in kept]) for weight, values in scores]
+    components: list[tuple[float, Sequence[float]]] = [
+        (float(profile.load.weight), normalize([s.score for s in load]))
+    ]
+    components.extend(preferences(ctx, feasible, profile) if scores is None else scores)
+    totals = combine(components)
+    rng = ctx.rng
     keyed = sorted(
         zip(totals, (rng.random() for _ in load), load, strict=True),
         key=lambda item: (-item[0], item[1]),
     )
     ranked = [(total, details) for total, _, details in keyed]
+    ranked[0] = (ranked[0][0], aged(ranked[0][1], ctx))
     best_score, best = ranked[0]
-    skipped = 0 if all_hot else hot
-    return Decision(best.node, best_score, ranked, policy.name, skipped, all_hot)
+    return Decision(best.node, best_score, ranked, ctx.policy.name, 0 if all_hot else hot, all_hot)
 
 
-def first_failure(
-    ctx: CycleContext, node: NodeInfo, filters: Sequence[FilterPlugin]
-) -> list[str] | None:
-    """The first failing filter's reasons (kube-scheduler stops there too), or None if it fits.
-    `refusal` without the plugin: the score index calls this per node, so no tuple is made."""
-    for plugin in filters:
-        failed = plugin.filter(ctx, node)
-        if failed:
-            return failed
-    return None
+def aged(score: NodeScore, ctx: CycleContext) -> NodeScore:
+    """The score stands (the score index may have computed it earlier); the record shows the
+    sample's age now."""
+    if score.sample_age is None:
+        return score
+    return replace(score, sample_age=max(0.0, ctx.now - ctx.samples[score.node].timestamp))
 
 
 def refusal(
     ctx: CycleContext, node: NodeInfo, filters: Sequence[FilterPlugin]
 ) -> tuple[FilterPlugin, list[str]] | None:
-    """The first failing filter and its reasons (preemption asks it whether they can be
-    lifted), or None if the node fits."""
+    """The first failing filter and its reasons (kube-scheduler stops there too; preemption
+    asks the filter whether they can be lifted), or None if the node fits."""
     for plugin in filters:
         failed = plugin.filter(ctx, node)
         if failed:
@@ -202,7 +201,7 @@ def refusal(
 
 
 def preferences(
-    ctx: CycleContext, nodes: list[NodeInfo], profile: Profile = DEFAULT_PROFILE
+    ctx: CycleContext, nodes: Sequence[NodeInfo], profile: Profile = DEFAULT_PROFILE
 ) -> list[tuple[float, list[float]]]:
     """The preference plugins that apply to this pod, each normalised 0..100 over `nodes`."""
     out: list[tuple[float, list[float]]] = []
@@ -213,7 +212,7 @@ def preferences(
     return out
 
 
-def passes(
+def refusal_with_nominated(
     ctx: CycleContext,
     node: NodeInfo,
     state: WhatIf,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 if TYPE_CHECKING:
     from .context import CycleContext
+    from .scoring import NodeScore
     from .types import NodeInfo, PodInfo
 
 
@@ -99,4 +100,25 @@ class ScorePlugin(Plugin):
 
     def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
         """Normalised scores for `nodes`, or None when the preference does not apply."""
+        raise NotImplementedError
+
+
+class LoadPlugin(Plugin):
+    """The load score and the hot pass-over (one per profile). Its raw score per node is
+    normalised like any score, but it also says which feasible nodes are passed over as hot,
+    and in what order nodes rank for it, which is the order the score index keeps."""
+
+    weight: ClassVar[int]
+
+    def load(self, ctx: CycleContext, node: NodeInfo) -> NodeScore:
+        raise NotImplementedError
+
+    def order(self, ctx: CycleContext, score: NodeScore) -> tuple[int, float]:
+        """(tier, rank), lower first: the order in which `pass_over` and the score decide
+        between nodes on load alone."""
+        raise NotImplementedError
+
+    def pass_over(self, ctx: CycleContext, load: Sequence[NodeScore]) -> tuple[list[int], bool]:
+        """Which of the feasible nodes (their load scores) stay candidates, and whether all of
+        them were passed over (then the one kept is taken regardless)."""
         raise NotImplementedError

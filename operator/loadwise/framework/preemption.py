@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .context import CycleContext
-from .cycle import passes, refusal
+from .cycle import refusal, refusal_with_nominated
 from .disruption_budgets import DisruptionBudget, split_violating
 from .plugin import FilterPlugin
 from .types import NodeInfo, PodInfo
@@ -112,7 +112,9 @@ def select_victims(
     for victim in potential:
         state.set_aside(victim.uid)
     try:
-        failed = passes(CycleContext(pod, state), node, state, filters, held, potential)
+        failed = refusal_with_nominated(
+            CycleContext(pod, state), node, state, filters, held, potential
+        )
         if failed is not None:
             return failed[1]
         violating, keeping = split_violating(potential, budgets)
@@ -123,7 +125,12 @@ def select_victims(
                 state.put_back(victim)
                 del aside[victim.uid]
                 removed = list(aside.values())
-                if passes(CycleContext(pod, state), node, state, filters, held, removed) is None:
+                if (
+                    refusal_with_nominated(
+                        CycleContext(pod, state), node, state, filters, held, removed
+                    )
+                    is None
+                ):
                     continue  # reprieved
                 state.set_aside(victim.uid)
                 aside[victim.uid] = victim

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..policy import Policy
 from .context import CycleContext
-from .plugin import UNSIGNABLE, FilterPlugin, Plugin, ScorePlugin
+from .plugin import UNSIGNABLE, FilterPlugin, LoadPlugin, Plugin, ScorePlugin
 from .plugins import DEFAULT_PLUGINS
 from .types import NodeInfo, PodInfo
 
@@ -30,6 +30,10 @@ class Profile:
         self.local_filters = tuple(f for f in self.filters if f.node_local)
         self.inter_pod_filters = tuple(f for f in self.filters if not f.node_local)
         self.scorers = tuple(p for p in self.plugins if isinstance(p, ScorePlugin))
+        loads = [p for p in self.plugins if isinstance(p, LoadPlugin)]
+        if len(loads) > 1:
+            raise ValueError(f"a profile takes one load plugin, not {len(loads)}")
+        self._load = loads[0] if loads else None
         self._local = tuple(p for p in self.plugins if p.node_local)
         self._not_local = tuple(p for p in self.plugins if not p.node_local)
         self._placement = tuple(p for p in self.plugins if p.helped_by_placement)
@@ -37,6 +41,13 @@ class Profile:
         self.node_fields = _union(p.inputs.node for p in self.plugins)
         self.placed_fields = _union(p.inputs.placed for p in self.plugins)
         self.reads_namespaces = any(p.inputs.namespaces for p in self.plugins)
+
+    @property
+    def load(self) -> LoadPlugin:
+        """The load plugin: the load score and the hot pass-over."""
+        if self._load is None:
+            raise ValueError("this profile has no load plugin, so it cannot score nodes")
+        return self._load
 
     # --- batching ----------------------------------------------------------------------------
     def shape(self, ctx: CycleContext, policy: Policy) -> Shape:

@@ -203,7 +203,7 @@ def reverse_normalize(raw: list[float]) -> list[float]:
     return [MAX_SCORE * (high - r) / (high - low) for r in raw]
 
 
-def combine(components: list[tuple[float, list[float]]]) -> list[float]:
+def combine(components: Sequence[tuple[float, Sequence[float]]]) -> list[float]:
     """Weighted mean of normalised plugin scores, per node."""
     total = sum(weight for weight, _ in components)
     size = len(components[0][1])

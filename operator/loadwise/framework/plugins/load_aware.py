@@ -1,13 +1,44 @@
-"""LoadAware: the load score (scoring.score_node), declared like any plugin. It reads the pod's
-requests and controller (balance, and the anti-herding estimate: requests, or the usage learned
-for its workload), the node's allocatable, and the requests and controllers of pods placed
-there (requests share, and the estimates for pods a sample does not cover yet)."""
+"""LoadAware: the load score (scoring.score_node) and the hot pass-over, as a plugin.
+
+It reads the pod's requests and controller (balance, and the anti-herding estimate: requests,
+or the usage learned for its workload), the node's allocatable, and the requests and
+controllers of pods placed there (requests share, and the estimates for pods a sample does not
+cover yet). Hot nodes get nothing while a cooler feasible node exists; when every feasible node
+is hot, the least loaded by measured load is taken, so no pod stays pending on load alone.
+"""
 
 from __future__ import annotations
 
-from ..plugin import Inputs, Plugin
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..plugin import Inputs, LoadPlugin
+from ..scoring import LOAD_WEIGHT, NodeScore, score_node, weighted_load
+
+if TYPE_CHECKING:
+    from ..context import CycleContext
+    from ..types import NodeInfo
 
 
-class LoadAware(Plugin):
+class LoadAware(LoadPlugin):
     name = "LoadAware"
     inputs = Inputs(pod=("requests", "owner"), node=("allocatable",), placed=("requests", "owner"))
+    weight = LOAD_WEIGHT
+
+    def load(self, ctx: CycleContext, node: NodeInfo) -> NodeScore:
+        return score_node(ctx.pod, node, ctx.state, ctx.policy, ctx.samples, ctx.now, ctx.learned)
+
+    def order(self, ctx: CycleContext, score: NodeScore) -> tuple[int, float]:
+        # Cool nodes by score; hot ones by measured load itself: near or past the thresholds
+        # the scores have faded to 0.
+        if score.hot:
+            return 1, weighted_load(ctx.policy, score)
+        return 0, -score.score
+
+    def pass_over(self, ctx: CycleContext, load: Sequence[NodeScore]) -> tuple[list[int], bool]:
+        cool = [i for i, s in enumerate(load) if not s.hot]
+        if cool or not load:
+            return cool, False
+        rng = ctx.rng
+        least = min(range(len(load)), key=lambda i: (self.order(ctx, load[i]), rng.random()))
+        return [least], True
