@@ -68,7 +68,7 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
         basis = f"metrics {load.sample_age:.0f}s old" if load.sample_age is not None else "requests"
         if isinstance(result, Decision) and name == result.node:
             verdict = "chosen"
-        elif load.hot and not (isinstance(result, Decision) and result.all_hot):
+        elif name not in totals:  # feasible, but the load plugin passed it over
             verdict = "hot: passed over"
         else:
             verdict = "feasible"

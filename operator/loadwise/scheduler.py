@@ -294,7 +294,7 @@ class Scheduler:
         samples, now = self.samples_for(policy), time.time()
         learned = self.learned_for(policy)
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
-        result: Decision | Unschedulable | None
+        result: Decision | Unschedulable
         refused = self.device_classes.refusal(pod)
         if refused is not None:  # DRA decides this pod's fit: loadwise cannot
             result = Unschedulable(f"pod cannot be scheduled: {refused}", {})
@@ -305,8 +305,6 @@ class Scheduler:
             )
         else:
             result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)
-            if result is None:  # an invalid pod: the full cycle says why
-                result = schedule_one(pod, self.state, policy, samples, now, self.rng)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):

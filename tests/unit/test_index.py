@@ -298,7 +298,6 @@ def compare(
         slow = schedule_one(pod, Recounted(state), policy, samples, now, rng)
         local = node_local(pod, state)
         constrained += not local
-        assert fast is not None
         same(fast, slow, policy, local)
         if isinstance(fast, Decision):
             state.assume(pod, fast.node, at=now)
@@ -355,13 +354,16 @@ def test_a_pod_costs_a_few_evaluations_not_one_per_node() -> None:
     assert index.evaluations == 500 + 199
 
 
-def test_invalid_pods_are_left_to_the_full_cycle() -> None:
+def test_invalid_pods_get_the_full_cycles_answer() -> None:
     state = ClusterState()
     state.upsert_node(manifests.node("n"))
     raw = manifests.pod("bad", cpu="lots")
     raw["metadata"]["uid"] = "bad-1"
-    index = ScoreIndex()
-    assert index.schedule(parse_pod(raw), state, POLICIES[0], {}, 0.0, random.Random(0)) is None
+    pod = parse_pod(raw)
+    fast = ScoreIndex().schedule(pod, state, POLICIES[0], {}, 0.0, random.Random(0))
+    slow = schedule_one(pod, state, POLICIES[0], {}, 0.0, random.Random(0))
+    assert isinstance(fast, Unschedulable) and fast.message == slow.message
+    assert "pod cannot be scheduled" in fast.message
 
 
 def test_constrained_pods_reuse_node_local_verdicts_and_scores() -> None:

@@ -33,6 +33,7 @@ from .cycle import (
     Unschedulable,
     conclude,
     failure_message,
+    invalid,
     refusal,
     select,
 )
@@ -75,12 +76,12 @@ class ScoreIndex:
         now: float,
         rng: random.Random,
         learned: UsageProfiles | None = None,
-    ) -> Decision | Unschedulable | None:
-        """schedule_one's result; None for a pod it cannot judge (invalid). `learned` changes
+    ) -> Decision | Unschedulable:
+        """schedule_one's result. `learned` changes
         only with a refresh, which replaces `samples` too: a heap built on both stays valid
         while `samples` is the same object."""
         if pod.invalid_reason:
-            return None
+            return invalid(pod)
         # One context: its PreFilter data serves signing and the inter-pod checks.
         ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
         profile = self.profile
