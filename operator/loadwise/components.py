@@ -1,7 +1,7 @@
-"""The parts the operator is built from, made from the settings: the API client, the metrics
-sources and their caches (with the workload lookup they learn through), the workload informers
-for system default spreading, and who this replica is. Runtime assembles them; `explain` uses
-the same ones, so a dry run reads what the operator reads."""
+"""The composition root: the parts the operator is built from, made from the settings (the API
+client, the metrics sources and their caches with the workload lookup they learn through, the
+scheduler, the informers that feed it, and who this replica is). `build` is used by `run`
+(Runtime), `explain` and the tests, so a dry run reads what the operator reads."""
 
 from __future__ import annotations
 
@@ -13,17 +13,21 @@ import os
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
+from . import device_classes
 from .binder import Binder
 from .config import Config
-from .informer import Informer
+from .informer import Informer, uid_of
 from .metrics.cache import MetricsCache, MetricsSource
 from .metrics.learned import WorkloadOf
 from .metrics.metrics_server import MetricsServerSource
 from .metrics.prometheus import PrometheusSource
+from .queue import SchedulingQueue
+from .scheduler import Scheduler
 from .state import ClusterState
 from .transport import Http, Transport
 from .workload_selectors import WorkloadSelectors, namespaced_name
@@ -136,6 +140,103 @@ def workload_informers(transport: Http, workloads: WorkloadSelectors) -> list[In
             )
         )
     return informers
+
+
+def new_scheduler(
+    config: Config, transport: Http, ready: asyncio.Event | None = None, *, dry_run: bool = False
+) -> Scheduler:
+    """The scheduler with its state, queue, binder and metrics caches, from the settings. A
+    dry run (explain) never binds: its binder writes nothing and names no replica."""
+    state = ClusterState()
+    identity = "" if dry_run else identity_of(config)
+    return Scheduler(
+        config.scheduler_name,
+        Binder(transport, config.scheduler_name, identity),
+        metrics_caches(config, transport, state, ready),
+        SchedulingQueue(config.initial_backoff, config.max_backoff, config.unschedulable_timeout),
+        bind_concurrency=config.bind_concurrency,
+        failure_event_interval=config.failure_event_interval,
+        state=state,
+        preemption=config.preemption,
+    )
+
+
+@dataclass(frozen=True)
+class Informers:
+    """The informers feeding a scheduler. The required ones are listed before its first
+    decision; DeviceClasses are optional (a cluster without resource.k8s.io/v1, or a role
+    without the rule, runs without them: DRA-backed extended resources are then not known)."""
+
+    namespaces: Informer
+    nodes: Informer
+    pods: Informer
+    workloads: tuple[Informer, ...]  # Services and controllers: system default spreading
+    budgets: Informer | None  # PodDisruptionBudgets, for preemption only
+    device_classes: Informer
+
+    @property
+    def required(self) -> tuple[Informer, ...]:
+        budgets = (self.budgets,) if self.budgets is not None else ()
+        return (self.namespaces, self.nodes, self.pods, *self.workloads, *budgets)
+
+
+def informers(transport: Http, scheduler: Scheduler, config: Config) -> Informers:
+    preemption = scheduler.preemption
+    return Informers(
+        Informer(
+            transport,
+            "/api/v1/namespaces",
+            scheduler.on_namespace_event,
+            on_relisted=scheduler.relisted_namespaces,
+        ),
+        Informer(
+            transport,
+            "/api/v1/nodes",
+            scheduler.on_node_event,
+            on_relisted=scheduler.relisted_nodes,
+        ),
+        Informer(
+            transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
+        ),
+        tuple(workload_informers(transport, scheduler.state.workloads)),
+        Informer(
+            transport,
+            "/apis/policy/v1/poddisruptionbudgets",
+            preemption.on_budget_event,
+            namespaced_name,
+            preemption.relisted_budgets,
+        )
+        if config.preemption
+        else None,
+        Informer(
+            transport,
+            device_classes.PATH,
+            scheduler.device_classes.on_event,
+            on_relisted=scheduler.device_classes.relisted,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Built:
+    api: client.ApiClient
+    transport: Transport
+    scheduler: Scheduler
+    informers: Informers
+
+
+def build(
+    config: Config,
+    api: client.ApiClient,
+    ready: asyncio.Event | None = None,
+    *,
+    dry_run: bool = False,
+    pool_size: int | None = None,
+) -> Built:
+    """Everything a replica (or a dry run) is made of, wired; nothing started or listed."""
+    transport = Transport(api, pool_size=pool_size or config.bind_concurrency + 8)
+    scheduler = new_scheduler(config, transport, ready, dry_run=dry_run)
+    return Built(api, transport, scheduler, informers(transport, scheduler, config))
 
 
 def identity_of(config: Config) -> str:

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .access import AccessError, connect
-from .binder import Binder
-from .components import metrics_caches, workload_informers
+from .components import build
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose
@@ -32,9 +31,8 @@ from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
 from .informer import Informer
 from .policy import GROUP, PLURAL, VERSION, Policy
-from .queue import SchedulingQueue
 from .scheduler import Scheduler
-from .transport import ApiError, Transport
+from .transport import ApiError
 
 
 @dataclass(frozen=True)
@@ -180,20 +178,11 @@ async def _explain(target: str, config: Config) -> str:
     if not name:
         raise ValueError("expected NAMESPACE/POD")
     api = await connect(pool_size=8)
-    transport = Transport(api, pool_size=8)
+    built = build(config, api, dry_run=True, pool_size=8)  # the operator's own parts
+    scheduler, parts, transport = built.scheduler, built.informers, built.transport
     try:
-        scheduler = Scheduler(
-            config.scheduler_name,
-            Binder(transport, config.scheduler_name),  # never called: this is a dry run
-            {},
-            SchedulingQueue(),
-            preemption=config.preemption,
-        )
-        scheduler.caches = metrics_caches(config, transport, scheduler.state)
-        await Informer(transport, "/api/v1/namespaces", scheduler.on_namespace_event).list()
-        await Informer(transport, "/api/v1/nodes", scheduler.on_node_event).list()
-        for informer in workload_informers(transport, scheduler.state.workloads):
-            await informer.list()  # Services and controllers: system default spreading
+        for informer in (parts.namespaces, parts.nodes, *parts.workloads):
+            await informer.list()  # workloads: Services and controllers, for default spreading
         found: list[Mapping[str, Any]] = []
 
         def pod_event(kind: str | None, raw: Mapping[str, Any]) -> None:
@@ -212,9 +201,9 @@ async def _explain(target: str, config: Config) -> str:
                 scheduler.apply_policy(raw["metadata"]["name"], raw.get("spec"))
 
         await Informer(transport, f"/apis/{GROUP}/{VERSION}/{PLURAL}", policy_event).list()
-        with contextlib.suppress(ApiError):  # not allowed to list them: no budget is weighed
-            budgets = "/apis/policy/v1/poddisruptionbudgets"
-            await Informer(transport, budgets, scheduler.preemption.on_budget_event).list()
+        if parts.budgets is not None:
+            with contextlib.suppress(ApiError):  # not allowed to list them: none is weighed
+                await parts.budgets.list()
         for cache in scheduler.caches.values():
             await cache.refresh()
         pod = parse_pod(target_raw)

@@ -1,4 +1,5 @@
-"""Runtime: builds the scheduler's services at startup (held in kopf's memo) and stops them.
+"""Runtime: supervises one replica. It starts the parts `components.build` made (held in
+kopf's memo), keeps their tasks running, follows leadership, answers health, and stops them.
 
 Start-up is all-or-nothing: the HTTP endpoint is bound first, then namespaces, nodes, pods and
 SchedulingPolicies are listed (the first decision sees every pod on every node and the user's
@@ -6,9 +7,8 @@ policies; kube-scheduler waits for its caches for the same reason) and node metr
 once; if any step fails, everything already started is stopped before the caller retries.
 
 Then every replica runs the same background tasks and keeps its state warm: the watches, the
-policy watch, the metrics refresh (the operator's own periodic task, not a kopf timer: it runs
-whether or not any policy exists, and an outage cannot end it), the API probe and the periodic
-reconcile. Only the leader (see leader.py) schedules, binds and writes statuses; a new leader
+policy watch and the upkeep (upkeep.py: metrics refresh, API probe, reconcile, reservation
+audit). Only the leader (see leader.py) schedules, binds and writes statuses; a new leader
 first lists pods again, so it has seen every bind its predecessor made before it decides.
 """
 
@@ -24,42 +24,34 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from . import device_classes, prefetch
-from . import observability as obs
+from . import prefetch
 from . import secure_serving as serving
-from .binder import Binder
-from .components import (
-    api_client,
-    identity_of,
-    metrics_caches,
-    operator_object,
-    workload_informers,
-)
+from .components import Informers, api_client, build, identity_of, informers, operator_object
 from .config import Config
 from .degradations import Degradations
-from .informer import Informer, ignore, uid_of
+from .informer import Informer
 from .leader import LeaderElector
 from .metrics.prometheus import PrometheusSource
 from .policywatch import PolicyWatch
-from .queue import SchedulingQueue
 from .reporting import Reporter
 from .scheduler import Scheduler
-from .state import ClusterState
-from .transport import REQUEST_TIMEOUT, ApiError, Http, Transport
-from .workload_selectors import namespaced_name
+from .transport import ApiError, Http
+from .upkeep import AUDIT_INTERVAL, Upkeep
 
 log = logging.getLogger(__name__)
 
 
 STALL_LIMIT = 180.0  # a watch silent this long (no event, bookmark or reconnect) is dead
-PROBE_TIMEOUT = 2.0  # at most; never longer than the probe interval
-PROBE_FAILURES = 2  # consecutive failed probes before the API server counts as unreachable
-AUDIT_INTERVAL = 5.0  # seconds between audits of the scheduler's reservations
 
 
 class Runtime:
     def __init__(
-        self, config: Config, api: client.ApiClient, transport: Http, scheduler: Scheduler
+        self,
+        config: Config,
+        api: client.ApiClient,
+        transport: Http,
+        scheduler: Scheduler,
+        parts: Informers | None = None,
     ) -> None:
         self.config = config
         self.api = api
@@ -67,48 +59,11 @@ class Runtime:
         self.scheduler = scheduler
         self.identity = scheduler.binder.instance or identity_of(config)
         self.degradations = Degradations()
-        # PodDisruptionBudgets only for preemption, which weighs them.
-        self.budget_informer = (
-            Informer(
-                transport,
-                "/apis/policy/v1/poddisruptionbudgets",
-                scheduler.preemption.on_budget_event,
-                namespaced_name,
-                scheduler.preemption.relisted_budgets,
-            )
-            if config.preemption
-            else None
-        )
-        # All of these are listed before the first decision.
-        self.informers = (
-            Informer(
-                transport,
-                "/api/v1/namespaces",
-                scheduler.on_namespace_event,
-                on_relisted=scheduler.relisted_namespaces,
-            ),
-            Informer(
-                transport,
-                "/api/v1/nodes",
-                scheduler.on_node_event,
-                on_relisted=scheduler.relisted_nodes,
-            ),
-            Informer(
-                transport, "/api/v1/pods", scheduler.on_pod_event, uid_of, scheduler.relisted_pods
-            ),
-            *workload_informers(transport, scheduler.state.workloads),
-            # last: the seed's log line counts it apart
-            *([self.budget_informer] if self.budget_informer is not None else []),
-        )
-        self.pod_informer = self.informers[2]
-        # Optional: DeviceClasses (DRA-backed extended resources are refused, not guessed). A
-        # cluster without resource.k8s.io/v1, or a role without the rule, runs without it.
-        self.device_classes: Informer | None = Informer(
-            transport,
-            device_classes.PATH,
-            scheduler.device_classes.on_event,
-            on_relisted=scheduler.device_classes.relisted,
-        )
+        self.parts = parts or informers(transport, scheduler, config)
+        self.informers = self.parts.required  # all listed before the first decision
+        self.budget_informer = self.parts.budgets
+        self.pod_informer = self.parts.pods
+        self.device_classes: Informer | None = self.parts.device_classes
         self.policies = PolicyWatch(transport, scheduler, self.degradations)
         self.reporter = Reporter(
             transport,
@@ -133,8 +88,13 @@ class Runtime:
             )
         self.started = False
         self.leading = False  # scheduling (after the new leader's resync)
-        self.api_down_since: float | None = None  # monotonic time of the first failed probe
-        self.last_refresh = time.monotonic()
+        self.upkeep = Upkeep(
+            config,
+            scheduler,
+            transport,
+            self.degradations,
+            lambda: (*self._watched(), self.policies.informer),
+        )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lead_task: asyncio.Task[None] | None = None
         self._servers: list[web.AppRunner] = []  # the HTTPS and the plain HTTP port
@@ -146,23 +106,9 @@ class Runtime:
         api = await api_client(pool_size=1)  # configuration and credentials; requests: transport
         runtime: Runtime | None = None
         try:
-            transport = Transport(api, pool_size=config.bind_concurrency + 8)
-            state = ClusterState()
             seeded = asyncio.Event()
-            caches = metrics_caches(config, transport, state, seeded)
-            scheduler = Scheduler(
-                config.scheduler_name,
-                Binder(transport, config.scheduler_name, identity_of(config)),
-                caches,
-                SchedulingQueue(
-                    config.initial_backoff, config.max_backoff, config.unschedulable_timeout
-                ),
-                bind_concurrency=config.bind_concurrency,
-                failure_event_interval=config.failure_event_interval,
-                state=state,
-                preemption=config.preemption,
-            )
-            runtime = cls(config, api, transport, scheduler)
+            built = build(config, api, seeded)
+            runtime = cls(config, api, built.transport, built.scheduler, built.informers)
             # First: a port taken fails start-up before anything runs.
             if config.secure_port:
                 runtime._servers.append(
@@ -171,7 +117,7 @@ class Runtime:
                         config.secure_port,
                         runtime.health,
                         runtime.readiness,
-                        auth=serving.DelegatedAuth(transport),
+                        auth=serving.DelegatedAuth(built.transport),
                         tls=serving.server_tls(config.tls_cert_file, config.tls_private_key_file),
                     )
                 )
@@ -183,7 +129,7 @@ class Runtime:
                 )
             # The first metrics requests go out while the state is listed; their answers are
             # read against the state once it is (`seeded`).
-            first_refresh = asyncio.create_task(runtime.refresh_metrics())
+            first_refresh = asyncio.create_task(runtime.upkeep.refresh_metrics())
             try:
                 await runtime._seed()
             except BaseException:
@@ -253,10 +199,11 @@ class Runtime:
         for informer in self._watched():
             self._spawn(f"watch{informer.path}", informer.run())
         self._spawn("policy-watch", self.policies.run())
-        self._spawn("metrics-refresh", self._refresh_forever())
-        self._spawn("api-probe", self._probe_forever())
-        self._spawn("reconcile", self._reconcile_forever())
-        self._spawn("reservation-audit", self._audit_forever())
+        upkeep = self.upkeep
+        self._spawn("metrics-refresh", upkeep.refresh_forever())
+        self._spawn("api-probe", upkeep.probe_forever())
+        self._spawn("reconcile", upkeep.reconcile_forever())
+        self._spawn("reservation-audit", upkeep.audit_forever())
         if self.elector is not None:
             self._spawn("leader-election", self.elector.run())
         else:
@@ -360,11 +307,12 @@ class Runtime:
                     f"watch of {informer.path} silent for {informer.stalled_for(now):.0f}s"
                 )
         held = self.scheduler.oldest_reservation()
-        if held > self.reservation_bound + 2 * AUDIT_INTERVAL:
+        if held > self.upkeep.reservation_bound + 2 * AUDIT_INTERVAL:
             problems.append(f"a reservation held {held:.0f}s with no bind answer (not released)")
         refresh_limit = 3 * self.config.metrics_interval + 2 * self.config.prometheus_timeout
-        if now - self.last_refresh > refresh_limit:
-            problems.append(f"metrics refresh stalled for {now - self.last_refresh:.0f}s")
+        last_refresh = self.upkeep.last_refresh
+        if now - last_refresh > refresh_limit:
+            problems.append(f"metrics refresh stalled for {now - last_refresh:.0f}s")
         return (False, "; ".join(problems)) if problems else (True, "ok")
 
     def readiness(self) -> tuple[bool, str]:
@@ -380,140 +328,6 @@ class Runtime:
             return True, f"leader {self.identity}, catching up{suffix}"
         leader = self.elector.leader or "unknown"
         return True, f"standby {self.identity}, synced; leader {leader}{suffix}"
-
-    # --- periodic tasks ----------------------------------------------------------------------
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.metrics_interval)
-            try:
-                await self.refresh_metrics()
-            except Exception:  # a bug must cost one refresh, never the refreshing
-                log.exception("metrics refresh failed")
-            self.last_refresh = time.monotonic()
-
-    async def refresh_metrics(self) -> None:
-        for name, cache in self.scheduler.caches.items():
-            if await cache.refresh_if_due():
-                ok = cache.last_error is None
-                obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
-                obs.SOURCE_UP.labels(name).set(1 if ok else 0)
-                if ok and cache.last_success is not None:
-                    obs.LAST_REFRESH.labels(name).set(cache.last_success)
-                obs.FRESH_NODES.labels(name).set(len(cache.samples))
-                obs.LEARNED_WORKLOADS.labels(name).set(cache.learned.workloads)
-                if ok:
-                    self.degradations.clear(f"metrics_source/{name}")
-                else:
-                    self.degradations.set(
-                        f"metrics_source/{name}",
-                        f"node metrics from {name} failed ({cache.last_error}): nodes are "
-                        "scored by requests once their samples age out",
-                    )
-        self.last_refresh = time.monotonic()
-        # A future sample covers placements up to about lag before its time: keep a margin.
-        self.scheduler.trim_placements(
-            keep=2 * self.config.metrics_lag + 4 * self.config.metrics_interval
-        )
-        self.scheduler.update_gauges()
-
-    async def _probe_forever(self) -> None:
-        """Tell a silent network (a black hole) from a quiet cluster: watches cannot."""
-        failures = 0
-        first_failure = 0.0
-        interval = self.config.api_probe_interval
-        while True:
-            await asyncio.sleep(interval)
-            started = time.monotonic()
-            ok = await self._probe_api()
-            if ok:
-                if self.api_down_since is not None:
-                    down = time.monotonic() - self.api_down_since
-                    self.api_down_since = None
-                    self.degradations.clear(
-                        "api_unreachable", f"the API server was unreachable for {down:.0f}s"
-                    )
-                if failures:  # even a short gap (an API server restart) can leave a dead watch
-                    self._drop_connections()
-                failures = 0
-                continue
-            failures += 1
-            if failures == 1:
-                first_failure = started
-            obs.API_UNREACHABLE_SECONDS.inc(interval if failures > 1 else 0)
-            if failures >= PROBE_FAILURES and self.api_down_since is None:
-                self.api_down_since = first_failure
-                self.degradations.set(
-                    "api_unreachable",
-                    f"the API server has not answered for {time.monotonic() - first_failure:.0f}s"
-                    ": watches reconnect, binds wait",
-                )
-                self._drop_connections()  # hung requests and watches fail, and are retried
-
-    def _drop_connections(self) -> None:
-        # Closing a session does not wake a reader blocked on a streaming response (aiohttp
-        # 3.14), so each watch is restarted explicitly; requests in flight hit their timeouts.
-        self.transport.reset()
-        for informer in (*self._watched(), self.policies.informer):
-            informer.restart()
-
-    async def _probe_api(self) -> bool:
-        try:
-            async with asyncio.timeout(min(PROBE_TIMEOUT, self.config.api_probe_interval)):
-                await self.transport.request("GET", "/readyz")
-            return True  # any answer: the network and the server are there
-        except Exception:
-            return False
-
-    async def reconcile(self) -> None:
-        """Drop pods and nodes deleted without an event reaching us, by the same path as a
-        watch's relist. What appeared while the lists ran came from the watch: it counts as
-        listed."""
-        scheduler = self.scheduler
-        state, queue = scheduler.state, scheduler.queue
-        pods_before = set(state.pods) | set(queue.uids())
-        nodes_before = set(state.nodes)
-        transport = self.transport
-        listed_pods = await Informer(transport, "/api/v1/pods", ignore, uid_of).list()
-        listed_nodes = await Informer(transport, "/api/v1/nodes", ignore).list()
-        pods_now = set(state.pods) | set(queue.uids())
-        dropped = scheduler.relisted_pods(listed_pods | (pods_now - pods_before))
-        dropped += scheduler.relisted_nodes(listed_nodes | (set(state.nodes) - nodes_before))
-        if dropped:
-            log.warning(
-                "reconcile dropped %d pod(s) and node(s) whose deletion was not seen", dropped
-            )
-
-    @property
-    def reservation_bound(self) -> float:
-        """How long a reservation may wait for its bind to settle: the bind's timeout plus the
-        longest backoff."""
-        return float(REQUEST_TIMEOUT.total or 30.0) + self.config.max_backoff
-
-    def audit_reservations(self) -> None:
-        released = self.scheduler.audit_reservations(self.reservation_bound)
-        if released:
-            self.degradations.set(
-                "stale_reservations",
-                f"{released} reservation(s) had no bind settling them within "
-                f"{self.reservation_bound:.0f}s: released and their pods queued again",
-            )
-        else:
-            self.degradations.clear(
-                "stale_reservations", "every reservation is settled by its bind again"
-            )
-
-    async def _audit_forever(self) -> None:
-        while True:
-            await asyncio.sleep(AUDIT_INTERVAL)
-            self.audit_reservations()
-
-    async def _reconcile_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.reconcile_interval)
-            try:
-                await self.reconcile()
-            except Exception as exc:  # the next round tries again
-                log.warning("reconcile failed: %r", exc)
 
 
 def _since_process_start() -> float:

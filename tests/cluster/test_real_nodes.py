@@ -390,7 +390,7 @@ async def test_kubectl_top_and_loadwise_read_the_real_metrics_server_alike(
 
             async def same_window() -> tuple[float, float] | None:
                 before = await rkube.get(path)
-                await runtime.refresh_metrics()
+                await runtime.upkeep.refresh_metrics()
                 after = await rkube.get(path)
                 sample = cache.samples[REAL]
                 stamp = datetime.fromisoformat(after["timestamp"].replace("Z", "+00:00"))

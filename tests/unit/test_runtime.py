@@ -66,7 +66,7 @@ async def test_reconcile_drops_what_vanished_unseen_but_not_what_arrived_meanwhi
             scheduler.on_node_event("ADDED", manifests.node(name))
         scheduler.on_pod_event("ADDED", raw_pod("kept", node="n1"))
         scheduler.on_pod_event("ADDED", raw_pod("deleted-unseen", node="n2"))
-        await rt.reconcile()
+        await rt.upkeep.reconcile()
         assert set(scheduler.state.pods) == {"uid-kept", "uid-arrived"}
         assert set(scheduler.state.nodes) == {"n1"}
     assert [c.path for c in fake.calls] == ["/api/v1/pods", "/api/v1/nodes"]
