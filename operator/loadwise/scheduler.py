@@ -1,11 +1,12 @@
-"""Scheduler: the queue, the cluster state and the loop, fed by the Runtime's informers.
+"""Scheduler: kube-scheduler's schedule-one over the queue and the cluster state.
 
-Watch events go in through `on_pod_event` / `on_node_event` / `on_namespace_event`
-(synchronous, cheap; which changes matter comes from the plugins' declarations); `run()` is the
-loop, on the leader only: pop a pod, run the pure cycle against in-memory state, Reserve
-(assume) the chosen node, and hand the Binding to a bounded set of concurrent bind tasks
-(inflight.py). The cycle never awaits the network: its writes (bindings, events, PodScheduled,
-and preemption's nominations and evictions, preemptor.py) run in those tasks.
+Watch events reach the state and queue through `event_handlers.ClusterEvents` (the informers
+call its methods, which the scheduler exposes). `run()` is the loop, on the leader only: pop a
+pod, run the scheduling cycle (the score index over the framework's plugins) against in-memory
+state, Reserve (assume) the chosen node, and hand the binding cycle to a bounded set of
+concurrent tasks that own its slot (inflight.py); a pod that fits nowhere goes to PostFilter
+(preemption, preemptor.py) and the failure handler (park, report). The cycle never awaits the
+network: its writes (bindings, events, PodScheduled, nominations and evictions) run in tasks.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import observability as obs
 from .binder import Binder, BindResult
 from .decisions import DecisionMetrics, decision_record
 from .device_classes import DeviceClasses
+from .event_handlers import ClusterEvents
 from .events import EventWriter
 from .framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from .framework.index import ScoreIndex
@@ -27,12 +29,7 @@ from .framework.preemption import NoPreemption, Preemption
 from .framework.profile import DEFAULT_PROFILE, Profile
 from .framework.scoring import UsageProfiles, score_node, weighted_load
 from .framework.types import (
-    FROM_METADATA,
     PodInfo,
-    is_terminal,
-    parse_pod,
-    preempted_by_scheduler,
-    resize_key,
 )
 from .inflight import InFlight
 from .metrics.cache import MetricsCache, NodeSample
@@ -70,13 +67,6 @@ class Scheduler:
         self.failure_event_interval = failure_event_interval
         self.rng = rng or random.Random()
         self.index = ScoreIndex(profile)
-        # Fields plugins read of placed pods that a raw event's metadata shows; the rest come
-        # from the spec, whose changes bump the generation.
-        self._placed_from_metadata = [
-            (field, FROM_METADATA[field])
-            for field in profile.placed_fields
-            if field in FROM_METADATA
-        ]
         self.events = EventWriter(binder.event)
         self.inflight = InFlight(self.state, queue, bind_concurrency)
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
@@ -90,139 +80,29 @@ class Scheduler:
             for s in ("Success", "Error")
         }
         self._decision_metrics = DecisionMetrics()
-        # Pods of ours waiting for their scheduling gates: not queued, but pending.
-        self._gated: set[str] = set()
         self._pending = {q: obs.PENDING.labels(q) for q in obs.QUEUES}
         queue.on_count = self._queue_changed  # the gauge follows every queue change
         for where, count in queue.counts().items():
             self._queue_changed(where, count)
-        self._pending["gated"].set(0)
         self.preemption = Preemptor(self.state, binder, profile, self.rng)
         self.preempts = preemption  # DefaultPreemption on (kube-scheduler's default) or off
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
-
-    # --- watch events ------------------------------------------------------------------------
-    def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        name = (raw.get("metadata") or {}).get("name")
-        if not name:
-            return
-        if event_type == "DELETED":
-            self.state.delete_node(name)
-            self.queue.move_all_to_active()  # spread minimums may change
-            return
-        old = self.state.nodes.get(name)
-        new = self.state.upsert_node(raw)
-        if self.profile.node_changed(old, new):
-            self.queue.move_all_to_active()
-
-    def on_namespace_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        meta = raw.get("metadata") or {}
-        name = meta.get("name")
-        if not name:
-            return
-        if event_type == "DELETED":
-            self.state.delete_namespace(name)
-        elif self.state.upsert_namespace(name, meta.get("labels") or {}) and (
-            self.profile.reads_namespaces  # e.g. affinity terms' namespace selectors
-        ):
-            self.queue.move_all_to_active()
-
-    def on_pod_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        meta = raw.get("metadata") or {}
-        uid = meta.get("uid")
-        if not uid:
-            return
-        if event_type == "DELETED":
-            self._forget_pod(uid)
-            if self.state.remove_pod(uid):
-                self.queue.move_all_to_active()
-            return
-        spec = raw.get("spec") or {}
-        node_name = spec.get("nodeName")
-        if node_name:
-            self._forget_pod(uid)
-            terminal = is_terminal(raw)
-            known = self.state.pods.get(uid)
-            if (
-                known is not None
-                and known.node_name == node_name
-                and not terminal
-                and not known.assumed
-                and known.generation == int(meta.get("generation") or 0)
-                and all(getattr(known, f) == read(meta) for f, read in self._placed_from_metadata)
-                and known.resize_key == resize_key(raw.get("status") or {})
-            ):
-                # Cheap path: most pod events are status churn. What preemption reads of the
-                # status (no plugin does) is kept current in place: the kubelet writes the
-                # start time after the binding, and the victim mark may come after the delete.
-                status = raw.get("status") or {}
-                started = status.get("startTime") or ""
-                if started != known.start_time:
-                    known.start_time = str(started)
-                if known.deleting:
-                    known.preempted = preempted_by_scheduler(status)
-                return
-            pod = parse_pod(raw, placed=True)
-            changed = known is None or self.profile.placed_changed(known, pod)
-            if self.state.observe_bound(pod, terminal):
-                self.queue.move_all_to_active()
-            elif changed and not terminal:
-                # A pod placed (or relabelled) can satisfy parked pods' affinity or spread.
-                self.queue.move_all_to_active(only_waiting_for_pods=True)
-            return
-        if spec.get("schedulerName") != self.name:
-            return
-        if meta.get("deletionTimestamp") or is_terminal(raw):
-            self._forget_pod(uid)
-            return
-        pod = parse_pod(raw)
-        self.preemption.observe(pod)
-        if uid in self.state.pods:  # assumed: our bind is in flight; keep its data current
-            self.queue.refresh(pod)  # for a retry, should the bind fail
-            return
-        if pod.gated:  # scheduling gates: not queued until they are all removed, but its
-            # nomination still holds room (kube-scheduler's nominator records gated pods too)
-            self.queue.remove(uid)
-            self._reported.pop(uid, None)
-            self._gated.add(uid)
-            self._pending["gated"].set(len(self._gated))
-            return
-        self._ungate(uid)
-        self.queue.add(pod)
-
-    # --- relists: keys present in a fresh list; anything else was deleted unseen --------------
-    def relisted_pods(self, uids: set[str]) -> int:
-        """Forget pods a fresh list no longer shows; returns how many were dropped."""
-        gone_queued = [uid for uid in [*self.queue.uids(), *self._gated] if uid not in uids]
-        for uid in gone_queued:
-            self._forget_pod(uid)
-        self.preemption.relisted_pods(uids)
-        gone = set(self.state.pods) - uids
-        if self.state.drop_missing(gone, set()):
-            self.queue.move_all_to_active()
-        return len(gone_queued) + len(gone)
-
-    def relisted_nodes(self, names: set[str]) -> int:
-        """Forget nodes a fresh list no longer shows; returns how many were dropped."""
-        gone = set(self.state.nodes) - names
-        if self.state.drop_missing(set(), gone):
-            self.queue.move_all_to_active()
-        return len(gone)
-
-    def relisted_namespaces(self, names: set[str]) -> None:
-        for name in set(self.state.namespaces) - names:
-            self.state.delete_namespace(name)
-
-    def _forget_pod(self, uid: str) -> None:
-        self.queue.remove(uid)
-        self.preemption.forget(uid)
-        self._reported.pop(uid, None)
-        self._ungate(uid)
-
-    def _ungate(self, uid: str) -> None:
-        if uid in self._gated:
-            self._gated.discard(uid)
-            self._pending["gated"].set(len(self._gated))
+        # Watch events in (event_handlers.py): the informers call these.
+        self.watch = ClusterEvents(
+            scheduler_name,
+            self.state,
+            queue,
+            profile,
+            self.preemption,
+            self._reported,
+            self._pending["gated"],
+        )
+        self.on_node_event = self.watch.on_node_event
+        self.on_namespace_event = self.watch.on_namespace_event
+        self.on_pod_event = self.watch.on_pod_event
+        self.relisted_pods = self.watch.relisted_pods
+        self.relisted_nodes = self.watch.relisted_nodes
+        self.relisted_namespaces = self.watch.relisted_namespaces
 
     def _queue_changed(self, where: Where, count: int) -> None:
         gauge = self._pending.get(where)  # in flight is not pending (nor in kube-scheduler)

@@ -96,7 +96,7 @@ async def test_the_probe_drops_connections_and_restarts_watches_when_the_api_goe
     async with runtime(fake, api_probe_interval=0.02) as rt:
         informers = [*rt.informers, rt.policies.informer]
         tasks = [asyncio.create_task(i.run()) for i in informers]
-        tasks.append(asyncio.create_task(rt._probe_forever()))
+        tasks.append(asyncio.create_task(rt.upkeep.probe_forever()))
         try:
             await until(lambda: len(fake.watches) == len(informers))  # idle watches
             await until(lambda: fake.resets == 1)
