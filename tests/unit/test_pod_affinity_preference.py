@@ -8,6 +8,7 @@ from typing import Any
 
 from loadwise.framework.context import CycleContext
 from loadwise.framework.plugins import PodAffinityPreference
+from loadwise.framework.plugins.inter_pod_affinity import affinity_preference
 from loadwise.framework.types import PodInfo, parse_pod
 from loadwise_dev import manifests
 
@@ -91,5 +92,5 @@ def test_nothing_applies_without_terms_either_way() -> None:
     state = state_with(manifests.node("n1", labels={"zone": "a"}))
     state.observe_bound(pod_info("db", node="n1", labels={"app": "db"}), terminal=False)
     ctx = CycleContext(pod_info("plain", labels={"app": "cache"}), state)
-    assert ctx.affinity_preference is None
+    assert affinity_preference(ctx) is None
     assert PodAffinityPreference().score(ctx, [state.nodes["n1"]]) is None

@@ -14,6 +14,8 @@ from loadwise.binder import Binder
 from loadwise.framework.context import CycleContext
 from loadwise.framework.cycle import refusal, refusal_with_nominated
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
+from loadwise.framework.plugins.inter_pod_affinity import required_affinity
+from loadwise.framework.plugins.topology_spread import hard_spread
 from loadwise.framework.preemption import (
     NEVER,
     NO_VICTIMS,
@@ -267,7 +269,7 @@ def test_ties_go_to_the_coolest_node() -> None:
 def counts(state: ClusterState, pod: PodInfo) -> Any:
     """Everything incremental a dry run touches, copied (the counts are live objects)."""
     ctx = CycleContext(pod, state)
-    affinity = ctx.affinity  # the order of placed terms may change: compared sorted
+    affinity = required_affinity(ctx)  # the order of placed terms may change: compared sorted
     parts = (affinity.affinity, affinity.anti_affinity, affinity.existing_anti) if affinity else ()
     return copy.deepcopy(
         (
@@ -275,7 +277,7 @@ def counts(state: ClusterState, pod: PodInfo) -> Any:
             sorted(state.weighted_affinity_pods),
             sorted((repr(t), dict(c)) for t, c in state.anti_affinity_domains()),
             sorted((repr(t), w, dict(c)) for t, w, c in state.weighted_affinity_domains()),
-            ctx.hard_spread,
+            hard_spread(ctx),
             [sorted((key, sorted(c.items())) for key, c in part) for part in parts],
         )
     )

@@ -20,7 +20,8 @@ from .plugin import (
     FilterPlugin,
     ScorePlugin,
 )
-from .plugins.inter_pod_affinity import preference_share
+from .plugins.inter_pod_affinity import affinity_preference, preference_share
+from .plugins.topology_spread import soft_spread
 from .shapes import Domain, Domains, ShapeHeap, domains_of
 from .view import PodMatcher
 
@@ -47,7 +48,7 @@ def spread_by_domain(
     hostname too (a Deployment's replicas kept apart): its terms' matching pods on the node
     itself join the domain, and domains holding any are refused as a whole. None when this
     does not apply (the caller visits every node)."""
-    pod, soft = ctx.pod, ctx.soft_spread
+    pod, soft = ctx.pod, soft_spread(ctx)
     if soft is None or shape.feasible == shape.hot:  # all hot: the full path decides
         return None
     apart = apart_only(ctx, inter_pod)
@@ -155,7 +156,7 @@ def affinity_by_domain(
     affinity score depends only on its values of those keys, so the cool nodes are grouped
     by them (the shape's domains) and each group's two least loaded are enough, the
     normalisation coming from the groups present. None when this does not apply."""
-    scores = ctx.affinity_preference
+    scores = affinity_preference(ctx)
     if scores is None or shape.feasible == shape.hot:
         return None
     if len(preferring) != 1 or preferring[0].fast_path != AFFINITY_BY_DOMAIN:

@@ -21,6 +21,35 @@ from ..scoring import INTER_POD_AFFINITY_WEIGHT, MAX_SCORE
 from ..types import NodeInfo, PodInfo
 
 
+def required_affinity(ctx: CycleContext) -> podaffinity.AffinityCounts | None:
+    """Required (anti-)affinity counts (PreFilter); None when neither the pod nor any placed
+    pod has such terms."""
+    return ctx.prefiltered(_required_affinity)
+
+
+def _required_affinity(ctx: CycleContext) -> podaffinity.AffinityCounts | None:
+    pod = ctx.pod
+    if not (pod.affinity_terms or pod.anti_affinity_terms or ctx.state.anti_affinity_pods):
+        return None
+    return podaffinity.prefilter(pod, ctx.state)
+
+
+def affinity_preference(ctx: CycleContext) -> podaffinity.TopologyScores | None:
+    """Preferred inter-pod affinity's scores per topology value; None when no term applies."""
+    return ctx.prefiltered(_affinity_preference)
+
+
+def _affinity_preference(ctx: CycleContext) -> podaffinity.TopologyScores | None:
+    pod = ctx.pod
+    if not (
+        pod.preferred_affinity_terms
+        or pod.preferred_anti_affinity_terms
+        or ctx.state.weighted_affinity_pods
+    ):
+        return None
+    return podaffinity.preference_scores(pod, ctx.state)
+
+
 class InterPodAffinity(FilterPlugin):
     name = "InterPodAffinity"
     fast_path = HOSTNAME_APART  # when every term that applies is by hostname (index.py)
@@ -38,7 +67,7 @@ class InterPodAffinity(FilterPlugin):
         if pod.affinity_terms or pod.anti_affinity_terms:
             return UNSIGNABLE
         if ctx.state.anti_affinity_pods:  # a placed pod's anti-affinity may be aimed at it
-            counts = ctx.affinity
+            counts = required_affinity(ctx)
             if counts is not None and counts.existing_anti:
                 return UNSIGNABLE
         return ()
@@ -47,7 +76,7 @@ class InterPodAffinity(FilterPlugin):
         return bool(pod.affinity_terms)
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
-        counts = ctx.affinity
+        counts = required_affinity(ctx)
         if counts is None:
             return None
         reason = podaffinity.filter_node(ctx.pod, node, counts, ctx.state.namespaces)
@@ -83,10 +112,10 @@ class PodAffinityPreference(ScorePlugin):
     weight = INTER_POD_AFFINITY_WEIGHT
 
     def sign(self, ctx: CycleContext) -> Signature:
-        return UNSIGNABLE if ctx.affinity_preference is not None else ()
+        return UNSIGNABLE if affinity_preference(ctx) is not None else ()
 
     def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
-        scores = ctx.affinity_preference
+        scores = affinity_preference(ctx)
         if scores is None:
             return None
         raw = [podaffinity.preference_score(scores, node) for node in nodes]

@@ -19,6 +19,36 @@ _INPUTS = Inputs(
 )
 
 
+def hard_spread(ctx: CycleContext) -> spread.SpreadCounts | None:
+    """DoNotSchedule constraints' counts per domain (PreFilter), with the pods nominated to
+    the node under test when the context holds them; None without such constraints."""
+    return ctx.prefiltered(_hard_spread)
+
+
+def _hard_spread(ctx: CycleContext) -> spread.SpreadCounts | None:
+    hard = [c for c in ctx.pod.spread if c.hard]
+    if not hard:
+        return None
+    counts = spread.count(ctx.pod, ctx.state, hard)
+    if ctx.nominated is not None:
+        counts = spread.with_nominated(counts, ctx.pod, ctx.nominated)
+    return counts
+
+
+def soft_spread(ctx: CycleContext) -> spread.SoftSpread | None:
+    """ScheduleAnyway constraints: the pod's own, or kube-scheduler's system defaults (not
+    under a Pack policy: spreading replicas would undo the packing, and kube-scheduler profiles
+    that pack, with MostAllocated, turn the system defaults off too)."""
+    return ctx.prefiltered(_soft_spread)
+
+
+def _soft_spread(ctx: CycleContext) -> spread.SoftSpread | None:
+    soft = spread.soft_constraints(ctx.pod, ctx.state)
+    policy = ctx.policy_if_any
+    packing = policy is not None and policy.spec.strategy == "Pack"
+    return None if soft is not None and soft.system_default and packing else soft
+
+
 class PodTopologySpread(FilterPlugin):
     name = "PodTopologySpread"
     inputs = _INPUTS
@@ -32,7 +62,7 @@ class PodTopologySpread(FilterPlugin):
         return any(c.hard for c in pod.spread)
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
-        counts = ctx.hard_spread
+        counts = hard_spread(ctx)
         if counts is None:
             return None
         reason = spread.filter_node(ctx.pod, node, counts)
@@ -60,10 +90,10 @@ class SpreadPreference(ScorePlugin):
     weight = SPREAD_WEIGHT
 
     def sign(self, ctx: CycleContext) -> Signature:
-        return UNSIGNABLE if ctx.soft_spread is not None else ()
+        return UNSIGNABLE if soft_spread(ctx) is not None else ()
 
     def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
-        soft = ctx.soft_spread
+        soft = soft_spread(ctx)
         if soft is None:
             return None
         return spread.soft_scores(ctx.pod, ctx.state, soft, nodes)
