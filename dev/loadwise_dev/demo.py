@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from typing import Any
 
@@ -108,21 +109,20 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
 
 
 async def _scheduled_events(kube: Kube, names: list[str]) -> dict[str, tuple[int, str]] | None:
-    """pod -> (when, message) of its Scheduled event. Events are named `<pod>.<hex ns>`, the
-    time the scheduler wrote it (right after the bind), finer than their timestamps' seconds."""
+    """pod -> (decision number, message) of its Scheduled event: the number loadwise gave the
+    decision, in the order it made them (binds and event writes run concurrently, so when an
+    event was written says little about the order)."""
     events = {
-        e["involvedObject"]["name"]: (_written(e), e["message"])
+        e["involvedObject"]["name"]: (_decision_number(e["message"]), e["message"])
         for e in await kube.list("/api/v1/namespaces/default/events")
         if e["reason"] == "Scheduled"
     }
     return events if all(n in events for n in names) else None
 
 
-def _written(event: dict[str, Any]) -> int:
-    try:
-        return int(str(event["metadata"]["name"]).rsplit(".", 1)[1], 16)
-    except (IndexError, ValueError):
-        return 0
+def _decision_number(message: str) -> int:
+    found = re.search(r"\(decision (\d+)\)", message)
+    return int(found.group(1)) if found else 0
 
 
 def main(keep: bool = False) -> int:

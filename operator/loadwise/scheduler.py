@@ -11,6 +11,7 @@ network: its writes (bindings, events, PodScheduled, nominations and evictions) 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
@@ -71,6 +72,7 @@ class Scheduler:
         self.inflight = InFlight(self.state, queue, bind_concurrency)
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
+        self._decided = itertools.count(1)  # decisions made, numbered in order
         self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
         # kube-scheduler's metrics; the profile label is the scheduler name.
         self._attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
@@ -193,7 +195,7 @@ class Scheduler:
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            self.inflight.start_bind(pod.uid, self._bind(pod, result, started))
+            self.inflight.start_bind(pod.uid, self._bind(pod, result, started, next(self._decided)))
             return True
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
@@ -259,7 +261,9 @@ class Scheduler:
         self._reported[uid] = (message, now)
         return True
 
-    async def _bind(self, pod: PodInfo, decision: Decision, attempt_started: float) -> None:
+    async def _bind(
+        self, pod: PodInfo, decision: Decision, attempt_started: float, sequence: int
+    ) -> None:
         """`attempt_started`: perf_counter at the start of the pod's cycle (the attempt's
         duration is cycle plus bind, as kube-scheduler's)."""
         started = time.perf_counter()
@@ -304,8 +308,11 @@ class Scheduler:
                     decision_record(decision),
                     extra={"pod": pod.key, "node": decision.node, "policy": decision.policy},
                 )
+            # The decision's number in this replica's order: binds and event writes run
+            # concurrently, so the events' own order is not the order of the decisions.
             message = (
-                f"Successfully assigned {pod.key} to {decision.node}; {decision_record(decision)}"
+                f"Successfully assigned {pod.key} to {decision.node} (decision {sequence}); "
+                f"{decision_record(decision)}"
             )
             self.events.emit(pod, "Normal", "Scheduled", message)
         elif result in (BindResult.GONE, BindResult.CONFLICT):
