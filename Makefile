@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 ENV = eval "$$(hack/ensure-tools --print-env)"
 
-.PHONY: tools demo cluster test lint unit crd
+.PHONY: tools demo cluster test lint unit quick crd
 
 tools:
 	hack/ensure-tools
@@ -25,6 +25,10 @@ test:
 
 unit:
 	@$(ENV) && python -m pytest -p no:cacheprovider tests/unit
+
+# Everything but the slow fault tests (CI runs those too, in `make test`).
+quick:
+	@$(ENV) && python -m pytest -p no:cacheprovider -ra -m "not faults"
 
 lint:
 	@$(ENV) && ruff check operator dev tests bench && ruff format --check operator dev tests bench && mypy \

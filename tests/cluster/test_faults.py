@@ -12,7 +12,7 @@ import pytest
 
 from loadwise_dev import faultbench
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.faults]  # slow: `make quick` skips them
 
 # Short lease timings keep a kill -9 takeover within a CI budget (client-go's rule holds:
 # retry < renew deadline < lease duration).
