@@ -35,7 +35,7 @@ lint:
 	  && lint-imports
 
 crd:
-	@$(ENV) && python -m loadwise.crd --write
+	@$(ENV) && python -m loadwise.policies.crd --write
 
 # The operator's image, built on this machine without a Docker engine (podman; the Debian base is
 # cached outside the repo): prints the build time and sizes; the OCI archive is in build/image/.

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadwise.transport import REQUEST_TIMEOUT, ApiError, Http, StreamResponse
+from loadwise.kube.transport import REQUEST_TIMEOUT, ApiError, Http, StreamResponse
 
 Reply = tuple[int, Mapping[str, Any] | Sequence[Any] | bytes | None]
 Handler = Callable[

@@ -7,7 +7,6 @@ import importlib.util
 import itertools
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -15,7 +14,7 @@ from aiohttp import web
 
 from loadwise.framework.podaffinity import weighted_terms
 from loadwise.framework.types import PodInfo, parse_pod
-from loadwise.state import ClusterState
+from loadwise.scheduler.state import ClusterState
 from loadwise_dev import manifests
 
 _uids = itertools.count()
@@ -82,13 +81,8 @@ def _recount(
 
 
 def load_bench(name: str) -> ModuleType:
-    """A bench/ script as a module (the benches are scripts, not a package)."""
-    path = Path(__file__).parents[1] / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """A benchmark's module (loadwise_dev/benches/NAME.py)."""
+    return importlib.import_module(f"loadwise_dev.benches.{name}")
 
 
 @contextlib.asynccontextmanager

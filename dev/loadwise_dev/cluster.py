@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import kopf
 
 from loadwise.config import Config
-from loadwise.crd import build_crd
 from loadwise.handlers import build_registry
+from loadwise.policies.crd import build_crd
 from loadwise.resources import to_amount
 from loadwise.runtime import Runtime
 

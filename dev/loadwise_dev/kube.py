@@ -1,6 +1,6 @@
 """Kube: a thin async REST client for the harness (tests, demo, benchmarks): raw JSON, admin
 token, exact control over requests (field validation modes, status codes). The operator has its
-own (loadwise.transport); this one plays the user and the cluster around it.
+own (loadwise.kube.transport); this one plays the user and the cluster around it.
 """
 
 from __future__ import annotations

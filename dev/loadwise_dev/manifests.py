@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loadwise.status import stamp
+from loadwise.policies.status import stamp
 
 
 def marked_unschedulable(pod: Mapping[str, Any]) -> bool:

@@ -17,7 +17,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from loadwise.status import stamp
+from loadwise.policies.status import stamp
 
 from .exporter import UsageExporter
 from .httpserve import ThreadedServer

@@ -9,7 +9,8 @@ import sys
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from . import logs, prefetch
+from . import logs
+from .kube import prefetch
 
 if TYPE_CHECKING:
     from .config import Config
@@ -24,8 +25,8 @@ def run(config: Config) -> int:
     # Imported here, after the start-up lists were asked for (prefetch): they take a second.
     import kopf
 
-    from .access import AccessError, preflight
     from .handlers import build_registry
+    from .kube.access import AccessError, preflight
 
     logs.setup(config.log_level, config.log_format)
     problem = tls_problem(config)
@@ -126,7 +127,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command != "dev" and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "crd":
-        from . import crd
+        from .policies import crd
 
         sys.stdout.write(crd.render())
         return 0

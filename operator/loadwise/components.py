@@ -18,19 +18,19 @@ from dataclasses import dataclass
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
-from . import device_classes
-from .binder import Binder
 from .config import Config
-from .informer import Informer, uid_of
-from .metrics.cache import MetricsCache, MetricsSource
-from .metrics.learned import WorkloadOf
-from .metrics.metrics_server import MetricsServerSource
-from .metrics.prometheus import PrometheusSource
-from .queue import SchedulingQueue
-from .scheduler import Scheduler
-from .state import ClusterState
-from .transport import Http, Transport
-from .workload_selectors import WorkloadSelectors, namespaced_name
+from .kube.informer import Informer, uid_of
+from .kube.transport import Http, Transport
+from .scheduler import device_classes
+from .scheduler.binder import Binder
+from .scheduler.queue import SchedulingQueue
+from .scheduler.scheduler import Scheduler
+from .scheduler.state import ClusterState
+from .scheduler.workload_selectors import WorkloadSelectors, namespaced_name
+from .usage.cache import MetricsCache, MetricsSource
+from .usage.learned import WorkloadOf
+from .usage.metrics_server import MetricsServerSource
+from .usage.prometheus import PrometheusSource
 
 
 async def api_client(pool_size: int) -> client.ApiClient:

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticUndefined
 
-from .metrics.prometheus import (
+from .usage.prometheus import (
     DEFAULT_CPU_QUERY,
     DEFAULT_MEMORY_QUERY,
     DEFAULT_POD_CPU_QUERY,
@@ -36,7 +36,7 @@ PREFIX = "LOADWISE_"
 # Python's level names; charts/loadwise/values.schema.json's logLevel enum must be the same
 # (tests/unit/test_chart_values.py compares them).
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-# Prometheus stacks whose labels the built-in queries know (metrics/prometheus.py PRESETS; the
+# Prometheus stacks whose labels the built-in queries know (usage/prometheus.py PRESETS; the
 # chart's metrics.preset enum must be the same).
 PrometheusPreset = Literal["node-exporter", "kube-prometheus", "kube-prometheus-stack"]
 _DIMENSION_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .access import AccessError, connect
 from .components import build
 from .config import Config
 from .framework.context import CycleContext
@@ -29,10 +28,11 @@ from .framework.cycle import Decision, conclude, diagnose
 from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
-from .informer import Informer
-from .policy import GROUP, PLURAL, VERSION, Policy
-from .scheduler import Scheduler
-from .transport import ApiError
+from .kube.access import AccessError, connect
+from .kube.informer import Informer
+from .kube.transport import ApiError
+from .policies.policy import GROUP, PLURAL, VERSION, Policy
+from .scheduler.scheduler import Scheduler
 
 
 @dataclass(frozen=True)

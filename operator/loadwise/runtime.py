@@ -24,19 +24,19 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from . import prefetch
 from . import secure_serving as serving
 from .components import Informers, api_client, build, identity_of, informers, operator_object
 from .config import Config
 from .degradations import Degradations
-from .informer import Informer
-from .leader import LeaderElector
-from .metrics.prometheus import PrometheusSource
-from .policywatch import PolicyWatch
-from .reporting import Reporter
-from .scheduler import Scheduler
-from .transport import ApiError, Http
+from .kube import prefetch
+from .kube.informer import Informer
+from .kube.leader import LeaderElector
+from .kube.transport import ApiError, Http
+from .policies.policywatch import PolicyWatch
+from .policies.reporting import Reporter
+from .scheduler.scheduler import Scheduler
 from .upkeep import AUDIT_INTERVAL, Upkeep
+from .usage.prometheus import PrometheusSource
 
 log = logging.getLogger(__name__)
 

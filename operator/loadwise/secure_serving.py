@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .transport import Http
+from .kube.transport import Http
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from . import observability as obs
 from .config import Config
 from .degradations import Degradations
-from .informer import Informer, ignore, uid_of
-from .scheduler import Scheduler
-from .transport import REQUEST_TIMEOUT, Http
+from .kube.informer import Informer, ignore, uid_of
+from .kube.transport import REQUEST_TIMEOUT, Http
+from .scheduler.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loadwise.policy import SchedulingPolicySpec
+from loadwise.policies.policy import SchedulingPolicySpec
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.controlplane import k8s_bin_dir

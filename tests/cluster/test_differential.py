@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadwise_dev import differential
+from loadwise_dev.benches import differential
 from loadwise_dev.cluster import LocalCluster
 from loadwise_dev.kube import Kube
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadwise_dev import preemption_diff
+from loadwise_dev.benches import preemption as preemption_diff
 from loadwise_dev.cluster import LocalCluster
 from loadwise_dev.kube import Kube
 

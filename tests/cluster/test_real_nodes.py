@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from loadwise.config import Config
-from loadwise.metrics.cache import NodeSample
-from loadwise.metrics.prometheus import PrometheusError, PrometheusSource
 from loadwise.resources import to_amount
 from loadwise.runtime import Runtime
+from loadwise.usage.cache import NodeSample
+from loadwise.usage.prometheus import PrometheusError, PrometheusSource
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.images import BURN

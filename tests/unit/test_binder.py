@@ -5,8 +5,8 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from loadwise.binder import Binder, BindResult
-from loadwise.transport import STRATEGIC_MERGE
+from loadwise.kube.transport import STRATEGIC_MERGE
+from loadwise.scheduler.binder import Binder, BindResult
 
 from ..fakes import Reply, answering
 from ..helpers import pod_info

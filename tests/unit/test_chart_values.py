@@ -12,9 +12,9 @@ from typing import Any, get_args
 import pytest
 import yaml
 
-from loadwise.access import PERMISSIONS, needed
 from loadwise.config import Config
-from loadwise.policy import parse_spec
+from loadwise.kube.access import PERMISSIONS, needed
+from loadwise.policies.policy import parse_spec
 from loadwise_dev.controlplane import helm_binary
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "loadwise"
@@ -363,7 +363,7 @@ def test_the_default_policy_is_a_fallback() -> None:
 
 
 # Read access the chart grants that loadwise does not use (kube-scheduler's role grants the
-# same): every other grant is in loadwise.access.PERMISSIONS, which the preflight check asks.
+# same): every other grant is in loadwise.kube.access.PERMISSIONS, which the preflight check asks.
 UNUSED_GRANTS = {
     ("get", "", "nodes"),
     ("get", "", "pods"),
@@ -399,7 +399,7 @@ def permission_key(p: Any) -> tuple[str, str, str]:
     ids=["defaults", "metrics-server", "no-election", "no-preemption"],
 )
 def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
-    """loadwise.access.PERMISSIONS is the one list: the chart grants each permission the
+    """loadwise.kube.access.PERMISSIONS is the one list: the chart grants each permission the
     settings need (Leases in the release namespace only) and nothing else but UNUSED_GRANTS."""
     docs = render(*sets)
     env = container_env(one(docs, "Deployment"))

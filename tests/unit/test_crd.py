@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from loadwise import policy_reference
-from loadwise.crd import TARGETS, build_crd, render
+from loadwise.policies import policy_reference
+from loadwise.policies.crd import TARGETS, build_crd, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("target", TARGETS)
 def test_committed_crd_matches_model(target: str) -> None:
     committed = (ROOT / target).read_text()
-    assert committed == render(), f"{target} drifted: run `python -m loadwise.crd --write`"
+    assert committed == render(), f"{target} drifted: run `python -m loadwise.policies.crd --write`"
 
 
 def test_schema_is_structural_and_documented() -> None:
@@ -50,7 +50,7 @@ def test_go_module_pins_the_same_kubernetes_version() -> None:
 def test_committed_policy_reference_matches_model() -> None:
     committed = (ROOT / policy_reference.TARGET).read_text()
     assert committed == policy_reference.render(), (
-        f"{policy_reference.TARGET} drifted: run `python -m loadwise.crd --write`"
+        f"{policy_reference.TARGET} drifted: run `python -m loadwise.policies.crd --write`"
     )
     for field in ("spec.weights.cpu", "spec.hotThresholds.memory", "status.conditions"):
         assert f"| `{field}` |" in committed  # nested fields are listed, by their API names

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from loadwise.framework.cycle import Decision, Unschedulable, failure_message, schedule_one
 from loadwise.framework.scoring import normalize
-from loadwise.metrics.cache import NodeSample
-from loadwise.policy import Policy, parse_spec
+from loadwise.policies.policy import Policy, parse_spec
 from loadwise.resources import CPU, MEMORY, PODS
+from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ..helpers import pod_info, state_with

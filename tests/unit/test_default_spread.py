@@ -17,9 +17,9 @@ from loadwise.framework.plugins.topology_spread import SpreadPreference
 from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.selectors import Requirement, Selector
 from loadwise.framework.types import Owner, PodInfo, parse_pod
-from loadwise.policy import DEFAULT_POLICY
-from loadwise.state import ClusterState
-from loadwise.workload_selectors import WorkloadSelectors
+from loadwise.policies.policy import DEFAULT_POLICY
+from loadwise.scheduler.state import ClusterState
+from loadwise.scheduler.workload_selectors import WorkloadSelectors
 from loadwise_dev import manifests
 
 from ..helpers import state_with

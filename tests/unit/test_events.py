@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 from prometheus_client import REGISTRY
 
-from loadwise.binder import Binder
-from loadwise.events import EventWriter, Write
 from loadwise.framework.types import PodInfo
+from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.events import EventWriter, Write
 
 from ..fakes import FakeTransport, Reply
 from ..helpers import pod_info

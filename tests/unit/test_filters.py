@@ -9,8 +9,8 @@ import pytest
 
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.types import parse_pod
-from loadwise.policy import DEFAULT_POLICY
-from loadwise.state import ClusterState
+from loadwise.policies.policy import DEFAULT_POLICY
+from loadwise.scheduler.state import ClusterState
 from loadwise_dev import manifests
 
 from ..helpers import state_with

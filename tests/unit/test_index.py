@@ -20,9 +20,9 @@ from loadwise.framework.profile import DEFAULT_PROFILE, Profile
 from loadwise.framework.scoring import weighted_load
 from loadwise.framework.spread import NodeScope
 from loadwise.framework.types import PodInfo, parse_pod
-from loadwise.metrics.cache import NodeSample
-from loadwise.policy import Policy, parse_spec
-from loadwise.state import ClusterState
+from loadwise.policies.policy import Policy, parse_spec
+from loadwise.scheduler.state import ClusterState
+from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ..helpers import owned_by_replicaset, pod_info, recount_anti_terms, recount_weighted_terms

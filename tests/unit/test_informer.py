@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from loadwise import informer as informer_module
-from loadwise.informer import Gone, Informer
+from loadwise.kube import informer as informer_module
+from loadwise.kube.informer import Gone, Informer
 
 from ..fakes import HANG, FakeTransport, Reply, background, until
 

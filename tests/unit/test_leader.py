@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from loadwise.leader import LeaderElector, micro_time
+from loadwise.kube.leader import LeaderElector, micro_time
 
 from ..fakes import HANG, FakeTransport, Reply, forever, until
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadwise.liststream import ListSplitter, decode
+from loadwise.kube.liststream import ListSplitter, decode
 
 TRICKY = ['},{"metadata":', '"items":[', "]}", '\\"', "{", "}", ",", "é"]
 text = st.one_of(st.text(max_size=12), st.sampled_from(TRICKY))

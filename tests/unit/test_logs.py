@@ -93,7 +93,7 @@ def test_the_setting_takes_text_or_json_only() -> None:
 async def test_decisions_are_debug_lines_with_pod_node_and_policy(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="loadwise.scheduler")
+    caplog.set_level(logging.DEBUG, logger="loadwise.scheduler.scheduler")
     api = Api()
     sched = scheduler(api)
     sched.apply_policy("batch", {})
@@ -106,7 +106,7 @@ async def test_decisions_are_debug_lines_with_pod_node_and_policy(
     lines = [
         json.loads(logs.JsonFormatter().format(r))
         for r in caplog.records
-        if r.name == "loadwise.scheduler" and r.levelno == logging.DEBUG
+        if r.name == "loadwise.scheduler.scheduler" and r.levelno == logging.DEBUG
     ]
     bound = next(line for line in lines if line["msg"].startswith("bound "))
     assert (bound["pod"], bound["node"], bound["policy"]) == ("default/web", "n1", "batch")

@@ -17,7 +17,7 @@ from loadwise.framework.spread import NodeScope, SpreadMatch
 from loadwise.framework.taints import parse_tolerations
 from loadwise.framework.types import NodeInfo, parse_pod
 from loadwise.framework.view import PodMatcher
-from loadwise.state import ClusterState
+from loadwise.scheduler.state import ClusterState
 from loadwise_dev import manifests
 
 from ..helpers import recount_anti_terms

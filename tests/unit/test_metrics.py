@@ -3,8 +3,8 @@ import asyncio
 import pytest
 
 from loadwise.config import Config
-from loadwise.metrics.cache import MetricsCache, NodeSample
-from loadwise.metrics.prometheus import PrometheusError, parse_response
+from loadwise.usage.cache import MetricsCache, NodeSample
+from loadwise.usage.prometheus import PrometheusError, parse_response
 
 
 def vector(*items: tuple[str, str, object]) -> dict[str, object]:
@@ -88,7 +88,7 @@ def test_config_from_env_names_the_variable() -> None:
 
 
 def test_node_metrics_become_utilisation_of_allocatable() -> None:
-    from loadwise.metrics.metrics_server import MetricsServerError, parse_node_metrics
+    from loadwise.usage.metrics_server import MetricsServerError, parse_node_metrics
 
     allocatable = {"a": {"cpu": 4000, "memory": 8 << 30}, "b": {"cpu": 2000, "memory": 4 << 30}}
     payload = {
@@ -116,7 +116,7 @@ def test_node_metrics_become_utilisation_of_allocatable() -> None:
 
 
 def test_combined_query_tags_every_dimension() -> None:
-    from loadwise.metrics.prometheus import combined_query
+    from loadwise.usage.prometheus import combined_query
 
     query = combined_query("C", "M", {"disk-io": "D"})
     assert query == (
@@ -166,7 +166,7 @@ def pod_vector(*items: tuple[str, str, str, object]) -> dict[str, object]:
 
 
 def test_parse_pod_usage_pairs_cpu_cores_and_memory_bytes() -> None:
-    from loadwise.metrics.prometheus import parse_pod_response
+    from loadwise.usage.prometheus import parse_pod_response
 
     payload = pod_vector(
         ("ns", "a", "cpu", "0.2500004"),  # a rate: 250m, not 251m
@@ -189,7 +189,7 @@ def test_parse_pod_usage_pairs_cpu_cores_and_memory_bytes() -> None:
 
 
 def test_config_validates_dimensions_and_pod_settings() -> None:
-    from loadwise.metrics.prometheus import DEFAULT_POD_CPU_QUERY
+    from loadwise.usage.prometheus import DEFAULT_POD_CPU_QUERY
 
     config = Config.from_env({})
     assert config.prometheus_dimensions == {} and config.learn_usage

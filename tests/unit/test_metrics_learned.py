@@ -11,11 +11,11 @@ import pytest
 from aiohttp import web
 
 from loadwise.components import workload_lookup
-from loadwise.metrics import learned as learned_module
-from loadwise.metrics.cache import MetricsCache, NodeSample, PodUsage
-from loadwise.metrics.learned import LearnedUsage
-from loadwise.metrics.prometheus import PrometheusSource
-from loadwise.state import ClusterState
+from loadwise.scheduler.state import ClusterState
+from loadwise.usage import learned as learned_module
+from loadwise.usage.cache import MetricsCache, NodeSample, PodUsage
+from loadwise.usage.learned import LearnedUsage
+from loadwise.usage.prometheus import PrometheusSource
 from loadwise_dev import manifests
 
 from ..helpers import prometheus_answering

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from loadwise.metrics.cache import MetricsCache
-from loadwise.metrics.metrics_server import PATH, TIMEOUT, MetricsServerSource
+from loadwise.usage.cache import MetricsCache
+from loadwise.usage.metrics_server import PATH, TIMEOUT, MetricsServerSource
 
 from ..fakes import FakeTransport, Reply, answering
 
@@ -77,7 +77,7 @@ POD_METRICS = {
 
 
 def test_pod_metrics_sum_the_containers_and_skip_malformed_pods() -> None:
-    from loadwise.metrics.metrics_server import MetricsServerError, parse_pod_metrics
+    from loadwise.usage.metrics_server import MetricsServerError, parse_pod_metrics
 
     assert parse_pod_metrics(POD_METRICS) == {("ns", "a"): (255, (64 << 20) + 1024)}
     with pytest.raises(MetricsServerError):
@@ -85,7 +85,7 @@ def test_pod_metrics_sum_the_containers_and_skip_malformed_pods() -> None:
 
 
 async def test_pods_fetched_and_learned_alongside_nodes_and_a_pod_failure_keeps_the_nodes() -> None:
-    from loadwise.metrics.metrics_server import PODS_PATH
+    from loadwise.usage.metrics_server import PODS_PATH
 
     answers: dict[str, Reply] = {PATH: (200, NODE_METRICS), PODS_PATH: (200, POD_METRICS)}
 
@@ -120,7 +120,7 @@ async def test_no_pod_request_without_learning() -> None:
 
 
 def test_the_stand_in_serves_the_exporters_pods_as_pod_metrics() -> None:
-    from loadwise.metrics.metrics_server import parse_pod_metrics
+    from loadwise.usage.metrics_server import parse_pod_metrics
     from loadwise_dev.exporter import UsageExporter
     from loadwise_dev.metrics_api import MetricsApiStandIn
 

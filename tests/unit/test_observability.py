@@ -10,7 +10,7 @@ from importlib import metadata
 from prometheus_client import REGISTRY
 
 from loadwise import observability as obs
-from loadwise.metrics.cache import NodeSample
+from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ..fakes import until

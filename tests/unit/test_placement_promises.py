@@ -11,10 +11,10 @@ import pytest
 
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.types import PodInfo, parse_pod
-from loadwise.metrics.cache import NodeSample
-from loadwise.policy import Policy, parse_spec
+from loadwise.policies.policy import Policy, parse_spec
 from loadwise.resources import NONZERO_CPU, NONZERO_MEMORY, pod_requests
-from loadwise.state import ClusterState
+from loadwise.scheduler.state import ClusterState
+from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ..helpers import pod_info, state_with
@@ -205,9 +205,9 @@ def test_tenants_spread_across_cool_nodes_and_never_onto_hot_ones() -> None:
 
 
 def test_policy_status_names_a_dimension_the_operator_does_not_declare() -> None:
-    from loadwise.metrics.cache import MetricsCache
-    from loadwise.metrics.prometheus import PrometheusSource
-    from loadwise.status import metrics_report
+    from loadwise.policies.status import metrics_report
+    from loadwise.usage.cache import MetricsCache
+    from loadwise.usage.prometheus import PrometheusSource
 
     cache = MetricsCache(PrometheusSource("http://x", dimensions={"gpu": "q"}), 10)
     cache.samples = {"n0": NodeSample(0.1, 0.1, NOW - 1)}

@@ -12,7 +12,7 @@ from loadwise.framework.plugin import FilterPlugin, Inputs
 from loadwise.framework.plugins import DEFAULT_PLUGINS
 from loadwise.framework.profile import Profile
 from loadwise.framework.types import NodeInfo, parse_node
-from loadwise.policy import DEFAULT_POLICY
+from loadwise.policies.policy import DEFAULT_POLICY
 from loadwise_dev import manifests
 
 from ..helpers import pod_info, state_with

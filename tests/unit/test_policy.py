@@ -1,6 +1,6 @@
 import pytest
 
-from loadwise.policy import DEFAULT_POLICY, Policy, PolicySet, parse_spec
+from loadwise.policies.policy import DEFAULT_POLICY, Policy, PolicySet, parse_spec
 
 
 def test_defaults() -> None:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from loadwise import policywatch as policywatch_module
-from loadwise.binder import Binder
 from loadwise.degradations import Degradations
-from loadwise.metrics.cache import MetricsCache
-from loadwise.policywatch import POLICIES_PATH, PolicyWatch
-from loadwise.queue import SchedulingQueue
-from loadwise.scheduler import Scheduler
+from loadwise.policies import policywatch as policywatch_module
+from loadwise.policies.policywatch import POLICIES_PATH, PolicyWatch
+from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.queue import SchedulingQueue
+from loadwise.scheduler.scheduler import Scheduler
+from loadwise.usage.cache import MetricsCache
 
 from ..fakes import FakeTransport, Reply, until
 

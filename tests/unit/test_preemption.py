@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from loadwise.binder import Binder
 from loadwise.framework.context import CycleContext
 from loadwise.framework.cycle import refusal, refusal_with_nominated
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
@@ -29,9 +28,10 @@ from loadwise.framework.preemption import (
 )
 from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import PodInfo, parse_pod
-from loadwise.queue import SchedulingQueue
-from loadwise.scheduler import Scheduler
-from loadwise.state import ClusterState
+from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.queue import SchedulingQueue
+from loadwise.scheduler.scheduler import Scheduler
+from loadwise.scheduler.state import ClusterState
 from loadwise_dev import manifests
 
 from ..fakes import FakeTransport

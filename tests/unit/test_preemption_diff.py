@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from loadwise_dev.preemption_diff import (
+from loadwise_dev.benches.preemption import (
     Case,
     NodeSpec,
     PdbSpec,

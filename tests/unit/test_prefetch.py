@@ -17,9 +17,10 @@ import orjson
 import pytest
 import yaml
 
-from loadwise import cli, prefetch
+from loadwise import cli
+from loadwise.kube import prefetch
+from loadwise.kube.transport import split
 from loadwise.secure_serving import self_signed_certificate
-from loadwise.transport import split
 
 CERT, KEY = self_signed_certificate(["localhost", "127.0.0.1"])
 

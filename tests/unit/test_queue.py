@@ -1,6 +1,6 @@
 import asyncio
 
-from loadwise.queue import SchedulingQueue
+from loadwise.scheduler.queue import SchedulingQueue
 
 from ..helpers import pod_info
 

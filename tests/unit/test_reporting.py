@@ -12,15 +12,15 @@ from typing import Any
 import aiohttp
 from prometheus_client import REGISTRY
 
-from loadwise.binder import Binder
 from loadwise.degradations import Degradations
-from loadwise.metrics.cache import MetricsCache, NodeSample
-from loadwise.policywatch import POLICIES_PATH, PolicyWatch
-from loadwise.queue import SchedulingQueue
-from loadwise.reporting import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
-from loadwise.scheduler import Scheduler
-from loadwise.status import set_condition
-from loadwise.transport import STRATEGIC_MERGE
+from loadwise.kube.transport import STRATEGIC_MERGE
+from loadwise.policies.policywatch import POLICIES_PATH, PolicyWatch
+from loadwise.policies.reporting import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
+from loadwise.policies.status import set_condition
+from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.queue import SchedulingQueue
+from loadwise.scheduler.scheduler import Scheduler
+from loadwise.usage.cache import MetricsCache, NodeSample
 from loadwise_dev import manifests
 
 from ..fakes import Call, FakeTransport, Reply

@@ -3,9 +3,9 @@ from typing import Any
 
 import pytest
 
-from loadwise.device_classes import DeviceClasses
 from loadwise.framework.types import parse_pod
 from loadwise.resources import parse_quantity, placed_requests, pod_requests, to_amount
+from loadwise.scheduler.device_classes import DeviceClasses
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,12 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from loadwise.binder import Binder
 from loadwise.config import Config
-from loadwise.policywatch import POLICIES_PATH
-from loadwise.queue import SchedulingQueue
+from loadwise.policies.policywatch import POLICIES_PATH
 from loadwise.runtime import Runtime
-from loadwise.scheduler import Scheduler
+from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.queue import SchedulingQueue
+from loadwise.scheduler.scheduler import Scheduler
 from loadwise_dev import manifests
 
 from ..fakes import FakeTransport, Reply, until

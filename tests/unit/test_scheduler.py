@@ -14,11 +14,11 @@ import aiohttp
 import pytest
 from prometheus_client import REGISTRY
 
-from loadwise.binder import Binder
-from loadwise.metrics.cache import MetricsCache
-from loadwise.queue import SchedulingQueue
-from loadwise.scheduler import Scheduler
-from loadwise.transport import STRATEGIC_MERGE
+from loadwise.kube.transport import STRATEGIC_MERGE
+from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.queue import SchedulingQueue
+from loadwise.scheduler.scheduler import Scheduler
+from loadwise.usage.cache import MetricsCache
 from loadwise_dev import manifests
 
 from ..fakes import Call, FakeTransport, Reply, background, forever, until
@@ -133,7 +133,9 @@ async def test_bound_writes_the_decision_and_keeps_the_reservation_until_the_wat
         assert uid(raw) not in sched.queue and sched.scheduled_by_policy == {"batch": 1}
         (event,) = api.events("Scheduled")
         assert event["type"] == "Normal" and event["involvedObject"]["uid"] == uid(raw)
-        assert event["message"].startswith("Successfully assigned default/web to n1 (decision 1); score ")
+        assert event["message"].startswith(
+            "Successfully assigned default/web to n1 (decision 1); score "
+        )
         assert "by requests" in event["message"] and event["message"].endswith("; policy batch")
         sched.on_pod_event("MODIFIED", bound(raw, "n1"))  # the watch catches up
         confirmed = sched.state.pods[uid(raw)]

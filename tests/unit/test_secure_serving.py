@@ -14,10 +14,11 @@ import aiohttp
 import kopf
 import pytest
 
-from loadwise import access, cli
+from loadwise import cli
 from loadwise import observability as obs
 from loadwise import secure_serving as serving
 from loadwise.config import Config
+from loadwise.kube import access
 from loadwise_dev.controlplane import free_port
 
 from ..fakes import FakeTransport, Reply

@@ -11,9 +11,10 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from loadwise import cli, prefetch
+from loadwise import cli
 from loadwise.config import TOOLING_VARIABLES, Config, settings, unknown_variables
-from loadwise.metrics.prometheus import DEFAULT_CPU_QUERY
+from loadwise.kube import prefetch
+from loadwise.usage.prometheus import DEFAULT_CPU_QUERY
 from loadwise_dev.controlplane import helm_binary
 
 ROOT = Path(__file__).resolve().parents[2]

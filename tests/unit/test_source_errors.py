@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from loadwise.metrics.cache import MetricsCache
-from loadwise.metrics.metrics_server import MetricsServerSource
-from loadwise.metrics.prometheus import PrometheusError, PrometheusSource, parse_response
+from loadwise.usage.cache import MetricsCache
+from loadwise.usage.metrics_server import MetricsServerSource
+from loadwise.usage.prometheus import PrometheusError, PrometheusSource, parse_response
 
 from ..fakes import Reply, answering
 from ..helpers import prometheus_answering

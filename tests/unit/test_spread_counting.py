@@ -7,7 +7,7 @@ from typing import Any
 
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.types import parse_pod
-from loadwise.policy import DEFAULT_POLICY
+from loadwise.policies.policy import DEFAULT_POLICY
 from loadwise_dev import manifests
 
 from ..helpers import state_with

@@ -1,5 +1,5 @@
 from loadwise.resources import CPU, PODS
-from loadwise.state import ClusterState
+from loadwise.scheduler.state import ClusterState
 from loadwise_dev import manifests
 
 from ..helpers import pod_info

@@ -8,8 +8,8 @@ import asyncio
 
 from kubernetes_asyncio import client
 
-from loadwise.binder import Binder, BindResult
-from loadwise.transport import Transport
+from loadwise.kube.transport import Transport
+from loadwise.scheduler.binder import Binder, BindResult
 
 from ..helpers import pod_info
 

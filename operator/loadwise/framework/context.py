@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
-    from ..metrics.cache import NodeSample
-    from ..policy import Policy
+    from ..policies.policy import Policy
+    from ..usage.cache import NodeSample
     from . import spread
     from .scoring import UsageProfiles
     from .types import PodInfo

@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..metrics.cache import NodeSample
-from ..policy import Policy
+from ..policies.policy import Policy
+from ..usage.cache import NodeSample
 from . import spread
 from .context import CycleContext
 from .plugin import FilterPlugin

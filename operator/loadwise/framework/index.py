@@ -23,8 +23,8 @@ import random
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from ..metrics.cache import NodeSample
-from ..policy import Policy
+from ..policies.policy import Policy
+from ..usage.cache import NodeSample
 from . import by_domain, podaffinity, spread
 from .context import CycleContext
 from .cycle import (

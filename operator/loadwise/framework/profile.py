@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..policy import Policy
+from ..policies.policy import Policy
 from .context import CycleContext
 from .plugin import UNSIGNABLE, FilterPlugin, LoadPlugin, Plugin, ScorePlugin
 from .plugins import DEFAULT_PLUGINS

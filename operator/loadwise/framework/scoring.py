@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from ..metrics.cache import NodeSample
-from ..policy import Policy
+from ..policies.policy import Policy
 from ..resources import CPU, MEMORY
+from ..usage.cache import NodeSample
 from .types import NodeInfo, PodInfo
 from .view import ClusterView
 
@@ -29,7 +29,7 @@ APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the loa
 
 
 class UsageProfiles(Protocol):
-    """Learned usage per workload (metrics/learned.py): (cpu millicores, memory bytes)."""
+    """Learned usage per workload (usage/learned.py): (cpu millicores, memory bytes)."""
 
     def estimate(self, workload: str) -> tuple[int, int] | None: ...
 

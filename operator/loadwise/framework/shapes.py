@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..metrics.cache import NodeSample
-from ..policy import Policy
+from ..policies.policy import Policy
+from ..usage.cache import NodeSample
 from . import spread
 from .context import CycleContext
 from .scoring import NodeScore

@@ -22,13 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from .selectors import (
-    RequiredNodeAffinity,
-    Requirement,
-    Selector,
-    parse_label_selector,
-    selects,
-)
+from .selectors import RequiredNodeAffinity, Requirement, Selector, parse_label_selector, selects
 from .taints import Toleration, first_untolerated
 
 if TYPE_CHECKING:

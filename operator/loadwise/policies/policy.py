@@ -1,0 +1,396 @@
+"""SchedulingPolicy: the pydantic model, pod matching, and the set of live policies.
+
+The model is the one source of truth: `loadwise.policies.crd` turns its JSON schema into the
+CRD that the API server enforces, so the server and the operator refuse the same objects with
+the same words.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from ..framework.selectors import requirement_matches
+
+GROUP = "loadwise.io"
+VERSION = "v1alpha1"
+PLURAL = "schedulingpolicies"
+KIND = "SchedulingPolicy"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class Weights(_Model):
+    """How much each resource's utilisation counts in a node's load score."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.cpu + self.memory > 0",
+                    "message": "at least one of weights.cpu and weights.memory must be above 0",
+                }
+            ]
+        }
+    )
+
+    cpu: float = Field(1.0, ge=0, le=100, description="Weight of CPU utilisation (0..100).")
+    memory: float = Field(1.0, ge=0, le=100, description="Weight of memory utilisation (0..100).")
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> Weights:
+        if self.cpu + self.memory <= 0:
+            raise ValueError("at least one of weights.cpu and weights.memory must be above 0")
+        return self
+
+
+class LabelSelectorRequirement(_Model):
+    """One label requirement, as in a Kubernetes LabelSelector."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.operator in ['In', 'NotIn']"
+                    " ? (has(self.values) && size(self.values) > 0)"
+                    " : (!has(self.values) || size(self.values) == 0)",
+                    "message": "In and NotIn need values; Exists and DoesNotExist take none",
+                }
+            ]
+        }
+    )
+
+    key: str = Field(min_length=1, max_length=317, description="The label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the key relates to the values."
+    )
+    values: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list, max_length=256, description="Values for In and NotIn."
+    )
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> LabelSelectorRequirement:
+        if (self.operator in ("In", "NotIn")) != bool(self.values):
+            raise ValueError("In and NotIn need values; Exists and DoesNotExist take none")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return requirement_matches(self.key, self.operator, self.values, labels)
+
+
+class LabelSelector(_Model):
+    """Selects objects by label (pods for podSelector, their namespaces for namespaceSelector);
+    an empty selector selects all."""
+
+    match_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict,
+        description="Labels the object (the pod, or for namespaceSelector its namespace) must "
+        "carry with exactly these values.",
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, max_length=64, description="Requirements that must all hold."
+    )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+class MetricsSettings(_Model):
+    """Where node usage comes from and how fresh it must be for load-aware scoring."""
+
+    source: Literal["prometheus", "metrics-server"] = Field(
+        "prometheus",
+        description="Which of the operator's metrics sources this policy reads. A source the "
+        "operator does not run leaves every node scored by requests (see status).",
+    )
+    max_age_seconds: int = Field(
+        60,
+        ge=1,
+        le=3600,
+        description="A node sample older than this is stale; the node is then scored by its "
+        "requests instead of its measured usage.",
+    )
+
+
+class HotThresholds(_Model):
+    """Utilisation above which a node is hot: hot nodes get no new pods while any feasible node
+    is below its thresholds; when every feasible node is hot, the least loaded one is used (so a
+    pod never waits on load alone: cluster-autoscaler would not see it). 100 disables."""
+
+    cpu: float = Field(80, ge=1, le=100, description="Percent CPU utilisation.")
+    memory: float = Field(90, ge=1, le=100, description="Percent memory utilisation.")
+
+
+class TargetUtilization(_Model):
+    """Pack: the utilisation a node is filled up to (measured load plus the estimate) before
+    the next node is used. The hot thresholds still apply above it."""
+
+    cpu: float = Field(70, ge=1, le=100, description="Percent CPU utilisation.")
+    memory: float = Field(80, ge=1, le=100, description="Percent memory utilisation.")
+
+
+class SpreadByLabel(_Model):
+    """Pods whose value of this label is equal (one tenant, one team) are spread across nodes."""
+
+    label_key: str = Field(
+        min_length=1, max_length=317, description="The pod label key, e.g. tenant."
+    )
+    weight: float = Field(
+        2,
+        ge=0.1,
+        le=100,
+        description="Weight of this spreading against the load score (weight 4) and "
+        "kube-scheduler's preferences (weights 2-3).",
+    )
+
+
+_DIMENSION_NAME = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class Dimension(_Model):
+    """A utilisation dimension beyond CPU and memory, declared by the operator's settings
+    (LOADWISE_PROMETHEUS_DIMENSIONS: name -> a PromQL query giving each node's utilisation)."""
+
+    name: str = Field(
+        pattern=_DIMENSION_NAME,
+        max_length=63,
+        description="The dimension's name in the operator's settings, e.g. gpu.",
+    )
+    weight: float = Field(1, ge=0, le=100, description="Weight in the load score (0..100).")
+    hot_threshold: float = Field(
+        100, ge=1, le=100, description="Percent utilisation above which a node is hot."
+    )
+
+
+def _listed_once(key: str, message: str) -> dict[str, Any]:
+    """The CEL rule that refuses a list naming one `key` twice (the model checks it too)."""
+    rule = f"self.all(x, self.exists_one(y, y.{key} == x.{key}))"
+    return {"x-kubernetes-validations": [{"rule": rule, "message": message}]}
+
+
+def _unique(values: list[str], what: str) -> None:
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{what} {value!r} is listed twice")
+        seen.add(value)
+
+
+class SchedulingPolicySpec(_Model):
+    """Which pods a policy governs and how nodes are scored for them."""
+
+    weights: Weights = Field(
+        default_factory=Weights, description="Weights of CPU and memory utilisation in the score."
+    )
+    hot_thresholds: HotThresholds = Field(
+        default_factory=HotThresholds, description="When a node counts as hot."
+    )
+    load_share: int = Field(
+        80,
+        ge=0,
+        le=100,
+        description="Percent of a node's score that comes from measured load; the rest comes "
+        "from requested/allocatable (kube-scheduler-like balance). 0 ignores metrics.",
+    )
+    placement_estimate: float = Field(
+        1.5,
+        ge=0,
+        le=10,
+        description="Pods placed since a node's last sample, and the pod being placed, add "
+        "this factor times their CPU requests to the node's measured CPU (metrics lag "
+        "bindings; without it bursts herd onto the node that looked idlest). Above 1 by "
+        "default: bursty pods often use more CPU than they request, and underestimating makes "
+        "hot nodes while overestimating only spreads a burst wider until the next sample. "
+        "0 disables. A workload's learned usage replaces it (learnedEstimate).",
+    )
+    memory_estimate: float = Field(
+        1.0,
+        ge=0,
+        le=10,
+        description="The memory counterpart of placementEstimate (x memory requests). 1 by "
+        "default: memory use above requests is rare and short-lived (under memory pressure the "
+        "kubelet evicts such pods first), and overestimating memory would fence cool nodes "
+        "off behind the memory hot threshold. 0 disables.",
+    )
+    scheduler_name: str | None = Field(
+        None,
+        min_length=1,
+        description="Governs only pods with this spec.schedulerName; unset: all of ours.",
+    )
+    namespace_selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description="Governs pods in namespaces with these labels; empty selects all.",
+    )
+    pod_selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description="Pods (of this scheduler) the policy governs; empty selects all of them.",
+    )
+    precedence: int = Field(
+        0,
+        ge=-1000,
+        le=1000,
+        description="When several policies select a pod, the highest precedence wins; ties go "
+        "to the policy whose name sorts first. Fallback policies come after all others.",
+    )
+    fallback: bool = Field(
+        False,
+        description="A fallback policy (the chart's `default` is one) governs a pod only when no "
+        "other policy selects it, whatever their precedences and names; among fallbacks, "
+        "precedence then name decide as usual.",
+    )
+    metrics: MetricsSettings = Field(
+        default_factory=MetricsSettings, description="Freshness rules for node metrics."
+    )
+    strategy: Literal["Spread", "Pack"] = Field(
+        "Spread",
+        description="Spread: prefer the least loaded node. Pack: prefer the fullest node whose "
+        "load stays under targetUtilization, so other nodes stay empty for the autoscaler; "
+        "when none does, the least loaded. Pack turns off kube-scheduler's system default "
+        "spreading for the pods it governs.",
+    )
+    target_utilization: TargetUtilization = Field(
+        default_factory=TargetUtilization, description="Pack: fill nodes up to this."
+    )
+    spread_by: list[SpreadByLabel] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Label keys (e.g. tenant) whose pods with equal values are spread across "
+        "nodes, combined with the load score and the hot thresholds.",
+        json_schema_extra=_listed_once("labelKey", "each labelKey may be listed once"),
+    )
+    dimensions: list[Dimension] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Extra utilisation dimensions (declared in the operator's settings) that "
+        "count in the load score and the hot test. A node without a value counts as 0.",
+        json_schema_extra=_listed_once("name", "each dimension name may be listed once"),
+    )
+    learned_estimate: bool = Field(
+        True,
+        description="Estimate a new pod's usage from what running pods of its workload (same "
+        "controller) use, as the metrics source reports it; requests x placementEstimate "
+        "when nothing is known yet.",
+    )
+
+    @model_validator(mode="after")
+    def _unique_lists(self) -> SchedulingPolicySpec:
+        _unique([s.label_key for s in self.spread_by], "spreadBy labelKey")
+        _unique([d.name for d in self.dimensions], "dimension")
+        return self
+
+
+class Condition(_Model):
+    type: str = Field(
+        description="Ready (the spec is valid and in use) or MetricsAvailable (the policy's "
+        "metrics source gives fresh samples, so scoring is load-aware)."
+    )
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(
+        "", description="Ready: Valid or Invalid. MetricsAvailable: Fresh or Degraded."
+    )
+    message: str = Field("", description="Why, in words: the problem or the figures.")
+    last_transition_time: str = Field("", description="RFC 3339 time of the last change.")
+
+
+class SchedulingPolicyStatus(_Model):
+    """Written by the operator."""
+
+    observed_generation: int = Field(0, description="The generation the operator last read.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready (valid and in use) and MetricsAvailable."
+    )
+    nodes_with_fresh_metrics: int = Field(
+        0, description="Nodes whose latest sample is within metrics.maxAgeSeconds."
+    )
+    pods_scheduled: int = Field(
+        0, description="Pods bound under this policy since the operator started."
+    )
+    last_metrics_refresh: str = Field(
+        "", description="RFC 3339 time of the last successful metrics refresh."
+    )
+
+
+class Policy:
+    """A validated policy as the scheduler uses it."""
+
+    __slots__ = ("name", "spec")
+
+    def __init__(self, name: str, spec: SchedulingPolicySpec) -> None:
+        self.name = name
+        self.spec = spec
+
+    @property
+    def sort_key(self) -> tuple[bool, int, str]:
+        """Non-fallback policies first, so a user's policy always beats the chart's default."""
+        return (self.spec.fallback, -self.spec.precedence, self.name)
+
+
+DEFAULT_POLICY = Policy("(built-in default)", SchedulingPolicySpec())
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line per problem, naming the field by its path in the object (spec.weights.cpu)."""
+    lines = []
+    for error in exc.errors():
+        path = ".".join(str(p) for p in ("spec", *error["loc"]))
+        lines.append(f"{path}: {error['msg']}")
+    return "; ".join(lines)
+
+
+def parse_spec(spec: Mapping[str, Any] | None) -> SchedulingPolicySpec:
+    """Validate a SchedulingPolicy's spec; raises ValueError with a message a user can act on."""
+    try:
+        return SchedulingPolicySpec.model_validate(dict(spec or {}))
+    except ValidationError as exc:
+        raise ValueError(validation_message(exc)) from None
+
+
+class PolicySet:
+    """The valid policies, ordered by precedence, and the choice for a pod."""
+
+    def __init__(self) -> None:
+        self._ordered: list[Policy] = []
+
+    def __len__(self) -> int:
+        return len(self._ordered)
+
+    def upsert(self, policy: Policy) -> None:
+        self.remove(policy.name)
+        bisect.insort(self._ordered, policy, key=lambda p: p.sort_key)
+
+    def remove(self, name: str) -> None:
+        self._ordered = [p for p in self._ordered if p.name != name]
+
+    def names(self) -> list[str]:
+        return [p.name for p in self._ordered]
+
+    def policies(self) -> list[Policy]:
+        return list(self._ordered)
+
+    def for_pod(
+        self,
+        labels: Mapping[str, str],
+        namespace_labels: Mapping[str, str] | None = None,
+        scheduler_name: str | None = None,
+    ) -> Policy:
+        """Precedence order: the first policy whose scheduler name, namespace selector and pod
+        selector all match; the built-in default when none does."""
+        for policy in self._ordered:
+            spec = policy.spec
+            if spec.scheduler_name is not None and spec.scheduler_name != scheduler_name:
+                continue
+            if not spec.namespace_selector.matches(namespace_labels or {}):
+                continue
+            if spec.pod_selector.matches(labels):
+                return policy
+        return DEFAULT_POLICY

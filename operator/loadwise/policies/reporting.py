@@ -1,0 +1,197 @@
+"""Reporter: the leader's writes that are not about pods: SchedulingPolicy statuses, their
+events, and the operator's own degradation events and condition.
+
+One pass per metrics interval (and right after an election). Every write is retried by the next
+pass when it fails, so no outage can stop reporting for good; nothing here raises into its loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from .. import observability as obs
+from ..degradations import Degradations
+from ..kube.transport import STRATEGIC_MERGE, Http
+from ..scheduler.binder import Binder
+from ..scheduler.scheduler import Scheduler
+from .policy import GROUP, VERSION
+from .policywatch import POLICIES_PATH, PolicyObject, PolicyWatch
+from .status import metrics_report, set_condition, stamp, status_fields
+
+log = logging.getLogger(__name__)
+
+MERGE = "application/merge-patch+json"
+LEGACY_FINALIZER = f"{GROUP}/metrics-timer"  # kopf's timer finalizer, before 0.3
+CONDITION = "loadwise.io/Degraded"
+
+
+class Reporter:
+    def __init__(
+        self,
+        transport: Http,
+        binder: Binder,
+        scheduler: Scheduler,
+        policies: PolicyWatch,
+        degradations: Degradations,
+        target: dict[str, str] | None,
+    ) -> None:
+        self.transport = transport
+        self.binder = binder
+        self.scheduler = scheduler
+        self.policies = policies
+        self.degradations = degradations
+        self.target = target  # the object operator-level events and the condition go on
+        self._available: dict[str, bool] = {}  # policy -> metrics available at last pass
+        self._invalid_reported: set[tuple[str, int]] = set()  # (uid, generation)
+        self._condition_generation = -1
+        self._gauged: set[str] = set()  # policies with per-policy gauges set
+
+    async def run(self, interval: float) -> None:
+        """Until cancelled, when this replica stops leading: then its per-policy series go."""
+        self.degradations.replay()
+        self._condition_generation = -1
+        try:
+            while True:
+                try:
+                    await self.report_once()
+                except Exception:  # a bug must cost one pass, never the reporting
+                    log.exception("reporting failed; trying again in %.0fs", interval)
+                await asyncio.sleep(interval)
+        finally:
+            self.forget_gauges()
+
+    def forget_gauges(self) -> None:
+        """Remove the per-policy series, which only the leader keeps current: a former
+        leader's last values would otherwise stay, and the dashboard's max over replicas would
+        show them over the new leader's 0."""
+        for name in self._gauged:
+            obs.POLICY_METRICS_AVAILABLE.remove(name)
+            obs.POLICY_FRESH_NODES.remove(name)
+        self._gauged.clear()
+
+    async def report_once(self) -> None:
+        for obj in list(self.policies.objects.values()):
+            await self._report_policy(obj)
+        valid = {name for name, obj in self.policies.objects.items() if not obj.error}
+        for name in self._gauged - valid:  # deleted or invalid: drop their series
+            obs.POLICY_METRICS_AVAILABLE.remove(name)
+            obs.POLICY_FRESH_NODES.remove(name)
+            self._gauged.discard(name)
+        await self._report_operator()
+
+    # --- SchedulingPolicy objects --------------------------------------------------------------
+    async def _report_policy(self, obj: PolicyObject) -> None:
+        involved = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SchedulingPolicy",
+            "name": obj.name,
+            "uid": obj.uid,
+        }
+        status = dict(obj.status)
+        conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+        if obj.error:
+            ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": obj.error}
+            if (obj.uid, obj.generation) not in self._invalid_reported and (
+                await self.binder.object_event(
+                    involved, "Warning", "InvalidPolicy", f"ignored: {obj.error}"
+                )
+            ):  # once per generation, once written
+                self._invalid_reported.add((obj.uid, obj.generation))
+            fields: dict[str, Any] = {"conditions": set_condition(conditions, ready)}
+        else:
+            ready = {"type": "Ready", "status": "True", "reason": "Valid", "message": ""}
+            fields = self._metrics_fields(obj.name, set_condition(conditions, ready))
+            message = fields.pop("conditions_message", "")
+            available = bool(fields.pop("available", True))
+            was = self._available.get(obj.name, True)
+            written = True
+            if was and not available:  # a Warning event per transition
+                text = f"load-aware scoring degraded: {message}"
+                log.warning("%s: %s", obj.name, text)
+                written = await self.binder.object_event(
+                    involved, "Warning", "MetricsDegraded", text
+                )
+            elif available and not was:
+                written = await self.binder.object_event(
+                    involved, "Normal", "MetricsRecovered", f"load-aware scoring back: {message}"
+                )
+            if written:  # else the transition is reported by the next pass
+                self._available[obj.name] = available
+        fields["observedGeneration"] = obj.generation
+        patch = {k: v for k, v in fields.items() if status.get(k) != v}
+        if patch:
+            await self._patch(f"{POLICIES_PATH}/{obj.name}/status", {"status": patch}, MERGE)
+        if LEGACY_FINALIZER in obj.finalizers:  # no timer needs it any more: let deletes finish
+            kept = [f for f in obj.finalizers if f != LEGACY_FINALIZER]
+            await self._patch(
+                f"{POLICIES_PATH}/{obj.name}",
+                {"metadata": {"finalizers": kept or None}},
+                MERGE,
+            )
+
+    def _metrics_fields(self, name: str, conditions: list[dict[str, Any]]) -> dict[str, Any]:
+        scheduler = self.scheduler
+        policy = next((p for p in scheduler.policies.policies() if p.name == name), None)
+        if policy is None:
+            return {"conditions": conditions}
+        cache = scheduler.caches.get(policy.spec.metrics.source)
+        report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
+        fields = status_fields(
+            report,
+            conditions,
+            scheduler.scheduled_by_policy.get(name, 0),
+            cache.last_success if cache is not None else None,
+        )
+        fields["conditions_message"] = report.message
+        fields["available"] = report.available
+        obs.POLICY_METRICS_AVAILABLE.labels(name).set(1 if report.available else 0)
+        obs.POLICY_FRESH_NODES.labels(name).set(report.fresh_nodes)
+        self._gauged.add(name)
+        return fields
+
+    # --- the operator itself -------------------------------------------------------------------
+    async def _report_operator(self) -> None:
+        notices = self.degradations.notices
+        while notices and self.target is not None:
+            notice = notices[0]  # removed once written: an outage must not swallow it
+            if not await self.binder.object_event(
+                self.target, notice.type, notice.reason, notice.message
+            ):
+                break  # the next pass tries again, in order
+            notices.popleft()
+        if self.target is None:
+            notices.clear()
+        generation = self.degradations.generation
+        target = self.target
+        if generation == self._condition_generation or target is None or target["kind"] != "Pod":
+            return
+        active = self.degradations.active
+        condition = {
+            "type": CONDITION,
+            "status": "True" if active else "False",
+            "reason": ",".join(sorted({d.event_reason for d in active.values()})) or "AsExpected",
+            "message": self.degradations.summary()[:1024],
+            "lastTransitionTime": stamp(),
+        }
+        path = f"/api/v1/namespaces/{target['namespace']}/pods/{target['name']}/status"
+        if await self._patch(path, {"status": {"conditions": [condition]}}, STRATEGIC_MERGE):
+            self._condition_generation = generation
+
+    async def _patch(self, path: str, body: dict[str, Any], content_type: str) -> bool:
+        """True when done: written, or refused in a way a retry cannot fix (4xx, e.g. the
+        object is gone); False when the next pass should try again (network, 5xx)."""
+        try:
+            status, data = await self.transport.request(
+                "PATCH", path, body, content_type=content_type
+            )
+        except Exception as exc:  # retried by the next pass
+            log.warning("PATCH %s failed: %r", path, exc)
+            obs.REPORT_ERRORS.inc()
+            return False
+        if status >= 300:
+            log.warning("PATCH %s failed: HTTP %s %s", path, status, data[:300])
+            obs.REPORT_ERRORS.inc()
+        return status < 500

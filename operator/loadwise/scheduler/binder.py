@@ -1,0 +1,209 @@
+"""Binder: the only writes loadwise makes for pods: Bindings, events, PodScheduled, and
+preemption's (nominations, the victims' DisruptionTarget condition, their graceful delete).
+
+Raw JSON through the Transport: the generated client's model handling costs more CPU than a
+scheduling decision (and cannot deserialise the Binding reply, whose `target` comes back empty).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from typing import Any
+
+from ..framework.types import PodInfo
+from ..kube.transport import STRATEGIC_MERGE, Http
+from ..policies.status import stamp
+
+log = logging.getLogger(__name__)
+
+
+class BindResult(enum.Enum):
+    BOUND = "bound"
+    GONE = "gone"  # 404: the pod was deleted meanwhile
+    CONFLICT = "conflict"  # 409: already bound, or a newer pod took the name (UID mismatch)
+    ERROR = "error"  # anything else: unreserve and retry after backoff
+
+
+def binding_body(pod: PodInfo, node: str) -> dict[str, Any]:
+    # metadata.uid is a precondition: a pod deleted and re-created under the same name is
+    # never bound by a decision made for its predecessor.
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def event_body(
+    pod: PodInfo,
+    scheduler_name: str,
+    event_type: str,
+    reason: str,
+    message: str,
+    instance: str = "",
+) -> dict[str, Any]:
+    involved = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": pod.name,
+        "namespace": pod.namespace,
+        "uid": pod.uid,
+    }
+    action = "Binding" if reason == "Scheduled" else "Scheduling"
+    return object_event(involved, scheduler_name, event_type, reason, message, action, instance)
+
+
+def object_event(
+    involved: dict[str, str],
+    component: str,
+    event_type: str,
+    reason: str,
+    message: str,
+    action: str = "Scheduling",
+    instance: str = "",
+) -> dict[str, Any]:
+    """An Event about any object. A cluster-scoped object's event lives in `default` and names
+    no namespace in involvedObject, which is where `kubectl describe` looks for it."""
+    now = stamp()
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{involved['name']}.{time.time_ns():x}",
+            "namespace": involved.get("namespace") or "default",
+        },
+        "involvedObject": involved,
+        "type": event_type,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance or component,
+        "action": action,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+class Binder:
+    def __init__(self, transport: Http, scheduler_name: str, instance: str = "") -> None:
+        self.transport = transport
+        self.scheduler_name = scheduler_name
+        self.instance = instance  # this replica: events' reportingInstance says which one wrote
+
+    async def bind(self, pod: PodInfo, node: str) -> BindResult:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        try:
+            status, data = await self.transport.request("POST", path, binding_body(pod, node))
+        except Exception as exc:  # network errors, timeouts: retry later, never lose the pod
+            log.warning("bind %s -> %s failed: %r", pod.key, node, exc)
+            return BindResult.ERROR
+        if 200 <= status < 300:
+            return BindResult.BOUND
+        if status == 404:
+            return BindResult.GONE
+        if status == 409:
+            return BindResult.CONFLICT
+        log.warning("bind %s -> %s failed with HTTP %s: %s", pod.key, node, status, data[:300])
+        return BindResult.ERROR
+
+    async def event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> None:
+        """Best effort: an event that cannot be written never fails scheduling."""
+        body = event_body(pod, self.scheduler_name, event_type, reason, message, self.instance)
+        await self._best_effort("event", "POST", f"/api/v1/namespaces/{pod.namespace}/events", body)
+
+    async def mark_unschedulable(
+        self, pod: PodInfo, message: str, nominated_node: str | None = None
+    ) -> None:
+        """PodScheduled=False/Unschedulable: what cluster-autoscaler and `kubectl describe` read;
+        with `nominated_node`, the node preemption is making room on (status.nominatedNodeName,
+        written with the condition as kube-scheduler writes it)."""
+        body: dict[str, Any] = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message[:1024],
+                        "lastTransitionTime": stamp(),
+                    }
+                ]
+            }
+        }
+        if nominated_node is not None:
+            body["status"]["nominatedNodeName"] = nominated_node
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        await self._best_effort("status", "PATCH", path, body)
+
+    async def clear_nomination(self, pod: PodInfo) -> None:
+        """A lower-priority pod loses its nominated node to a preemptor (kube-scheduler's
+        clearNominatedNodeName)."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        body = {"status": {"nominatedNodeName": None}}
+        await self._best_effort("nomination", "PATCH", path, body)
+
+    async def evict(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
+        """kube-scheduler's PreemptPod: the DisruptionTarget condition, then a plain graceful
+        DELETE (not the Eviction API: budgets were weighed when choosing), then a `Preempted`
+        event. True when the victim is going (or already gone); False when a write failed."""
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{self.scheduler_name}: preempting to accommodate a higher priority pod",
+            "lastTransitionTime": stamp(),
+        }
+        base = f"/api/v1/namespaces/{victim.namespace}/pods/{victim.name}"
+        delete = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": victim.uid}}
+        try:
+            status, data = await self.transport.request(
+                "PATCH",
+                f"{base}/status",
+                {"status": {"conditions": [condition]}},
+                content_type=STRATEGIC_MERGE,
+            )
+            if status == 404:
+                return True
+            if status < 300:
+                status, data = await self.transport.request("DELETE", base, delete)
+        except Exception as exc:
+            log.warning("preempting %s failed: %r", victim.key, exc)
+            return False
+        if status == 404 or status == 409:  # gone, or a new pod under that name: not ours
+            return True
+        if status >= 300:
+            log.warning("preempting %s failed: HTTP %s %s", victim.key, status, data[:300])
+            return False
+        await self.event(
+            victim, "Normal", "Preempted", f"Preempted by pod {preemptor.uid} on node {node}"
+        )
+        return True
+
+    async def object_event(
+        self, involved: dict[str, str], event_type: str, reason: str, message: str
+    ) -> bool:
+        """True once written (or refused for good: 404, 4xx); False when worth retrying."""
+        body = object_event(
+            involved, self.scheduler_name, event_type, reason, message, instance=self.instance
+        )
+        namespace = body["metadata"]["namespace"]
+        path = f"/api/v1/namespaces/{namespace}/events"
+        return await self._best_effort("event", "POST", path, body)
+
+    async def _best_effort(self, what: str, method: str, path: str, body: dict[str, Any]) -> bool:
+        """Never raises; False when the write failed in a way a retry may fix (network, 5xx)."""
+        try:
+            status, data = await self.transport.request(
+                method, path, body, content_type=STRATEGIC_MERGE if method == "PATCH" else None
+            )
+        except Exception as exc:
+            log.warning("writing %s failed: %r", what, exc)
+            return False
+        if status >= 300 and status != 404:
+            log.warning("writing %s failed: HTTP %s %s", what, status, data[:300])
+        return status < 500

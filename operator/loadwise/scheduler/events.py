@@ -1,0 +1,66 @@
+"""EventWriter: Scheduled events are written after their binds, never in their way.
+
+A bind slot is released as soon as the Binding lands; its event goes into a bounded buffer that
+a few workers drain. When the buffer is full the event is dropped and counted
+(`loadwise_events_dropped_total`), as client-go's event broadcaster drops under pressure: an
+event is a report, the Binding is the decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from .. import observability as obs
+from ..framework.types import PodInfo
+
+log = logging.getLogger(__name__)
+
+Write = Callable[[PodInfo, str, str, str], Awaitable[None]]  # pod, type, reason, message
+
+
+class EventWriter:
+    def __init__(self, write: Write, capacity: int = 10_000, workers: int = 4) -> None:
+        self._write = write
+        self._queue: asyncio.Queue[tuple[PodInfo, str, str, str]] = asyncio.Queue(capacity)
+        self._workers = workers
+        self._tasks: list[asyncio.Task[None]] = []
+        self.dropped = 0
+
+    def emit(self, pod: PodInfo, event_type: str, reason: str, message: str) -> None:
+        if not self._tasks:
+            self.start()
+        try:
+            self._queue.put_nowait((pod, event_type, reason, message))
+        except asyncio.QueueFull:
+            self.dropped += 1
+            obs.EVENTS_DROPPED.inc()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._work()) for _ in range(self._workers)]
+
+    async def _work(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                await self._write(*item)
+            except Exception:  # best effort: a report lost, never the writer
+                log.exception("writing a %s event failed", item[2])
+            finally:
+                self._queue.task_done()
+
+    async def flush(self) -> None:
+        """Until every buffered event is written (shutdown, tests)."""
+        if self._tasks:
+            await self._queue.join()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []

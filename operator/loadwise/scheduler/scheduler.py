@@ -1,0 +1,370 @@
+"""Scheduler: kube-scheduler's schedule-one over the queue and the cluster state.
+
+Watch events reach the state and queue through `event_handlers.ClusterEvents` (the informers
+call its methods, which the scheduler exposes). `run()` is the loop, on the leader only: pop a
+pod, run the scheduling cycle (the score index over the framework's plugins) against in-memory
+state, Reserve (assume) the chosen node, and hand the binding cycle to a bounded set of
+concurrent tasks that own its slot (inflight.py); a pod that fits nowhere goes to PostFilter
+(preemption, preemptor.py) and the failure handler (park, report). The cycle never awaits the
+network: its writes (bindings, events, PodScheduled, nominations and evictions) run in tasks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .. import observability as obs
+from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
+from ..framework.index import ScoreIndex
+from ..framework.preemption import NoPreemption, Preemption
+from ..framework.profile import DEFAULT_PROFILE, Profile
+from ..framework.scoring import UsageProfiles, score_node, weighted_load
+from ..framework.types import PodInfo
+from ..policies.policy import Policy, PolicySet, parse_spec
+from ..usage.cache import MetricsCache, NodeSample
+from .binder import Binder, BindResult
+from .decisions import DecisionMetrics, decision_record
+from .device_classes import DeviceClasses
+from .event_handlers import ClusterEvents
+from .events import EventWriter
+from .inflight import InFlight
+from .preemptor import Preemptor
+from .queue import SchedulingQueue, Where
+from .state import ClusterState
+
+log = logging.getLogger(__name__)
+RESULTS = ("scheduled", "unschedulable", "error")
+
+
+class Scheduler:
+    def __init__(
+        self,
+        scheduler_name: str,
+        binder: Binder,
+        caches: Mapping[str, MetricsCache],
+        queue: SchedulingQueue,
+        bind_concurrency: int = 64,
+        failure_event_interval: float = 60.0,
+        rng: random.Random | None = None,
+        state: ClusterState | None = None,
+        profile: Profile = DEFAULT_PROFILE,
+        preemption: bool = True,
+    ) -> None:
+        self.profile = profile
+        self.name = scheduler_name
+        self.binder = binder
+        self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
+        self.scheduled_by_policy: dict[str, int] = {}
+        self.queue = queue
+        self.state = state if state is not None else ClusterState(profile.placed_changed)
+        self.policies = PolicySet()
+        self.failure_event_interval = failure_event_interval
+        self.rng = rng or random.Random()
+        self.index = ScoreIndex(profile)
+        self.events = EventWriter(binder.event)
+        self.inflight = InFlight(self.state, queue, bind_concurrency)
+        # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
+        self._term = 0
+        self._decided = itertools.count(1)  # decisions made, numbered in order
+        self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
+        # kube-scheduler's metrics; the profile label is the scheduler name.
+        self._attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
+        self._attempt_seconds = {r: obs.ATTEMPT_SECONDS.labels(r, scheduler_name) for r in RESULTS}
+        self._bind_seconds = {
+            s: obs.EXTENSION_POINT_SECONDS.labels("Bind", s, scheduler_name)
+            for s in ("Success", "Error")
+        }
+        self._decision_metrics = DecisionMetrics()
+        self._pending = {q: obs.PENDING.labels(q) for q in obs.QUEUES}
+        queue.on_count = self._queue_changed  # the gauge follows every queue change
+        for where, count in queue.counts().items():
+            self._queue_changed(where, count)
+        self.preemption = Preemptor(self.state, binder, profile, self.rng)
+        self.preempts = preemption  # DefaultPreemption on (kube-scheduler's default) or off
+        self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
+        # Watch events in (event_handlers.py): the informers call these.
+        self.watch = ClusterEvents(
+            scheduler_name,
+            self.state,
+            queue,
+            profile,
+            self.preemption,
+            self._reported,
+            self._pending["gated"],
+        )
+        self.on_node_event = self.watch.on_node_event
+        self.on_namespace_event = self.watch.on_namespace_event
+        self.on_pod_event = self.watch.on_pod_event
+        self.relisted_pods = self.watch.relisted_pods
+        self.relisted_nodes = self.watch.relisted_nodes
+        self.relisted_namespaces = self.watch.relisted_namespaces
+
+    def _queue_changed(self, where: Where, count: int) -> None:
+        gauge = self._pending.get(where)  # in flight is not pending (nor in kube-scheduler)
+        if gauge is not None:
+            gauge.set(count)
+
+    # --- policies ----------------------------------------------------------------------------
+    def apply_policy(self, name: str, spec: Mapping[str, Any] | None) -> Policy:
+        """Validate and install a policy; raises ValueError (and drops any previous version)."""
+        try:
+            policy = Policy(name, parse_spec(spec))
+        except ValueError:
+            self.policies.remove(name)
+            raise
+        self.policies.upsert(policy)
+        self.queue.move_all_to_active()
+        return policy
+
+    def remove_policy(self, name: str) -> None:
+        self.policies.remove(name)
+
+    # --- the loop ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        term = self._term
+        log.info("scheduler %s running", self.name)
+        try:
+            while True:
+                await self.inflight.slots.acquire()
+                try:
+                    pod = await self.queue.pop()
+                except BaseException:  # cancelled while waiting (leadership lost, shutdown)
+                    self.inflight.slots.release()
+                    raise
+                if term != self._term:
+                    # Leadership ended while this loop waited (a cancellation can be lost on
+                    # the way in): the pod is not ours to place any more.
+                    self.queue.retry_now(pod.uid)
+                    self.inflight.slots.release()
+                    return
+                handed_off = False
+                try:
+                    handed_off = self.schedule(pod)
+                except Exception:  # a bug must cost one attempt, never the loop
+                    log.exception(
+                        "scheduling %s failed; retrying after backoff",
+                        pod.key,
+                        extra={"pod": pod.key},
+                    )
+                    self._attempts["error"].inc()
+                    self.state.forget(pod.uid)
+                    self.queue.backoff(pod.uid)
+                finally:
+                    if not handed_off:
+                        self.inflight.slots.release()
+        finally:
+            if term == self._term:  # stopped otherwise than by abandon(): end the term here
+                self.abandon()
+
+    def schedule(self, pod: PodInfo) -> bool:
+        """One cycle for one pod. The caller holds a bind slot: returns True when the slot was
+        handed to a task it started (which releases it), False when the caller keeps it."""
+        if pod.uid in self.state.pods:  # bound or assumed meanwhile
+            self.queue.done(pod.uid)
+            return False
+        policy = self.policies.for_pod(
+            pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
+        )
+        started = time.perf_counter()
+        samples, now = self.samples_for(policy), time.time()
+        learned = self.learned_for(policy)
+        held = self.preemption.held_for(pod) if self.preemption.nominated else {}
+        result: Decision | Unschedulable
+        refused = self.device_classes.refusal(pod)
+        if refused is not None:  # DRA decides this pod's fit: loadwise cannot
+            result = Unschedulable(f"pod cannot be scheduled: {refused}", {})
+        elif held or pod.nominated_node:  # rare: while preemption makes room somewhere
+            nominated = Nominated(self.state, held)
+            result = schedule_one(
+                pod, self.state, policy, samples, now, self.rng, self.profile, learned, nominated
+            )
+        else:
+            result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)
+        done = time.perf_counter()
+        obs.ALGORITHM_SECONDS.observe(done - started)
+        if isinstance(result, Decision):
+            self._decision_metrics.observe(result, samples)
+            self.state.assume(pod, result.node)
+            if pod.anti_affinity_terms or self.queue.waiting_for_pods:
+                # Assumed pods count like placed ones (affinity, spread, anti-affinity).
+                self.queue.move_all_to_active(only_waiting_for_pods=True)
+            self.inflight.start_bind(pod.uid, self._bind(pod, result, started, next(self._decided)))
+            return True
+        self._attempts["unschedulable"].inc()
+        self._attempt_seconds["unschedulable"].observe(done - started)
+        message = result.message
+        outcome = (
+            self.post_filter(pod, policy, held)
+            if self.preempts and not (pod.invalid_reason or refused)
+            else None
+        )
+        if isinstance(outcome, NoPreemption):
+            message = f"{message} preemption: {outcome.message}"
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s unschedulable: %s; policy %s",
+                pod.key,
+                message,
+                policy.name,
+                extra={"pod": pod.key, "policy": policy.name},
+            )
+        self.queue.park(pod.uid)
+        if isinstance(outcome, Preemption):
+            cleared = self.preemption.nominate(pod, outcome.node)
+            self.inflight.spawn(self.preemption.carry_out(pod, outcome, message, cleared))
+            self._reported[pod.uid] = (message, time.monotonic())
+            return True
+        if self._should_report(pod.uid, message):
+            self.inflight.spawn(self._report_unschedulable(pod, message))
+            return True
+        return False
+
+    # --- preemption --------------------------------------------------------------------------
+    def post_filter(
+        self, pod: PodInfo, policy: Policy, held: Mapping[str, list[PodInfo]]
+    ) -> Preemption | NoPreemption | None:
+        """DefaultPreemption (preemptor.py), ties between candidates going to the node with
+        the least weighted load under the pod's policy."""
+        state = self.state
+        samples, now, learned = self.samples_for(policy), time.time(), self.learned_for(policy)
+
+        def load_of(name: str) -> float:
+            node = state.nodes[name]
+            return weighted_load(
+                policy, score_node(pod, node, state, policy, samples, now, learned)
+            )
+
+        return self.preemption.post_filter(pod, held, load_of)
+
+    def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
+        cache = self.caches.get(policy.spec.metrics.source)
+        return cache.samples if cache is not None else {}
+
+    def learned_for(self, policy: Policy) -> UsageProfiles | None:
+        """The usage learned per workload by the policy's source. It changes only with a
+        refresh, which also replaces the source's samples mapping (the score index's key)."""
+        cache = self.caches.get(policy.spec.metrics.source)
+        return cache.learned if cache is not None else None
+
+    def _should_report(self, uid: str, message: str) -> bool:
+        now = time.monotonic()
+        last = self._reported.get(uid)
+        if last is not None and last[0] == message and now - last[1] < self.failure_event_interval:
+            return False
+        self._reported[uid] = (message, now)
+        return True
+
+    async def _bind(
+        self, pod: PodInfo, decision: Decision, attempt_started: float, sequence: int
+    ) -> None:
+        """`attempt_started`: perf_counter at the start of the pod's cycle (the attempt's
+        duration is cycle plus bind, as kube-scheduler's)."""
+        started = time.perf_counter()
+        try:
+            result = await self.binder.bind(pod, decision.node)
+        except Exception:  # Binder.bind classifies errors itself; this is the backstop
+            log.exception("bind of %s raised", pod.key, extra={"pod": pod.key})
+            result = BindResult.ERROR
+        if not self.inflight.settle(pod.uid):
+            # Abandoned while the request ran on (leadership lost, reservation expired):
+            # the reservation was released then, and the watch shows what the request did.
+            log.info(
+                "bind of %s to %s answered %s after it was abandoned",
+                pod.key,
+                decision.node,
+                result.value,
+                extra={"pod": pod.key, "node": decision.node},
+            )
+            return
+        finished = time.perf_counter()
+        status = "Success" if result is BindResult.BOUND else "Error"
+        self._bind_seconds[status].observe(finished - started)
+        if result is BindResult.BOUND:
+            pod.bind_landed = True  # a relist that no longer shows it may now drop it
+            by_policy = self.scheduled_by_policy
+            by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
+            entry = self.queue.done(pod.uid)
+            self._reported.pop(pod.uid, None)
+            self._attempts["scheduled"].inc()
+            self._attempt_seconds["scheduled"].observe(finished - attempt_started)
+            if entry is not None:
+                attempts = entry.attempts + 1  # the failed ones and this one
+                obs.SLI_SECONDS.labels(str(attempts)).observe(
+                    max(0.0, self.queue.clock() - entry.queued_at)
+                )
+                obs.POD_ATTEMPTS.observe(attempts)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "bound %s to %s: %s",
+                    pod.key,
+                    decision.node,
+                    decision_record(decision),
+                    extra={"pod": pod.key, "node": decision.node, "policy": decision.policy},
+                )
+            # The decision's number in this replica's order: binds and event writes run
+            # concurrently, so the events' own order is not the order of the decisions.
+            message = (
+                f"Successfully assigned {pod.key} to {decision.node} (decision {sequence}); "
+                f"{decision_record(decision)}"
+            )
+            self.events.emit(pod, "Normal", "Scheduled", message)
+        elif result in (BindResult.GONE, BindResult.CONFLICT):
+            # Deleted, or bound by someone else: the watch brings the truth. Still a failed
+            # attempt, counted as kube-scheduler counts a failed bind: result "error".
+            self._attempts["error"].inc()
+            self._attempt_seconds["error"].observe(finished - attempt_started)
+            self.state.forget(pod.uid)
+            self.queue.done(pod.uid)
+        else:
+            self._attempts["error"].inc()
+            self._attempt_seconds["error"].observe(finished - attempt_started)
+            self.state.forget(pod.uid)
+            self.queue.backoff(pod.uid)
+
+    async def _report_unschedulable(self, pod: PodInfo, message: str) -> None:
+        await self.binder.event(pod, "Warning", "FailedScheduling", message)
+        await self.binder.mark_unschedulable(pod, message)
+
+    def abandon(self) -> None:
+        """Leadership lost: end the term, stop every bind and report in flight at once. What
+        was reserved for binds that did not land is released and their pods wait in the queue,
+        so a later term (or the next leader, whose watch shows what did land) starts from the
+        truth. Synchronous: nothing new is sent after it returns."""
+        self._term += 1
+        self.inflight.abandon()
+
+    def audit_reservations(self, bound: float) -> int:
+        """The reservation invariant (InFlight.audit); returns how many were released."""
+        return self.inflight.audit(bound)
+
+    def oldest_reservation(self) -> float:
+        """Age in seconds of the oldest reservation whose bind has not landed (0 if none)."""
+        return self.inflight.oldest()
+
+    def trim_placements(self, keep: float) -> int:
+        """Trim the state's placement log: a node's entries are needed only after the oldest
+        coverage of its samples in any cache, and (for samples yet to come) the last `keep`
+        seconds."""
+        floor = time.time() - keep
+        caches = list(self.caches.values())
+
+        def covered_until(node: str) -> float:
+            coverages = [s.coverage for c in caches if (s := c.samples.get(node)) is not None]
+            return min([floor, *coverages])
+
+        return self.state.trim_placements(covered_until)
+
+    def update_gauges(self) -> None:
+        """The accounting gauges (the pending gauge follows the queue as it changes)."""
+        obs.ACCOUNTED_PODS.set(len(self.state.pods))
+        obs.ACCOUNTED_CPU.set(self.state.accounted_cpu())
+
+    async def drain(self) -> None:
+        """Wait for in-flight binds and reports (used at shutdown and by tests)."""
+        await self.inflight.drain()
+        await self.events.flush()
