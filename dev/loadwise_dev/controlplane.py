@@ -61,6 +61,11 @@ def k8s_bin_dir() -> Path:
     return Path(explicit) if explicit else _cache() / "bin" / f"k8s-{version}"
 
 
+def etcd_binary() -> Path:
+    """etcd as hack/ensure-tools built it from the pinned server module."""
+    return _cache() / "bin" / f"etcd-{pinned_versions()['ETCD_VERSION']}" / "etcd"
+
+
 def helm_binary() -> Path:
     return _cache() / "bin" / f"helm-{pinned_versions()['HELM_VERSION']}" / "helm"
 
@@ -234,7 +239,7 @@ class ControlPlane:
         self._spawn(
             "etcd",
             [
-                shutil.which("etcd") or "etcd",
+                str(etcd_binary()),
                 "--name=local",
                 f"--data-dir={data}",
                 f"--listen-client-urls={self.etcd_url}",

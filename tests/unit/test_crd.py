@@ -47,6 +47,14 @@ def test_go_module_pins_the_same_kubernetes_version() -> None:
     assert replaces and all(line.endswith(staging) for line in replaces)
 
 
+def test_etcd_module_pins_the_same_etcd_version() -> None:
+    from loadwise_dev.controlplane import pinned_versions
+
+    version = pinned_versions()["ETCD_VERSION"]
+    go_mod = (ROOT / "hack" / "etcd" / "go.mod").read_text()
+    assert re.search(rf"^\s*go\.etcd\.io/etcd/server/v3 {re.escape(version)}\b", go_mod, re.M)
+
+
 def test_committed_policy_reference_matches_model() -> None:
     committed = (ROOT / policy_reference.TARGET).read_text()
     assert committed == policy_reference.render(), (
