@@ -3,8 +3,10 @@ real nodes, their node-exporter and kubelets (realnode.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
@@ -29,7 +31,13 @@ class Prometheus:
         scrape_interval: str = "1s",
         extra_scrape_configs: list[dict[str, Any]] | None = None,
         command_prefix: list[str] | None = None,
+        web_config: dict[str, Any] | None = None,
+        ca_file: Path | None = None,
+        auth: tuple[str, str] | None = None,
     ) -> None:
+        """`web_config`: Prometheus's web configuration (TLS, basic auth users); with it,
+        `ca_file` (the CA of its certificate: the URL is https) and `auth` (a user and password
+        it accepts) are what the harness's own requests use."""
         self.workdir = Path(tempfile.mkdtemp(prefix="loadwise-prom-"))
         self.port = free_port()
         self.targets = targets
@@ -37,10 +45,22 @@ class Prometheus:
         self.extra_scrape_configs = extra_scrape_configs or []
         self.command_prefix = command_prefix or []  # e.g. the control plane's hosts namespace
         self.process: subprocess.Popen[bytes] | None = None
+        self.web_config = web_config
+        self.ca_file = ca_file
+        self.auth = auth
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ca_file is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def _open(self, url: str) -> Any:
+        request = urllib.request.Request(url)
+        if self.auth is not None:
+            pair = base64.b64encode(":".join(self.auth).encode()).decode()
+            request.add_header("Authorization", f"Basic {pair}")
+        context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
+        return urllib.request.urlopen(request, timeout=5, context=context)
 
     def start(self, timeout: float = 30.0) -> Prometheus:
         config = {
@@ -51,6 +71,10 @@ class Prometheus:
             ],
         }
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        web = []
+        if self.web_config is not None:
+            (self.workdir / "web.yml").write_text(yaml.safe_dump(self.web_config))
+            web = [f"--web.config.file={self.workdir / 'web.yml'}"]
         binary = shutil.which("prometheus")
         if binary is None:
             raise FileNotFoundError("prometheus missing: run hack/ensure-tools first")
@@ -64,6 +88,7 @@ class Prometheus:
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--storage.tsdb.retention.time=2h",
                 "--log.level=warn",
+                *web,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -74,7 +99,7 @@ class Prometheus:
             if self.process.poll() is not None:
                 raise RuntimeError(f"prometheus exited: see {self.workdir / 'prometheus.log'}")
             try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as resp:
+                with self._open(self.url + "/-/ready") as resp:
                     if resp.status == 200:
                         return self
             except OSError:
@@ -83,7 +108,7 @@ class Prometheus:
 
     def query(self, promql: str) -> Any:
         url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with self._open(url) as resp:
             return json.loads(resp.read())
 
     def stop(self) -> None:

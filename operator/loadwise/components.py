@@ -30,7 +30,7 @@ from .scheduler.workload_selectors import WorkloadSelectors, namespaced_name
 from .usage.cache import MetricsCache, MetricsSource
 from .usage.learned import WorkloadOf
 from .usage.metrics_server import MetricsServerSource
-from .usage.prometheus import PrometheusSource
+from .usage.prometheus import Connection, PrometheusSource
 
 
 async def api_client(pool_size: int) -> client.ApiClient:
@@ -64,6 +64,13 @@ def metrics_sources(
             pod_memory_query=config.prometheus_pod_memory_query,
             known_nodes=lambda: state.nodes.keys(),
             ready=ready,
+            connection=Connection(
+                config.prometheus_ca_file,
+                config.prometheus_bearer_token_file,
+                config.prometheus_username,
+                config.prometheus_password_file,
+                config.prometheus_headers,
+            ),
         )
     if "metrics-server" in config.metrics_sources:
 

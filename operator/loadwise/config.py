@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticUndefined
 
+from .env_vars import PREFIX, service_link
 from .usage.prometheus import (
     DEFAULT_CPU_QUERY,
     DEFAULT_MEMORY_QUERY,
@@ -32,7 +33,6 @@ from .usage.prometheus import (
     PRESETS,
 )
 
-PREFIX = "LOADWISE_"
 # Python's level names; charts/loadwise/values.schema.json's logLevel enum must be the same
 # (tests/unit/test_chart_values.py compares them).
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -118,6 +118,23 @@ class Config(BaseModel):
     )
     prometheus_timeout: float = Field(
         5.0, gt=0, description="seconds before a Prometheus query is given up"
+    )
+    prometheus_ca_file: str = Field(
+        "", description="PEM file of the CA(s) that sign an https Prometheus URL's certificate"
+    )
+    prometheus_bearer_token_file: str = Field(
+        "",
+        description="file holding a bearer token sent to Prometheus, read again for every "
+        "query (rotated tokens); not with a username",
+    )
+    prometheus_username: str = Field("", description="basic auth user name for Prometheus")
+    prometheus_password_file: str = Field(
+        "", description="file holding the basic auth password (with a username)"
+    )
+    prometheus_headers: dict[str, str] = Field(
+        {},
+        description="extra HTTP headers for Prometheus as a JSON object, e.g. a tenant for "
+        'Thanos, Cortex or Mimir: {"X-Scope-OrgID": "team-a"}',
     )
     metrics_lag: float = Field(
         75.0,
@@ -263,7 +280,22 @@ class Config(BaseModel):
             return tuple(v.strip() for v in value.split(",") if v.strip() and v.strip() != "none")
         return value
 
-    @field_validator("prometheus_dimensions", mode="before")
+    @model_validator(mode="after")
+    def _prometheus_auth(self) -> Config:
+        if self.prometheus_bearer_token_file and self.prometheus_username:
+            raise ValueError(
+                "prometheus_bearer_token_file and prometheus_username: set one of them, not both"
+            )
+        if bool(self.prometheus_username) != bool(self.prometheus_password_file):
+            raise ValueError("prometheus_username and prometheus_password_file go together")
+        files = ("prometheus_ca_file", "prometheus_bearer_token_file", "prometheus_password_file")
+        for field in files:
+            path = getattr(self, field)
+            if path and not os.access(path, os.R_OK):
+                raise ValueError(f"{field}: {path} is not a readable file")
+        return self
+
+    @field_validator("prometheus_dimensions", "prometheus_headers", mode="before")
     @classmethod
     def _json_object(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -271,8 +303,8 @@ class Config(BaseModel):
                 value = json.loads(value) if value.strip() else {}
             except ValueError as exc:
                 raise ValueError(f"not a JSON object: {exc}") from None
-        if not isinstance(value, dict):
-            raise ValueError("must be an object of name -> PromQL query")
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ValueError("must be a JSON object of names to strings")
         return value
 
     @field_validator("prometheus_dimensions")
@@ -367,28 +399,6 @@ def _env_value(value: Any) -> str:
     if isinstance(value, dict):
         return json.dumps(value)
     return str(value)
-
-
-# kubelet's pkg/kubelet/envvars: the names made from a Service's name (upper case, - as _).
-_SERVICE_LINK = (
-    r"{service}_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT"
-    r"|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)"
-)
-
-
-def service_link(variable: str, env: Mapping[str, str]) -> bool:
-    """Whether the kubelet made `variable` for a Service (enableServiceLinks, on by default):
-    a Service named loadwise or loadwise-..., e.g. release loadwise's `loadwise-loadwise`,
-    gives every pod in its namespace LOADWISE_LOADWISE_SERVICE_HOST, _SERVICE_PORT,
-    _SERVICE_PORT_<PORT NAME>, _PORT, _PORT_<PORT>_<PROTOCOL> and that with _PROTO, _PORT and
-    _ADDR. Exactly those shapes, and only beside the same Service's _SERVICE_HOST, which the
-    kubelet always sets with them. (The chart's own pods turn service links off.)"""
-    for host in env:
-        if host.startswith(PREFIX) and host.endswith("_SERVICE_HOST"):
-            service = re.escape(host.removesuffix("_SERVICE_HOST"))
-            if re.fullmatch(_SERVICE_LINK.format(service=service), variable):
-                return True
-    return False
 
 
 def unknown_variables(env: Mapping[str, str]) -> list[str]:

@@ -205,6 +205,21 @@ def test_the_preset_is_one_value_and_explicit_settings_still_win() -> None:
         ("networkPolicy.metricsFrom=all", "/networkPolicy/metricsFrom"),
         ("priorityClassName=7", None),  # --set makes 7 a number
         ("replica=3", "replica"),
+        ("metrics.prometheusBearerToken.secret=t", "prometheusBearerToken needs secret and key"),
+        ("metrics.prometheusCA.key=ca.crt", "prometheusCA needs key and one of secret or"),
+        (
+            "metrics.prometheusCA.key=k,metrics.prometheusCA.secret=s,"
+            "metrics.prometheusCA.configMap=c",
+            "prometheusCA needs key and one of secret or configMap",
+        ),
+        ("metrics.prometheusBasicAuth.username=u", "needs username, passwordSecret and"),
+        (
+            "metrics.prometheusBearerToken.secret=t,metrics.prometheusBearerToken.key=k,"
+            "metrics.prometheusBasicAuth.username=u,metrics.prometheusBasicAuth.passwordSecret=s,"
+            "metrics.prometheusBasicAuth.passwordKey=p",
+            "set one of them, not both",
+        ),
+        ("metrics.prometheusBearerToken.token=x", "prometheusBearerToken"),
     ],
 )
 def test_bad_values_are_refused(setting: str, complaint: str | None) -> None:
@@ -485,3 +500,32 @@ def test_an_existing_service_account_and_the_default_spreading_of_the_replicas()
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     given = one(render("affinity.nodeAffinity.x=y"), "Deployment")["spec"]["template"]["spec"]
     assert given["affinity"] == {"nodeAffinity": {"x": "y"}}
+
+
+def test_a_secured_prometheus_gets_its_files_mounted_and_named_in_the_settings() -> None:
+    """Secrets and ConfigMaps become read-only files; the settings name them, and the operator
+    accepts the resulting environment (its model checks the combination too)."""
+    docs = render(
+        "metrics.prometheusUrl=https://mimir.example:8080/prometheus",
+        "metrics.prometheusCA.configMap=prom-ca",
+        "metrics.prometheusCA.key=ca.crt",
+        "metrics.prometheusBearerToken.secret=prom-token",
+        "metrics.prometheusBearerToken.key=token",
+        "metrics.prometheusHeaders.X-Scope-OrgID=team-a",
+    )
+    deployment = one(docs, "Deployment")
+    env = container_env(deployment)
+    assert env["LOADWISE_PROMETHEUS_CA_FILE"] == "/etc/loadwise/prometheus/ca/ca.crt"
+    assert env["LOADWISE_PROMETHEUS_BEARER_TOKEN_FILE"] == "/etc/loadwise/prometheus/token/token"
+    assert json.loads(env["LOADWISE_PROMETHEUS_HEADERS"]) == {"X-Scope-OrgID": "team-a"}
+    assert "LOADWISE_PROMETHEUS_USERNAME" not in env
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["prometheus-ca"]["configMap"]["name"] == "prom-ca"
+    assert volumes["prometheus-token"]["secret"]["secretName"] == "prom-token"
+    (container,) = pod["containers"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["prometheus-token"]["mountPath"] == "/etc/loadwise/prometheus/token"
+    assert all(mounts[n]["readOnly"] for n in ("prometheus-ca", "prometheus-token"))
+    headers = Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": env["LOADWISE_PROMETHEUS_HEADERS"]})
+    assert headers.prometheus_headers == {"X-Scope-OrgID": "team-a"}

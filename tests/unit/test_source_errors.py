@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from loadwise.usage.cache import MetricsCache
+from loadwise.usage.cache import MetricsCache, SourceError
 from loadwise.usage.metrics_server import MetricsServerSource
 from loadwise.usage.prometheus import PrometheusError, PrometheusSource, parse_response
 
@@ -143,3 +144,55 @@ async def test_a_prometheus_error_answer_is_its_error_text(bad_prometheus: str) 
     finally:
         await source.close()
     assert cache.last_error == 'HTTP 400: parse error: "nod" here'
+
+
+async def test_bearer_token_is_read_again_for_every_query_and_headers_are_sent(
+    tmp_path: Path,
+) -> None:
+    """A projected or rotated token file changes under a running operator: each query reads
+    it. A tenant header (Thanos, Cortex, Mimir) goes with every query too."""
+    from loadwise.usage.prometheus import Connection
+
+    seen: list[tuple[str | None, str | None]] = []
+
+    async def query(request: web.Request) -> web.Response:
+        seen.append((request.headers.get("Authorization"), request.headers.get("X-Scope-OrgID")))
+        body = {"status": "success", "data": {"resultType": "vector", "result": []}}
+        return web.json_response(body)
+
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    connection = Connection(bearer_token_file=str(token), headers={"X-Scope-OrgID": "team-a"})
+    async with prometheus_answering(query) as url:
+        source = PrometheusSource(url, connection=connection)
+        try:
+            await source.fetch()
+            token.write_text("second\n")
+            await source.fetch()
+            token.unlink()
+            with pytest.raises(SourceError, match="cannot read Prometheus credentials"):
+                await source.fetch()
+        finally:
+            await source.close()
+    assert seen == [("Bearer first", "team-a"), ("Bearer second", "team-a")]
+
+
+def test_prometheus_connection_settings_are_checked_by_name(tmp_path: Path) -> None:
+    from loadwise.config import Config
+
+    secret = tmp_path / "secret"
+    secret.write_text("x")
+    with pytest.raises(ValueError, match="prometheus_bearer_token_file and prometheus_username"):
+        Config(
+            prometheus_bearer_token_file=str(secret),
+            prometheus_username="u",
+            prometheus_password_file=str(secret),
+        )
+    with pytest.raises(ValueError, match="prometheus_username and prometheus_password_file"):
+        Config(prometheus_username="u")
+    with pytest.raises(ValueError, match=r"prometheus_ca_file: .*missing is not a readable file"):
+        Config(prometheus_ca_file=str(tmp_path / "missing"))
+    parsed = Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": '{"X-Scope-OrgID": "team-a"}'})
+    assert parsed.prometheus_headers == {"X-Scope-OrgID": "team-a"}
+    with pytest.raises(ValueError, match=r"LOADWISE_PROMETHEUS_HEADERS: .*names to strings"):
+        Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": '{"X-Scope-OrgID": 1}'})

@@ -61,6 +61,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with .Values.metrics }}
+{{- with .prometheusCA }}
+{{- if not (and .key (or .secret .configMap) (not (and .secret .configMap))) }}
+{{- fail "metrics.prometheusCA needs key and one of secret or configMap, e.g. {secret: prometheus-ca, key: ca.crt}" }}
+{{- end }}
+{{- end }}
+{{- with .prometheusBearerToken }}
+{{- if not (and .secret .key) }}
+{{- fail "metrics.prometheusBearerToken needs secret and key, e.g. {secret: prometheus-token, key: token}" }}
+{{- end }}
+{{- end }}
+{{- with .prometheusBasicAuth }}
+{{- if not (and .username .passwordSecret .passwordKey) }}
+{{- fail "metrics.prometheusBasicAuth needs username, passwordSecret and passwordKey" }}
+{{- end }}
+{{- end }}
+{{- if and .prometheusBearerToken .prometheusBasicAuth }}
+{{- fail "metrics.prometheusBearerToken and metrics.prometheusBasicAuth: set one of them, not both" }}
+{{- end }}
+{{- end }}
 {{- with .Values.serviceMonitor }}
 {{- if and .enabled .scrapeTimeout }}
 {{- if gt (include "loadwise.milliseconds" .scrapeTimeout | int64) (include "loadwise.milliseconds" .interval | int64) }}

@@ -10,8 +10,12 @@ relabelling); pod defaults fit cAdvisor's container series (`namespace` and `pod
 from __future__ import annotations
 
 import asyncio
+import base64
 import math
+import ssl
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -172,6 +176,33 @@ def parse_pod_response(payload: Any) -> PodUsage:
     }
 
 
+@dataclass(frozen=True)
+class Connection:
+    """How to reach Prometheus beyond its URL: the CA of an https URL, a bearer token or basic
+    auth (read from files for every query, so rotated secrets are picked up), extra headers
+    (a tenant for Thanos, Cortex or Mimir)."""
+
+    ca_file: str = ""
+    bearer_token_file: str = ""
+    username: str = ""
+    password_file: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
+
+    def request_headers(self) -> dict[str, str]:
+        headers = dict(self.headers)
+        if self.bearer_token_file:
+            token = Path(self.bearer_token_file).read_text().strip()
+            headers["Authorization"] = f"Bearer {token}"
+        elif self.username:
+            password = Path(self.password_file).read_text().rstrip("\n")
+            pair = base64.b64encode(f"{self.username}:{password}".encode()).decode()
+            headers["Authorization"] = f"Basic {pair}"
+        return headers
+
+
 class PrometheusSource:
     name = "prometheus"
 
@@ -188,6 +219,7 @@ class PrometheusSource:
         pod_memory_query: str = DEFAULT_POD_MEMORY_QUERY,
         known_nodes: Callable[[], Collection[str]] | None = None,
         ready: asyncio.Event | None = None,
+        connection: Connection | None = None,
     ) -> None:
         """`known_nodes`: the cluster's node names, to tell a node label holding something
         else (an instance address) from nodes without samples; asked once `ready` is set
@@ -202,6 +234,7 @@ class PrometheusSource:
         self._session: aiohttp.ClientSession | None = None
         self.known_nodes = known_nodes
         self.ready = ready
+        self.connection = connection or Connection()
 
     async def fetch(self) -> dict[str, NodeSample]:
         payload = await self._query(self.query)
@@ -221,9 +254,16 @@ class PrometheusSource:
         return parse_pod_response(await self._query(self.pod_query))
 
     async def _query(self, query: str) -> Any:
+        connection = self.connection
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-        async with self._session.post(self.url, data={"query": query}) as resp:
+            tls = connection.ssl_context()
+            connector = aiohttp.TCPConnector(ssl=tls) if tls is not None else None
+            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=connector)
+        try:
+            headers = connection.request_headers()
+        except OSError as exc:
+            raise PrometheusError(f"cannot read Prometheus credentials: {exc}") from None
+        async with self._session.post(self.url, data={"query": query}, headers=headers) as resp:
             if resp.status != 200:
                 raise PrometheusError(
                     f"HTTP {resp.status}: {error_text(await resp.read(), 'error')}"
