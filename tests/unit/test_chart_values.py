@@ -220,6 +220,7 @@ def test_the_preset_is_one_value_and_explicit_settings_still_win() -> None:
             "set one of them, not both",
         ),
         ("metrics.prometheusBearerToken.token=x", "prometheusBearerToken"),
+        ("defaultPolicy.name=Default", "/defaultPolicy/name"),
     ],
 )
 def test_bad_values_are_refused(setting: str, complaint: str | None) -> None:
@@ -365,6 +366,15 @@ def test_the_default_policy_is_a_fallback() -> None:
     spec = parse_spec(policy["spec"])
     assert spec.fallback and spec.weights.cpu == 3
     assert spec.metrics.source == "prometheus"
+    # It governs this release's pods only, under a name a second release can change.
+    assert policy["metadata"]["name"] == "default"
+    assert spec.scheduler_name == "loadwise-scheduler"
+    second = one(
+        render("schedulerName=batch-scheduler", "defaultPolicy.name=default-batch"),
+        "SchedulingPolicy",
+    )
+    assert second["metadata"]["name"] == "default-batch"
+    assert parse_spec(second["spec"]).scheduler_name == "batch-scheduler"
     assert not [d for d in render("defaultPolicy.create=false") if d["kind"] == "SchedulingPolicy"]
     # Its source is the first the operator runs: with metrics-server alone, metrics-server.
     for sources, expected in (
