@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import sys
 import textwrap
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,17 @@ def setting_flags(args: argparse.Namespace) -> dict[str, Any]:
     return {s.field: getattr(args, s.field, None) for s in settings()}
 
 
+def _closest_flag(words: list[str], parser: argparse.ArgumentParser) -> str:
+    """ " (did you mean --x?)" for the first unknown flag with a close known one."""
+    known = [o for action in parser._actions for o in action.option_strings]
+    for word in words:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.8)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words[:1] == ["run"] and not {"-h", "--help"} & set(words):
@@ -115,9 +127,20 @@ def _main(argv: list[str] | None) -> int:
     demo.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
     sub.add_parser("crd", help="print the SchedulingPolicy CRD generated from the model")
     explain = sub.add_parser(
-        "explain", help="dry run: every node's verdict and score for NAMESPACE/POD"
+        "explain",
+        usage="loadwise explain NAMESPACE/POD [--SETTING VALUE ...]",
+        help="dry run: every node's verdict and score for NAMESPACE/POD",
+        description="A dry run of the operator's scheduling cycle for one pod: why each node "
+        "was refused, each feasible node's load figures and score, the choice, and what "
+        "preemption would do. Nothing is bound or evicted. It reads the cluster with your "
+        "kubeconfig and the metrics with the same settings as `loadwise run` (LOADWISE_* "
+        "variables or the flags below): give it the operator's, e.g. --prometheus-url, or "
+        "it may explain a decision the operator did not make (its last line says which "
+        "settings it used).",
+        formatter_class=_HelpFormatter,
     )
-    explain.add_argument("pod", metavar="NAMESPACE/POD")
+    explain.add_argument("pod", metavar="NAMESPACE/POD", help="the pod to explain")
+    add_setting_flags(explain)
     sub.add_parser(
         "dev",
         help="a local cluster to try loadwise with kubectl: dev up|down|status|load (from a clone)",
@@ -125,7 +148,8 @@ def _main(argv: list[str] | None) -> int:
     )
     args, rest = parser.parse_known_args(argv)
     if args.command != "dev" and rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        chosen = {"run": run_parser, "explain": explain, "demo": demo}.get(args.command, parser)
+        parser.error(f"unrecognized arguments: {' '.join(rest)}{_closest_flag(rest, chosen)}")
     if args.command == "crd":
         from .policies import crd
 
@@ -134,7 +158,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "explain":
         from .explain import main as explain_main
 
-        return explain_main(args.pod)
+        return explain_main(args.pod, setting_flags(args))
     if args.command in ("demo", "dev"):
         try:  # the development harness is not in the wheel or the image
             from loadwise_dev.demo import main as demo_main

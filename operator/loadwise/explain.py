@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import aiohttp
 
 from .components import build
 from .config import Config
@@ -31,6 +34,7 @@ from .framework.types import PodInfo, parse_pod
 from .kube.access import AccessError, connect
 from .kube.informer import Informer
 from .kube.transport import ApiError
+from .logs import one_line
 from .policies.policy import GROUP, PLURAL, VERSION, Policy
 from .scheduler.scheduler import Scheduler
 
@@ -218,11 +222,18 @@ async def _explain(target: str, config: Config) -> str:
         await api.close()
 
 
-def main(target: str) -> int:
+def main(target: str, flags: Mapping[str, Any] | None = None) -> int:
     try:
-        config = Config.from_env()
+        config = Config.from_env(flags=flags)
         print(asyncio.run(_explain(target, config)))
     except (ValueError, LookupError, AccessError, ApiError) as exc:
         print(f"loadwise explain: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, aiohttp.ClientError, TimeoutError) as exc:  # no answer from the server
+        server = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        print(
+            f"loadwise explain: cannot reach the API server of {server}: {one_line(exc)}",
+            file=sys.stderr,
+        )
         return 2
     return 0

@@ -267,3 +267,29 @@ def test_a_prometheus_preset_sets_the_queries_and_label_that_are_not_set() -> No
     assert mixed.prometheus_memory_query == kp.prometheus_memory_query
     with pytest.raises(ValueError, match="LOADWISE_PROMETHEUS_PRESET"):
         Config.from_env({"LOADWISE_PROMETHEUS_PRESET": "graphite"})
+
+
+def test_a_mistyped_flag_names_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--bind-concurency", "3"])
+    assert "(did you mean --bind-concurrency?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["explain", "ns/pod", "--prometheus-ulr", "http://p"])
+    assert "(did you mean --prometheus-url?)" in capsys.readouterr().err
+
+
+def test_explain_takes_the_operators_settings_and_says_when_the_server_is_unreachable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        'clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]\n'
+        "users: [{name: u, user: {token: abc}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert cli.main(["explain", "ns/pod", "--prometheus-url", "http://p:9090"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loadwise explain: cannot reach the API server") and "127.0.0.1:1" in err
+    assert len(err.strip().splitlines()) == 1  # no traceback
