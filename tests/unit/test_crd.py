@@ -52,7 +52,8 @@ def test_etcd_module_pins_the_same_etcd_version() -> None:
 
     version = pinned_versions()["ETCD_VERSION"]
     go_mod = (ROOT / "hack" / "etcd" / "go.mod").read_text()
-    assert re.search(rf"^\s*go\.etcd\.io/etcd/server/v3 {re.escape(version)}\b", go_mod, re.M)
+    line = rf"^(require)?\s*go\.etcd\.io/etcd/server/v3 {re.escape(version)}\b"
+    assert re.search(line, go_mod, re.M)
 
 
 def test_committed_policy_reference_matches_model() -> None:

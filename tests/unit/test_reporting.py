@@ -127,6 +127,29 @@ async def test_a_status_patch_carries_only_what_changed_and_none_when_nothing_di
     assert (setup.status_patches("p")[-1].body or {})["status"] == {"podsScheduled": 3}
 
 
+async def test_the_refresh_time_is_no_heartbeat_and_conditions_carry_their_generation() -> None:
+    """A refresh alone rewrites no status (every 10 s on every policy would be a heartbeat in
+    status); the time goes with other changes, or once it is 5 minutes old."""
+    setup = Setup()
+    setup.fresh()
+    setup.cache.last_success = time.time() - 10
+    setup.policy("p", {}, generation=4, status={"observedGeneration": 4, "podsScheduled": 0})
+    await setup.reporter.report_once()
+    (first,) = setup.status_patches("p")
+    status = (first.body or {})["status"]
+    assert {c["observedGeneration"] for c in status["conditions"]} == {4}
+    setup.watch_sees_patches("p")
+    setup.cache.last_success = time.time()  # refreshed again, 10 s later
+    await setup.reporter.report_once()
+    assert len(setup.status_patches("p")) == 1
+    setup.policies.objects["p"].status = {  # as if written 10 minutes and more ago
+        **setup.policies.objects["p"].status,
+        "lastMetricsRefresh": "2020-01-01T00:00:00Z",
+    }
+    await setup.reporter.report_once()
+    assert set((setup.status_patches("p")[-1].body or {})["status"]) == {"lastMetricsRefresh"}
+
+
 async def test_an_invalid_policy_gets_one_event_per_generation_on_default() -> None:
     setup = Setup()
     setup.policy("bad", {"weights": {"cpu": -1}})

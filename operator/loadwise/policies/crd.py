@@ -37,6 +37,8 @@ _KEEP = {
     "enum",
     "default",
     "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 }
 
 
@@ -124,16 +126,32 @@ def build_crd() -> dict[str, Any]:
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
-                        {"name": "CPU", "type": "number", "jsonPath": ".spec.weights.cpu"},
-                        {"name": "Memory", "type": "number", "jsonPath": ".spec.weights.memory"},
+                        {  # weights, not usage: named so
+                            "name": "CPU-Weight",
+                            "type": "number",
+                            "jsonPath": ".spec.weights.cpu",
+                        },
+                        {
+                            "name": "Mem-Weight",
+                            "type": "number",
+                            "jsonPath": ".spec.weights.memory",
+                        },
                         {"name": "Strategy", "type": "string", "jsonPath": ".spec.strategy"},
+                        {"name": "Source", "type": "string", "jsonPath": ".spec.metrics.source"},
                         {"name": "Precedence", "type": "integer", "jsonPath": ".spec.precedence"},
+                        {"name": "Fallback", "type": "boolean", "jsonPath": ".spec.fallback"},
                         {
                             "name": "Fresh-Nodes",
                             "type": "integer",
                             "jsonPath": ".status.nodesWithFreshMetrics",
                         },
-                        {"name": "Pods", "type": "integer", "jsonPath": ".status.podsScheduled"},
+                        {
+                            "name": "Pods",
+                            "type": "integer",
+                            "description": "pods placed under this policy by the current "
+                            "leader since it started",
+                            "jsonPath": ".status.podsScheduled",
+                        },
                         {
                             "name": "Ready",
                             "type": "string",
@@ -176,7 +194,14 @@ def build_crd() -> dict[str, Any]:
 
 
 def render() -> str:
-    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+    return HEADER + yaml.dump(build_crd(), Dumper=_NoAliases, sort_keys=False, width=100)
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Repeated parts written out in full: no `&id001` anchors for a reader to chase."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -295,11 +295,10 @@ class Condition(_Model):
         "metrics source gives fresh samples, so scoring is load-aware)."
     )
     status: Literal["True", "False", "Unknown"]
-    reason: str = Field(
-        "", description="Ready: Valid or Invalid. MetricsAvailable: Fresh or Degraded."
-    )
+    reason: str = Field(description="Ready: Valid or Invalid. MetricsAvailable: Fresh or Degraded.")
     message: str = Field("", description="Why, in words: the problem or the figures.")
-    last_transition_time: str = Field("", description="RFC 3339 time of the last change.")
+    last_transition_time: str = Field(description="RFC 3339 time of the last change.")
+    observed_generation: int = Field(0, description="The generation this condition was set from.")
 
 
 class SchedulingPolicyStatus(_Model):
@@ -307,7 +306,12 @@ class SchedulingPolicyStatus(_Model):
 
     observed_generation: int = Field(0, description="The generation the operator last read.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready (valid and in use) and MetricsAvailable."
+        default_factory=list,
+        description="Ready (valid and in use) and MetricsAvailable, one of each type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
     )
     nodes_with_fresh_metrics: int = Field(
         0, description="Nodes whose latest sample is within metrics.maxAgeSeconds."
@@ -316,7 +320,9 @@ class SchedulingPolicyStatus(_Model):
         0, description="Pods bound under this policy since the operator started."
     )
     last_metrics_refresh: str = Field(
-        "", description="RFC 3339 time of the last successful metrics refresh."
+        "",
+        description="RFC 3339 time of a recent successful metrics refresh: written with the "
+        "status's other changes, and at least every 5 minutes (not at every refresh).",
     )
 
 

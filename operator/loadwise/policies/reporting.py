@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import observability as obs
@@ -121,7 +122,11 @@ class Reporter:
             if written:  # else the transition is reported by the next pass
                 self._available[obj.name] = available
         fields["observedGeneration"] = obj.generation
+        for condition in fields["conditions"]:
+            condition["observedGeneration"] = obj.generation
         patch = {k: v for k, v in fields.items() if status.get(k) != v}
+        if set(patch) == {"lastMetricsRefresh"} and not _stale(status.get("lastMetricsRefresh")):
+            patch = {}  # not a heartbeat: the time goes with other changes, or now and then
         if patch:
             await self._patch(f"{POLICIES_PATH}/{obj.name}/status", {"status": patch}, MERGE)
         if LEGACY_FINALIZER in obj.finalizers:  # no timer needs it any more: let deletes finish
@@ -195,3 +200,15 @@ class Reporter:
             log.warning("PATCH %s failed: HTTP %s %s", path, status, data[:300])
             obs.REPORT_ERRORS.inc()
         return status < 500
+
+
+REFRESH_STAMP_EVERY = 300.0  # seconds: how stale lastMetricsRefresh may get on its own
+
+
+def _stale(written: Any) -> bool:
+    """Whether a lastMetricsRefresh written earlier is due to be written again."""
+    try:
+        when = datetime.strptime(str(written), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return True
+    return (datetime.now(UTC) - when).total_seconds() >= REFRESH_STAMP_EVERY
