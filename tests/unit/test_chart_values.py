@@ -5,6 +5,7 @@ refuses bad ones, and what it renders is what the operator and Prometheus need."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, get_args
@@ -539,3 +540,68 @@ def test_a_secured_prometheus_gets_its_files_mounted_and_named_in_the_settings()
     assert all(mounts[n]["readOnly"] for n in ("prometheus-ca", "prometheus-token"))
     headers = Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": env["LOADWISE_PROMETHEUS_HEADERS"]})
     assert headers.prometheus_headers == {"X-Scope-OrgID": "team-a"}
+
+
+def test_the_alerts_are_valid_rules_and_fire_on_what_they_name(tmp_path: Path) -> None:
+    """The PrometheusRule's groups pass the real promtool's check, and its unit tests: each
+    alert fires on the series it is about, for this release's job and namespace only."""
+    import shutil
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool (Debian's prometheus package, hack/ensure-tools) is missing")
+    docs = render("serviceMonitor.enabled=true", "prometheusRule.enabled=true")
+    rule = one(docs, "PrometheusRule")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(rule["spec"]))
+    checked = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    sel = 'job="lw-loadwise", namespace="loadwise-system"'
+    other = 'job="lw-loadwise", namespace="elsewhere"'
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": f"up{{{sel}, pod='a'}}", "values": "1x5 0x10"},
+                    {"series": f"loadwise_leader{{{sel}, pod='a'}}", "values": "1x3 0x10"},
+                    {"series": f"loadwise_metrics_source_up{{{sel}, source='prometheus'}}",
+                     "values": "0x10"},
+                    {"series": f"loadwise_metrics_source_up{{{other}, source='prometheus'}}",
+                     "values": "1x10"},
+                    {"series": f"loadwise_degraded{{{sel}, reason='api_unreachable'}}",
+                     "values": "0x3 1x15"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": "LoadwiseDown", "exp_alerts": []},
+                    {"eval_time": "12m", "alertname": "LoadwiseDown",
+                     "exp_alerts": [{"exp_labels": {"severity": "critical"}}]},
+                    {"eval_time": "7m", "alertname": "LoadwiseNoLeader",
+                     "exp_alerts": [{"exp_labels": {"severity": "critical"}}]},
+                    {"eval_time": "6m", "alertname": "LoadwiseMetricsSourceDown",
+                     "exp_alerts": [{"exp_labels": {"severity": "warning",
+                                                    "source": "prometheus"}}]},
+                    {"eval_time": "10m", "alertname": "LoadwiseDegraded", "exp_alerts": []},
+                    {"eval_time": "14m", "alertname": "LoadwiseDegraded",
+                     "exp_alerts": [{"exp_labels": {"severity": "warning",
+                                                    "reason": "api_unreachable"}}]},
+                ],
+            }
+        ],
+    }  # fmt: skip
+    annotations = {r["alert"]: r["annotations"] for r in rule["spec"]["groups"][0]["rules"]}
+    for case in tests["tests"][0]["alert_rule_test"]:  # type: ignore[index]
+        for alert in case["exp_alerts"]:
+            labels = alert["exp_labels"]
+            alert["exp_annotations"] = {  # promtool compares them too: as the rule renders them
+                key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m, lb=labels: lb[m[1]], text)
+                for key, text in annotations[case["alertname"]].items()
+            }
+    spec = tmp_path / "tests.yaml"
+    spec.write_text(yaml.safe_dump(tests))
+    tested = subprocess.run([promtool, "test", "rules", str(spec)], capture_output=True, text=True)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    refused = helm("template", "lw", str(CHART), "--set", "prometheusRule.enabled=true")
+    assert "prometheusRule.enabled needs serviceMonitor.enabled" in refused.stderr
