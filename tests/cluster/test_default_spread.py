@@ -63,10 +63,11 @@ async def test_a_deployment_of_best_effort_pods_is_spread_over_equal_nodes(
 
             names = await wait_for(all_pods, 30, what="the Deployment's 10 pods")
             placed = await wait_bound(kube, ns, names)
+            # Read before the Deployment goes: its pods are then garbage-collected.
+            pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
         finally:
             with contextlib.suppress(KubeError):
                 await kube.delete(f"{path}/web")
-    pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
     assert {p["metadata"]["ownerReferences"][0]["kind"] for p in pods} == {"ReplicaSet"}
     per_node = Counter(placed.values())
     counts = [per_node[n] for n in nodes]
