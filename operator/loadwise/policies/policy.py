@@ -120,6 +120,19 @@ class MetricsSettings(_Model):
         description="A node sample older than this is stale; the node is then scored by its "
         "requests instead of its measured usage.",
     )
+    aggregation: Literal["latest", "avg", "p90", "p95", "max"] = Field(
+        "latest",
+        description="How a node's load is judged, for its score and the hot test: its latest "
+        "sample, or the average, 90th or 95th percentile or maximum of its samples over "
+        "windowSeconds (a node that idles between bursts looks cool by its latest sample). "
+        "The window holds what the operator fetched since it started: shorter at first.",
+    )
+    window_seconds: int = Field(
+        600,
+        ge=60,
+        le=3600,
+        description="The window of an aggregation other than latest, in seconds.",
+    )
 
 
 class HotThresholds(_Model):

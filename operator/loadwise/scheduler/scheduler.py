@@ -118,11 +118,13 @@ class Scheduler:
             self.policies.remove(name)
             raise
         self.policies.upsert(policy)
+        self._keep_history()
         self.queue.move_all_to_active()
         return policy
 
     def remove_policy(self, name: str) -> None:
         self.policies.remove(name)
+        self._keep_history()
 
     # --- the loop ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -242,8 +244,27 @@ class Scheduler:
         return self.preemption.post_filter(pod, held, load_of)
 
     def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
-        cache = self.caches.get(policy.spec.metrics.source)
-        return cache.samples if cache is not None else {}
+        """The node samples the policy judges load by: its source's latest, or an aggregate
+        over a window of them (spec.metrics.aggregation)."""
+        metrics = policy.spec.metrics
+        cache = self.caches.get(metrics.source)
+        if cache is None:
+            return {}
+        if metrics.aggregation == "latest":
+            return cache.samples
+        return cache.history.aggregated(metrics.aggregation, metrics.window_seconds, cache.samples)
+
+    def _keep_history(self) -> None:
+        """Each source keeps the history its policies' longest window needs (none: none)."""
+        for name, cache in self.caches.items():
+            cache.history.keep = max(
+                (
+                    float(p.spec.metrics.window_seconds)
+                    for p in self.policies.policies()
+                    if p.spec.metrics.source == name and p.spec.metrics.aggregation != "latest"
+                ),
+                default=0.0,
+            )
 
     def learned_for(self, policy: Policy) -> UsageProfiles | None:
         """The usage learned per workload by the policy's source. It changes only with a

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from .history import SampleHistory
 from .learned import LearnedUsage, WorkloadOf
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class MetricsCache:
         self.pod_usage: PodUsage = {}  # the latest successful answer, replaced whole
         self.pods_error: str | None = None
         self.learned = LearnedUsage()
+        self.history = SampleHistory(step=interval)  # for policies judging load over a window
         self.ready = ready
         self._lock = asyncio.Lock()
 
@@ -134,6 +136,7 @@ class MetricsCache:
             return
         # A new mapping, never mutated afterwards: readers detect a refresh by identity.
         self.samples = {**self.samples, **fresh}
+        self.history.record(self.samples)
         self.last_success = time.time()
         self.last_error = None
         self.refreshes += 1

@@ -1,0 +1,104 @@
+"""SampleHistory: each node's recent samples, so a policy can judge load by an aggregate over a
+window (avg, p90, p95, max) rather than by the latest sample: a node that idles between bursts
+looks cool by its latest sample alone.
+
+It is the cache's own history, the same for every source (Prometheus or metrics-server) and
+without more queries: it holds what this replica fetched since it started (every replica
+refreshes, leader or not), so after a cold start a window covers what there is so far (a
+shorter window), never nothing. It is kept only for as long as the longest window a policy asks
+for (none asked: nothing is kept), at most one point per node every `step` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .cache import NodeSample
+
+Aggregation = Literal["latest", "avg", "p90", "p95", "max"]
+
+
+class SampleHistory:
+    def __init__(self, step: float = 10.0) -> None:
+        self.keep = 0.0  # seconds kept: the longest window in use (0: none)
+        self.step = step
+        self._points: dict[str, deque[NodeSample]] = {}
+        self._version = 0
+        self._memo: dict[tuple[Aggregation, float], tuple[int, dict[str, NodeSample]]] = {}
+
+    def record(self, samples: Mapping[str, NodeSample]) -> None:
+        """Add the samples newer than each node's last point by at least `step`."""
+        if self.keep <= 0:
+            self._points.clear()
+            return
+        for node, sample in samples.items():
+            points = self._points.get(node)
+            if points is None:
+                points = self._points[node] = deque()
+            if points and sample.timestamp < points[-1].timestamp + self.step:
+                continue  # within a step of the last point (the latest joins when aggregated)
+            points.append(sample)
+            horizon = sample.timestamp - self.keep
+            while points and points[0].timestamp < horizon:
+                points.popleft()
+        for node in [n for n in self._points if n not in samples]:
+            del self._points[node]  # gone from the source: its history goes with it
+        self._version += 1
+
+    def aggregated(
+        self, how: Aggregation, window: float, latest: Mapping[str, NodeSample]
+    ) -> Mapping[str, NodeSample]:
+        """Each node's latest sample with its figures replaced by `how` over the samples of
+        the last `window` seconds (before its latest): freshness and coverage stay the latest
+        sample's. The same mapping object until the next record (the score index keys on it)."""
+        if how == "latest":
+            return latest
+        key = (how, window)
+        memo = self._memo.get(key)
+        if memo is not None and memo[0] == self._version:
+            return memo[1]
+        out: dict[str, NodeSample] = {}
+        for node, sample in latest.items():
+            since = sample.timestamp - window
+            points = [p for p in self._points.get(node, ()) if since <= p.timestamp]
+            if not points or points[-1].timestamp < sample.timestamp:
+                points.append(sample)
+            extra = {
+                name: aggregate(how, [p.extra[name] for p in points if name in p.extra])
+                for name in sample.extra
+            }
+            out[node] = replace(
+                sample,
+                cpu=aggregate(how, [p.cpu for p in points]),
+                memory=aggregate(how, [p.memory for p in points]),
+                extra=extra,
+            )
+        self._memo[key] = (self._version, out)
+        return out
+
+    def span(self, node: str) -> float:
+        """Seconds of history held for a node (0: one point or none)."""
+        points = self._points.get(node)
+        return points[-1].timestamp - points[0].timestamp if points else 0.0
+
+
+def aggregate(how: Aggregation, values: list[float]) -> float:
+    if not values:
+        return 0.0
+    if how == "max":
+        return max(values)
+    if how == "avg":
+        return sum(values) / len(values)
+    if how in ("p90", "p95"):
+        ordered = sorted(values)
+        # Linear interpolation between the two closest ranks, as quantile_over_time does.
+        rank = (0.9 if how == "p90" else 0.95) * (len(ordered) - 1)
+        low = math.floor(rank)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    return values[-1]
