@@ -17,17 +17,15 @@ WORKDIR /src
 # is all the runtime stage copies.
 RUN python3 -m venv /opt/loadwise
 # The dependencies (and the build backend) first, in a layer of their own that only a change to
-# pyproject.toml rebuilds; a code change rebuilds only the last step. The build-isolation-free
-# install keeps that step off the network. pip reads PIP_CERT from the environment; an empty one
-# would be read as a path.
-COPY pyproject.toml ./
+# the lock rebuilds; a code change rebuilds only the last step. requirements.lock pins every
+# one with its hashes (make lock), so every build installs the same files. The
+# build-isolation-free install keeps the last step off the network. pip reads PIP_CERT from the
+# environment; an empty one would be read as a path.
+COPY requirements.lock ./
 RUN if [ -n "$PIP_CERT" ]; then export PIP_CERT; else unset PIP_CERT; fi \
- && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
-      print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' \
-      > /tmp/requirements.txt \
  && /opt/loadwise/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
-      --requirement /tmp/requirements.txt
-COPY README.md ./
+      --require-hashes --requirement requirements.lock
+COPY pyproject.toml README.md ./
 COPY operator ./operator
 # pip and setuptools leave the venv: nothing installs anything at run time.
 RUN /opt/loadwise/bin/python -m pip install --no-cache-dir --disable-pip-version-check \

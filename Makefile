@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 ENV = eval "$$(hack/ensure-tools --print-env)"
 
-.PHONY: tools demo cluster test lint unit quick crd
+.PHONY: tools demo cluster test lint unit quick lock crd
 
 tools:
 	hack/ensure-tools
@@ -33,6 +33,14 @@ quick:
 lint:
 	@$(ENV) && ruff check operator dev tests bench && ruff format --check operator dev tests bench && mypy \
 	  && lint-imports
+
+# requirements.lock: the image's dependencies pinned with hashes (pip-tools in a venv of its own).
+lock:
+	@python3 -m venv $${TMPDIR:-/tmp}/loadwise-piptools && $${TMPDIR:-/tmp}/loadwise-piptools/bin/pip install -q pip-tools \
+	  && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' > $${TMPDIR:-/tmp}/loadwise-image.in \
+	  && $${TMPDIR:-/tmp}/loadwise-piptools/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras --no-header \
+	     --output-file $${TMPDIR:-/tmp}/loadwise-image.lock $${TMPDIR:-/tmp}/loadwise-image.in \
+	  && { sed -n '1,4p' requirements.lock; grep -v '^--find-links' $${TMPDIR:-/tmp}/loadwise-image.lock; } > requirements.lock.new && mv requirements.lock.new requirements.lock
 
 crd:
 	@$(ENV) && python -m loadwise.policies.crd --write

@@ -34,3 +34,33 @@ def test_the_image_exposes_the_https_port() -> None:
     values = yaml.safe_load((ROOT / "charts" / "loadwise" / "values.yaml").read_text())
     assert exposed == [[str(Config().secure_port)]]
     assert values["serving"]["securePort"] == Config().secure_port
+
+
+def test_the_image_lock_pins_every_dependency_within_pyproject_with_hashes() -> None:
+    """requirements.lock (make lock) is what the image installs, hash-checked: every dependency
+    and build requirement of pyproject.toml is pinned there inside its declared range."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    wanted = [
+        Requirement(line)
+        for line in project["project"]["dependencies"] + project["build-system"]["requires"]
+    ]
+    text = (ROOT / "requirements.lock").read_text()
+    pins = dict(
+        line.split(" ", 1)[0].split("==")
+        for line in text.splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    normal = {name.lower().replace("_", "-"): version for name, version in pins.items()}
+    for requirement in wanted:
+        version = normal.get(requirement.name.lower().replace("_", "-"))
+        assert version is not None, f"{requirement.name} is not in requirements.lock"
+        assert requirement.specifier.contains(version), (requirement, version)
+    blocks = text.split("==")[1:]
+    assert all("--hash=sha256:" in block for block in blocks)
+    assert (
+        "--find-links" not in text and "COPY requirements.lock" in (ROOT / "Dockerfile").read_text()
+    )
