@@ -27,7 +27,7 @@ from . import images, manifests
 from .controlplane import ControlPlane
 from .exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY, SIM_POD_MEMORY_QUERY, UsageExporter
 from .kube import Kube, KubeError
-from .kwok import kwok_node
+from .kwok import Kwok, kwok_node
 from .prometheus_server import SIM_CPU_QUERY, Prometheus
 from .realnode import NodeExporter, RealNode, scrape_configs
 
@@ -54,8 +54,15 @@ async def wait_for(
 
 class LocalCluster:
     def __init__(
-        self, prometheus: bool = True, cp: ControlPlane | None = None, real_nodes: int = 0
+        self,
+        prometheus: bool = True,
+        cp: ControlPlane | None = None,
+        real_nodes: int = 0,
+        kwok: bool = False,
     ) -> None:
+        """`kwok`: run KWOK (kwok.py), which then plays the kubelet of every simulated node
+        added (their pods run, graceful deletions complete); the tests' own nodes stay API
+        objects unless asked for (add_node's `kwok`)."""
         self.real_node_names = [f"real-{i}" for i in range(1, real_nodes + 1)]
         # A ControlPlane makes its temporary directory when built: build one only if none is
         # given (a replaced one would leave its directory behind).
@@ -65,6 +72,8 @@ class LocalCluster:
         self._want_prometheus = prometheus
         self.real_nodes: list[RealNode] = []  # kubelets running real containers (realnode.py)
         self.node_exporter: NodeExporter | None = None
+        self._want_kwok = kwok
+        self.kwok: Kwok | None = None
 
     def start(self) -> LocalCluster:
         try:
@@ -77,6 +86,8 @@ class LocalCluster:
                 for node in self.real_nodes:
                     node.wait_ready()
                 self.node_exporter = NodeExporter().start()
+            if self._want_kwok:
+                self.kwok = Kwok(self.cp).start()
             if self._want_prometheus:
                 self.exporter.start()
                 extra = (
@@ -100,6 +111,8 @@ class LocalCluster:
             self.node_exporter.stop()
         for node in self.real_nodes:
             node.stop()
+        if self.kwok is not None:
+            self.kwok.stop()
         self.cp.stop()
 
     def kube(self, pool: int = 256) -> Kube:
@@ -149,13 +162,14 @@ class LocalCluster:
         name: str,
         cpu_usage: float = 0.0,
         mem_usage: float = 0.0,
-        kwok: bool = False,
+        kwok: bool | None = None,
         **spec: Any,
     ) -> dict[str, Any]:
-        """A simulated node, its usage published by the exporter; with `kwok`, handed to a
-        running KWOK (kwok.py), which plays its kubelet (Ready, Lease, pods Running)."""
+        """A simulated node, its usage published by the exporter; with `kwok` (by default when
+        the cluster runs KWOK), handed to KWOK (kwok.py), which plays its kubelet (Ready,
+        Lease, pods Running)."""
         body = manifests.node(name, **spec)
-        if kwok:
+        if self.kwok is not None if kwok is None else kwok:
             kwok_node(body)
         capacity = body["status"]["capacity"]
         self.exporter.set_usage(

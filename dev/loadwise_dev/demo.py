@@ -47,7 +47,10 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
         _say("installed CRD schedulingpolicies.loadwise.io and policy 'default' (cpu 2, memory 1)")
         for name, (cpu, mem) in NODES.items():
             await cluster.add_node(kube, name, cpu_usage=cpu, mem_usage=mem)
-        _say(f"created {len(NODES)} simulated nodes (4 cpu, 16Gi each); waiting for Prometheus")
+        _say(
+            f"created {len(NODES)} simulated nodes (4 cpu, 16Gi each; KWOK plays their kubelets);"
+            " waiting for Prometheus"
+        )
         await cluster.wait_metrics({name: cpu for name, (cpu, _) in NODES.items()})
         await cluster.wait_namespace(kube, "default")
         async with running_operator(cluster.operator_config(), cluster.cp.kubeconfig):
@@ -70,19 +73,30 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
 
             pods = await wait_for(bound, 60, what="demo pods bound")
             elapsed = time.monotonic() - started
+
+            async def running() -> bool:
+                listed = await kube.list("/api/v1/namespaces/default/pods")
+                return all(p["status"].get("phase") == "Running" for p in listed)
+
+            await wait_for(running, 60, interval=0.25, what="demo pods Running")
+            ran = time.monotonic() - started
             events = await wait_for(
                 lambda: _scheduled_events(kube, names), 10, what="Scheduled events"
             )
-        _say(f"\nall {PODS} pods bound in {elapsed:.2f}s, in this order:\n")
+        _say(
+            f"\nall {PODS} pods bound in {elapsed:.2f}s (Running, as KWOK plays the kubelet, "
+            f"after {ran:.1f}s), in the order loadwise decided:\n"
+        )
         _say(LEGEND)
-        _say(f"\n{'POD':<9} {'NODE':<8} WHY (from the pod's Scheduled event)")
+        _say(f"\n{'#':>2} {'POD':<9} {'NODE':<8} WHY (from the pod's Scheduled event)")
         placed: dict[str, int] = dict.fromkeys(NODES, 0)
         node_of = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
         for name in sorted(names, key=lambda n: events[n][0]):
             node = node_of[name]
             placed[node] += 1
-            why = events[name][1].split("; ", 1)[-1]
-            _say(f"{name:<9} {node:<8} {why}")
+            number, message = events[name]
+            why = message.split("; ", 1)[-1]
+            _say(f"{number:>2} {name:<9} {node:<8} {why}")
         _say(f"\n{'NODE':<8} {'CPU BEFORE':>10} {'MEM BEFORE':>10} {'PODS PLACED':>11}")
         for name, (cpu, mem) in NODES.items():
             _say(f"{name:<8} {cpu:>10.0%} {mem:>10.0%} {placed[name]:>11}")
@@ -127,9 +141,9 @@ def _decision_number(message: str) -> int:
 
 def main(keep: bool = False) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    _say("starting etcd, kube-apiserver, kube-controller-manager and Prometheus on 127.0.0.1")
+    _say("starting etcd, kube-apiserver, kube-controller-manager, KWOK and Prometheus on 127.0.0.1")
     started = time.monotonic()
-    cluster = LocalCluster().start()
+    cluster = LocalCluster(kwok=True).start()
     _say(f"control plane ready in {time.monotonic() - started:.1f}s at {cluster.cp.server}")
     try:
         asyncio.run(_demo(cluster, keep))

@@ -41,6 +41,7 @@ from .controlplane import free_port, k8s_bin_dir
 from .demo import NODES, POLICY
 from .exporter import UsageExporter
 from .kube import Kube
+from .kwok import kwok_node
 from .metrics_server import MetricsServer
 from .realnode import sweep
 from .usage import UsageFeeder
@@ -175,7 +176,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, stop_now)
         signal.signal(signal.SIGINT, stop_now)
         try:
-            self.cluster = LocalCluster(real_nodes=self.real_nodes)
+            self.cluster = LocalCluster(real_nodes=self.real_nodes, kwok=True)
             self.record(dirs=[str(self.cluster.cp.workdir)])
             self.cluster.start()
             for node in self.cluster.real_nodes:
@@ -188,12 +189,15 @@ class Supervisor:
                 self.record_process(name, proc.pid)
             assert prometheus.process is not None
             self.record_process("prometheus", prometheus.process.pid)
+            kwok = self.cluster.kwok
+            assert kwok is not None and kwok.process is not None
+            self.record_process("kwok", kwok.process.pid)
             etcd_data = str(getattr(cp, "_etcd_data", ""))
             kubeconfig = self.directory / "kubeconfig"
             kubeconfig.write_text(cp.kubeconfig.read_text())
             kubeconfig.chmod(0o600)
             self.record(
-                dirs=[str(cp.workdir), etcd_data, str(prometheus.workdir)],
+                dirs=[str(cp.workdir), etcd_data, str(prometheus.workdir), str(kwok.workdir)],
                 server=cp.server,
                 token=cp.token,
                 ca_file=str(self.directory / "ca.crt"),
@@ -239,11 +243,10 @@ class Supervisor:
                 await self.metrics_server.register(kube)
             await kube.create(POLICY, manifests.policy("default", cpu=2, memory=1))
             for name, (cpu, mem) in NODES.items():
-                body = manifests.node(name)
-                body["metadata"]["annotations"] = {
-                    CPU_LOAD: f"{cpu * 100:g}",
-                    MEMORY_LOAD: f"{mem * 100:g}",
-                }
+                body = kwok_node(manifests.node(name))  # KWOK plays its kubelet: pods run
+                body["metadata"]["annotations"].update(
+                    {CPU_LOAD: f"{cpu * 100:g}", MEMORY_LOAD: f"{mem * 100:g}"}
+                )
                 await kube.create("/api/v1/nodes", body)
             await apply_loads(kube, cluster.exporter)
             # Until Prometheus's rate window is full, a young counter's rate is far off (a 5%

@@ -21,6 +21,7 @@ random delays of KWOK's own general pod Stages), a graceful delete (3 s grace) g
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -89,3 +90,4 @@ class Kwok:
         if self.process is not None:
             terminate(self.process)
             self.process = None
+        shutil.rmtree(self.workdir, ignore_errors=True)

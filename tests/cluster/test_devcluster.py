@@ -102,7 +102,7 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
         assert f"export PATH={k8s_bin_dir()}:$PATH" in up.stdout
         processes = started_processes(state_dir)
         assert set(processes) == {
-            "etcd", "kube-apiserver", "kube-controller-manager", "prometheus", "operator",
+            "etcd", "kube-apiserver", "kube-controller-manager", "prometheus", "kwok", "operator",
             "supervisor",
         }  # fmt: skip
         state = read_state(state_dir)
@@ -225,10 +225,12 @@ def test_ctrl_c_ends_demo_keep_and_its_control_plane(tmp_path: Path) -> None:
         assert proc.stdout is not None
         # Printed once the kept operator runs: the SIGINT below reaches it, not start-up.
         output = _read_until(proc.stdout, "Ctrl-C stops all", 240)
-        # Pods in the order they were scheduled, after a legend of the figures they show.
-        assert "in this order:" in output
+        # Pods in the order loadwise decided (the decisions' numbers), after a legend of the
+        # figures they show; KWOK ran them.
+        assert "in the order loadwise decided:" in output and "Running, as KWOK" in output
         assert all(f"\n{word}:" in output for word in ("score", "hot threshold", "estimate"))
-        assert len(re.findall(r"^demo-\d\d\s+node-\d\s+score ", output, re.MULTILINE)) == 12
+        rows = re.findall(r"^\s*(\d+) demo-\d\d\s+node-\d\s+score ", output, re.MULTILINE)
+        assert [int(n) for n in rows] == list(range(1, 13))
         workdir = re.search(r"export KUBECONFIG=(\S+)/admin.kubeconfig", output)
         assert workdir is not None
         children = _children(proc.pid)
