@@ -16,7 +16,7 @@ from loadwise.config import Config
 from loadwise_dev import manifests
 
 from ..fakes import until
-from .test_scheduler import Api, raw_pod, running, scheduler
+from .scheduler.test_scheduler import Api, raw_pod, running, scheduler
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 

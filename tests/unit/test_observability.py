@@ -14,7 +14,7 @@ from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ..fakes import until
-from .test_scheduler import NAME, Api, raw_pod, running, scheduler, uid
+from .scheduler.test_scheduler import NAME, Api, raw_pod, running, scheduler, uid
 
 
 def value(name: str, **labels: str) -> float:

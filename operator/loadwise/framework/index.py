@@ -12,7 +12,7 @@ of node evaluations instead of one per node. The heap is rebuilt when the policy
 snapshot changes, or when a sample it used goes stale. Any other pod (spread, inter-pod
 affinity, preferences) still visits every node, but takes each node's node-local verdict and
 load score from its shape's entries and runs only the checks that depend on other pods.
-`tests/unit/test_index.py` checks the answers against schedule_one on random clusters.
+`tests/unit/framework/test_index.py` checks the answers against schedule_one on random clusters.
 """
 
 from __future__ import annotations

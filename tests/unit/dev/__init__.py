@@ -1,0 +1,1 @@
+"""Unit tests of The development harness (loadwise_dev) and its benchmarks' pure parts."""

@@ -1,0 +1,1 @@
+"""Unit tests of kube/: transport, informers, list streaming, prefetch, the elector."""

@@ -1,0 +1,1 @@
+"""Unit tests of policies/: the model, its CRD and reference, the watch, statuses."""

@@ -1,0 +1,1 @@
+"""Unit tests of scheduler/ and the supervisor: loop, queue, binding, state, preemption."""

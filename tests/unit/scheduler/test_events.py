@@ -1,0 +1,113 @@
+"""EventWriter: events never wait on each other's writes; a full buffer drops and counts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from prometheus_client import REGISTRY
+
+from loadwise.framework.types import PodInfo
+from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.events import EventWriter, Write
+
+from ...fakes import FakeTransport, Reply
+from ...helpers import pod_info
+
+
+def gated(written: list[str], gate: asyncio.Event) -> Write:
+    """A write that waits for the gate, then records the message."""
+
+    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
+        await gate.wait()
+        written.append(message)
+
+    return write
+
+
+async def test_events_are_written_after_emit_returns_and_flush_waits_for_them() -> None:
+    written: list[str] = []
+    gate = asyncio.Event()
+    writer = EventWriter(gated(written, gate), capacity=10, workers=2)
+    for i in range(5):
+        writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
+    assert written == []  # emit never waits for the API
+    gate.set()
+    await writer.flush()
+    assert sorted(written) == [f"m{i}" for i in range(5)]
+    await writer.stop()
+
+
+async def test_a_full_buffer_drops_new_events_and_counts_them() -> None:
+    gate = asyncio.Event()
+    written: list[str] = []
+    writer = EventWriter(gated(written, gate), capacity=3, workers=1)
+    for i in range(6):
+        writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
+        await asyncio.sleep(0)  # the worker takes the first one off the buffer
+    gate.set()
+    await writer.flush()
+    assert writer.dropped == 2
+    assert written == ["m0", "m1", "m2", "m3"]
+    await writer.stop()
+
+
+async def test_a_failing_write_does_not_stop_the_writer() -> None:
+    written: list[str] = []
+
+    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
+        if message == "bad":
+            raise RuntimeError("boom")
+        written.append(message)
+
+    writer = EventWriter(write, capacity=10, workers=1)
+    writer.emit(pod_info("a"), "Normal", "Scheduled", "bad")
+    writer.emit(pod_info("b"), "Normal", "Scheduled", "good")
+    await writer.flush()
+    assert written == ["good"]
+    await writer.stop()
+
+
+async def test_drops_are_counted_in_the_metric() -> None:
+    gate = asyncio.Event()
+    writer = EventWriter(gated([], gate), capacity=1, workers=1)
+    before = REGISTRY.get_sample_value("loadwise_events_dropped_total") or 0.0
+    for i in range(4):
+        writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
+    # The worker has not run yet: one event buffered, three dropped.
+    assert REGISTRY.get_sample_value("loadwise_events_dropped_total") == before + 3
+    gate.set()
+    await writer.flush()
+    await writer.stop()
+
+
+async def test_api_failures_of_the_binders_writes_cost_those_events_only() -> None:
+    answers: list[Reply | BaseException] = [
+        aiohttp.ClientConnectionError("reset"),
+        TimeoutError(),
+        (500, b"etcd"),
+    ]
+
+    def api(
+        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
+    ) -> Reply:
+        if answers:
+            answer = answers.pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+        return 201, {}
+
+    fake = FakeTransport(api)
+    writer = EventWriter(Binder(fake, "loadwise-scheduler").event, capacity=10, workers=1)
+    for i in range(5):
+        writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
+    await asyncio.wait_for(writer.flush(), 2.0)
+    posted = [(c.body or {})["message"] for c in fake.requests("POST", "/events")]
+    assert posted == [f"m{i}" for i in range(5)]  # three failed, the writer went on
+    writer.emit(pod_info("later"), "Normal", "Scheduled", "m5")
+    await asyncio.wait_for(writer.flush(), 2.0)
+    assert len(fake.requests("POST", "/events")) == 6
+    await writer.stop()

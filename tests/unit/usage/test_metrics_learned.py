@@ -1,0 +1,202 @@
+"""LearnedUsage (per-workload usage from per-pod metrics), the cache feeding it, the Prometheus
+source's pod request (its failure costs the learning only), and the runtime's pod lookup."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from loadwise.components import workload_lookup
+from loadwise.scheduler.state import ClusterState
+from loadwise.usage import learned as learned_module
+from loadwise.usage.cache import MetricsCache, NodeSample, PodUsage
+from loadwise.usage.learned import LearnedUsage
+from loadwise.usage.prometheus import PrometheusSource
+from loadwise_dev import manifests
+
+from ...helpers import prometheus_answering
+
+NOW = 10_000.0
+WEB = "ns/Deployment/web"
+
+
+def owned(placed: dict[tuple[str, str], tuple[str, float]]) -> Callable[[str, str], Any]:
+    return lambda namespace, name: placed.get((namespace, name))
+
+
+def test_estimate_is_a_high_percentile_across_the_workloads_pods() -> None:
+    learned = LearnedUsage()
+    assert learned.estimate(WEB) is None and learned.workloads == 0
+    usage = {("ns", f"web-{i}"): (100 * (i + 1), (i + 1) << 20) for i in range(10)}
+    placed = {pod: (WEB, 0.0) for pod in usage}
+    learned.observe(usage, owned(placed), NOW, 60.0)
+    assert learned.estimate(WEB) == (800, 8 << 20)  # 80th of 100..1000: not the runaway 1000
+    assert learned.workloads == 1 and learned.estimate("ns/Deployment/other") is None
+    learned.observe({("ns", "web-0"): (5000, 1 << 30)}, owned(placed), NOW + 10, 60.0)
+    assert learned.estimate(WEB) == (900, 9 << 20)  # a spike in one pod moves it one rank
+    one = LearnedUsage()
+    one.observe({("ns", "web-0"): (123, 456)}, owned(placed), NOW, 60.0)
+    assert one.estimate(WEB) == (123, 456)
+
+
+def test_new_unknown_and_ownerless_pods_are_not_learned() -> None:
+    learned = LearnedUsage()
+    placed = {("ns", "new"): (WEB, NOW - 30.0), ("ns", "old"): ("ns/StatefulSet/db", NOW - 90.0)}
+    usage = {("ns", "new"): (10, 10), ("ns", "old"): (20, 20), ("ns", "bare"): (30, 30)}
+    learned.observe(usage, owned(placed), NOW, 60.0)
+    assert learned.estimate(WEB) is None  # placed 30 s ago: its rate window is partly empty
+    assert learned.estimate("ns/StatefulSet/db") == (20, 20) and learned.workloads == 1
+    learned.observe(usage, owned(placed), NOW + 31, 60.0)
+    assert learned.estimate(WEB) == (10, 10)  # old enough now
+
+
+def test_gone_pods_and_idle_workloads_are_forgotten() -> None:
+    learned = LearnedUsage()
+    placed = {("ns", "a"): (WEB, 0.0), ("ns", "b"): (WEB, 0.0)}
+    learned.observe({("ns", "a"): (100, 1), ("ns", "b"): (900, 9)}, owned(placed), NOW, 0.0)
+    assert learned.estimate(WEB) == (900, 9)
+    now = NOW
+    for _ in range(learned_module.FORGET_REFRESHES):  # b ended; a keeps running
+        now += 10
+        learned.observe({("ns", "a"): (100, 1)}, owned(placed), now, 0.0)
+    assert learned.estimate(WEB) == (100, 1)
+    for _ in range(learned_module.FORGET_REFRESHES):  # scaled to zero: the estimate stays
+        now += 10
+        learned.observe({}, owned(placed), now, 0.0)
+    assert learned.estimate(WEB) == (100, 1) and learned.workloads == 1
+    learned.observe({}, owned(placed), now + learned_module.WORKLOAD_TTL + 1, 0.0)
+    assert learned.estimate(WEB) is None and learned.workloads == 0
+
+
+def test_workloads_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(learned_module, "MAX_WORKLOADS", 3)
+    learned = LearnedUsage()
+    for i in range(5):
+        pod = ("ns", f"p{i}")
+        learned.observe({pod: (i, i)}, owned({pod: (f"ns/Job/j{i}", 0.0)}), NOW + i, 0.0)
+    assert learned.workloads == 3
+    assert learned.estimate("ns/Job/j0") is None and learned.estimate("ns/Job/j4") == (4, 4)
+
+
+class PodSource:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.pods: PodUsage | Exception = {("ns", "a"): (100, 1)}
+        self.nodes: dict[str, NodeSample] | Exception = {"n": NodeSample(0.5, 0.5, NOW)}
+
+    async def fetch(self) -> dict[str, NodeSample]:
+        if isinstance(self.nodes, Exception):
+            raise self.nodes
+        return self.nodes
+
+    async def fetch_pods(self) -> PodUsage:
+        await asyncio.sleep(0)
+        if isinstance(self.pods, Exception):
+            raise self.pods
+        return self.pods
+
+
+async def test_the_cache_learns_each_refresh_and_a_pod_failure_costs_only_the_learning() -> None:
+    source = PodSource()
+    cache = MetricsCache(source, 10.0, owned({("ns", "a"): (WEB, 0.0)}), 60.0)
+    await cache.refresh()
+    assert cache.learned.estimate(WEB) == (100, 1) and cache.pod_usage == {("ns", "a"): (100, 1)}
+    source.pods = ConnectionError("refused")
+    source.nodes = {"n": NodeSample(0.7, 0.5, NOW + 10)}
+    await cache.refresh()
+    assert cache.samples["n"].cpu == 0.7 and cache.last_error is None
+    assert cache.pods_error == "ConnectionError: refused"
+    source.pods, source.nodes = {("ns", "a"): (300, 3)}, TimeoutError()
+    await cache.refresh()  # the node request failed; the pods answered: still learned
+    assert cache.last_error == "TimeoutError" and cache.samples["n"].cpu == 0.7
+    assert cache.learned.estimate(WEB) == (300, 3) and cache.pods_error is None
+    unlearning = MetricsCache(source, 10.0)
+    source.nodes = {}
+    await unlearning.refresh()
+    assert unlearning.pod_usage == {} and unlearning.learned.workloads == 0
+
+
+@pytest.fixture
+async def prometheus() -> AsyncIterator[tuple[PrometheusSource, dict[str, Any]]]:
+    """A /api/v1/query answering node queries and, unless told to fail, pod queries."""
+    answers: dict[str, Any] = {"pods_status": 200, "queries": []}
+
+    async def query(request: web.Request) -> web.Response:
+        text = (await request.post())["query"]
+        assert isinstance(text, str)
+        answers["queries"].append(text)
+        if "namespace, pod" in text:
+            if answers["pods_status"] != 200:
+                return web.Response(status=answers["pods_status"], text="boom")
+            result = [
+                {"metric": {"namespace": "ns", "pod": "a", "loadwise_resource": r}, "value": v}
+                for r, v in (("cpu", [NOW, "0.25"]), ("memory", [NOW, "1024"]))
+            ]
+        else:
+            result = [
+                {"metric": {"node": "n", "loadwise_resource": r}, "value": [NOW, v]}
+                for r, v in (("cpu", "0.5"), ("memory", "0.25"), ("disk-io", "0.75"))
+            ]
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    async with prometheus_answering(query) as url:
+        source = PrometheusSource(url, dimensions={"disk-io": "D"}, lag=5)
+        try:
+            yield source, answers
+        finally:
+            await source.close()
+
+
+async def test_prometheus_fetches_dimensions_and_pods_and_survives_a_pod_query_failure(
+    prometheus: tuple[PrometheusSource, dict[str, Any]],
+) -> None:
+    source, answers = prometheus
+    cache = MetricsCache(source, 10.0, owned({("ns", "a"): (WEB, 0.0)}), 60.0)
+    await cache.refresh()
+    assert len(answers["queries"]) == 2 and any('"disk-io"' in q for q in answers["queries"])
+    assert cache.samples["n"] == NodeSample(0.5, 0.25, NOW, NOW - 5, {"disk-io": 0.75})
+    assert cache.pod_usage == {("ns", "a"): (250, 1024)}
+    assert cache.learned.estimate(WEB) == (250, 1024)
+    answers["pods_status"] = 500
+    cache.samples = {}
+    await cache.refresh()
+    assert "n" in cache.samples and cache.last_error is None
+    assert cache.pods_error is not None and "HTTP 500" in cache.pods_error
+
+
+def test_the_runtime_looks_pods_up_by_name_in_the_state() -> None:
+    state = ClusterState()
+    raw = manifests.pod("web-1", namespace="ns")
+    raw["metadata"].update(
+        uid="u1",
+        ownerReferences=[
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "web",
+                "uid": "r",
+                "controller": True,
+            }
+        ],
+    )
+    raw["spec"]["nodeName"] = "n"
+    bare = manifests.pod("bare", namespace="ns")
+    bare["metadata"]["uid"] = "u2"
+    bare["spec"]["nodeName"] = "n"
+    from loadwise.framework.types import parse_pod
+
+    for pod in (raw, bare):
+        state.observe_bound(parse_pod(pod), terminal=False)
+    workload_of = workload_lookup(state, max_age=0.0)
+    found = workload_of("ns", "web-1")
+    assert found is not None and found[0] == "ns/ReplicaSet/web" and found[1] > 0
+    assert workload_of("ns", "bare") is None and workload_of("ns", "missing") is None
+    state.remove_pod("u1")
+    assert workload_of("ns", "web-1") is None  # rebuilt (max_age 0): it is gone
