@@ -90,6 +90,15 @@ def setting_flags(args: argparse.Namespace) -> dict[str, Any]:
     return {s.field: getattr(args, s.field, None) for s in settings()}
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("loadwise")
+    except PackageNotFoundError:  # run from a source tree without an install
+        return "unknown"
+
+
 def _closest_flag(words: list[str], parser: argparse.ArgumentParser) -> str:
     """ " (did you mean --x?)" for the first unknown flag with a close known one."""
     known = [o for action in parser._actions for o in action.option_strings]
@@ -113,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="loadwise", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"loadwise {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser(
         "run",

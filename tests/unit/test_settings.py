@@ -293,3 +293,10 @@ def test_explain_takes_the_operators_settings_and_says_when_the_server_is_unreac
     err = capsys.readouterr().err
     assert err.startswith("loadwise explain: cannot reach the API server") and "127.0.0.1:1" in err
     assert len(err.strip().splitlines()) == 1  # no traceback
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.strip() == "loadwise 0.1.0"

@@ -2,8 +2,9 @@
 
 Pods, nodes and namespaces stream through here rather than through kopf: the scheduler sees
 every pod in the cluster, and kopf's per-event machinery (body wrappers, diffs, handler
-selection, progress checks) cost more than a whole scheduling decision. kopf keeps what it is
-good at: the SchedulingPolicy handlers and timers.
+selection, progress checks) cost more than a whole scheduling decision. SchedulingPolicies come
+through here too (policies/policywatch.py); kopf keeps only the operator's lifecycle (start-up
+with retries, signals, cleanup: handlers.py).
 
 The watch resumes from the last resourceVersion seen (bookmarks keep it current); when that is
 too old (410 Gone) the kind is listed again and `on_relisted` receives every key present, so

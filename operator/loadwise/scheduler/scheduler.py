@@ -146,7 +146,7 @@ class Scheduler:
                     return
                 handed_off = False
                 try:
-                    handed_off = self.schedule(pod)
+                    handed_off = self.schedule_one(pod)
                 except Exception:  # a bug must cost one attempt, never the loop
                     log.exception(
                         "scheduling %s failed; retrying after backoff",
@@ -163,9 +163,11 @@ class Scheduler:
             if term == self._term:  # stopped otherwise than by abandon(): end the term here
                 self.abandon()
 
-    def schedule(self, pod: PodInfo) -> bool:
-        """One cycle for one pod. The caller holds a bind slot: returns True when the slot was
-        handed to a task it started (which releases it), False when the caller keeps it."""
+    def schedule_one(self, pod: PodInfo) -> bool:
+        """kube-scheduler's ScheduleOne for a popped pod: the scheduling cycle, then the binding
+        cycle handed to a task, or PostFilter and the failure handler. The caller holds a bind
+        slot: returns True when the slot was handed to a task it started (which releases it),
+        False when the caller keeps it."""
         if pod.uid in self.state.pods:  # bound or assumed meanwhile
             self.queue.done(pod.uid)
             return False
