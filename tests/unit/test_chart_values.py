@@ -233,6 +233,14 @@ def test_bad_values_are_refused(setting: str, complaint: str | None) -> None:
 def test_a_sub_second_refresh_is_refused_and_edge_values_render() -> None:
     done = helm("template", "lw", str(CHART), "--set-json", "metrics.refreshSeconds=0.5")
     assert done.returncode != 0 and "/metrics/refreshSeconds" in done.stderr
+    # `--set` passes a fractional number as a string: taken when it reads as one, at least 1.
+    fractional = Config.from_env(
+        container_env(one(render("metrics.refreshSeconds=1.5"), "Deployment"))
+    )
+    assert fractional.metrics_interval == 1.5
+    for bad in ("0.5", "ten"):
+        done = helm("template", "lw", str(CHART), "--set", f"metrics.refreshSeconds={bad}")
+        assert done.returncode != 0 and "/metrics/refreshSeconds" in done.stderr, bad
     docs = render(
         "metrics.refreshSeconds=1",
         "serving.securePort=1024",
