@@ -2,8 +2,8 @@
 
 Each active degradation is a log line when it starts and ends, `loadwise_degraded{reason}`,
 a Warning event (a Normal one on recovery) and the `loadwise.io/Degraded` condition; the
-last two are written by the leader (see reporting.py), on the operator's Pod, or on its Lease
-when it runs outside a pod. Readiness reports them too.
+last two are written by the leader (see policies/reporting.py), on the operator's Pod, or on
+its Lease when it runs outside a pod. Readiness reports them too.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 kopf runs the process (signals, login, startup and cleanup handlers); the Runtime does the rest.
 SchedulingPolicies no longer go through kopf handlers and the node-metrics refresh is no longer a
-kopf timer (see policywatch.py and runtime.py for why: a timer task died for good after an API
-outage, handlers ran only after the first decisions, and a CRD installed after start-up was never
-seen). So kopf writes nothing on policy objects: no annotations, no finalizer.
+kopf timer (see policies/policywatch.py and upkeep.py for why: a timer task died for good after
+an API outage, handlers ran only after the first decisions, and a CRD installed after start-up
+was never seen). So kopf writes nothing on policy objects: no annotations, no finalizer.
 All handlers are `async`: kopf runs sync handlers in threads, and our state is single-threaded.
 """
 

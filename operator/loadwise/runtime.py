@@ -8,7 +8,7 @@ once; if any step fails, everything already started is stopped before the caller
 
 Then every replica runs the same background tasks and keeps its state warm: the watches, the
 policy watch and the upkeep (upkeep.py: metrics refresh, API probe, reconcile, reservation
-audit). Only the leader (see leader.py) schedules, binds and writes statuses; a new leader
+audit). Only the leader (see kube/leader.py) schedules, binds and writes statuses; a new leader
 first lists pods again, so it has seen every bind its predecessor made before it decides.
 """
 

@@ -1,8 +1,8 @@
 """The scheduler's view of nodes and pods: slotted dataclasses parsed once from raw API objects.
 
 The framework (filters, scorers, the score index) reads these and nothing mutable; the cluster
-state (state.py) holds them. Parsing never raises on odd objects: what cannot be understood
-marks the node invalid or the pod unschedulable with a reason.
+state (scheduler/state.py) holds them. Parsing never raises on odd objects: what cannot be
+understood marks the node invalid or the pod unschedulable with a reason.
 """
 
 from __future__ import annotations

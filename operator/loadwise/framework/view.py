@@ -1,7 +1,8 @@
 """ClusterView: what the framework may read of the cluster, and nothing it could change.
 
 The plugins and the score index read the cluster through this Protocol, as kube-scheduler's
-plugins read a per-cycle snapshot through a lister; `ClusterView` (state.py) implements it.
+plugins read a per-cycle snapshot through a lister; `ClusterView` (scheduler/state.py)
+implements it.
 A scheduling cycle is pure: it reads, decides, and leaves every write (Reserve) to its caller.
 """
 

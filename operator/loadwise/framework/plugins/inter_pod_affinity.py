@@ -93,7 +93,7 @@ class PodAffinityPreference(ScorePlugin):
     preferred (anti-)affinity terms that match the pod; scaled to 0..100 between the lowest and
     highest node (truncated, as kube-scheduler does)."""
 
-    fast_path = AFFINITY_BY_DOMAIN  # by keys other than hostname (index.py)
+    fast_path = AFFINITY_BY_DOMAIN  # by keys other than hostname (by_domain.py)
 
     name = "InterPodAffinityScore"
     inputs = Inputs(
