@@ -47,6 +47,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Rules values.schema.json cannot state: the operator would refuse these at start-up. */}}
 {{- define "loadwise.validate" -}}
+{{- if eq .Values.schedulerName "default-scheduler" }}
+{{- fail "schedulerName: default-scheduler is kube-scheduler's: loadwise would take every pod that names no scheduler. Choose another name (pods opt in with it)" }}
+{{- end }}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicas: %d replicas need leaderElection.enabled=true (without election each would schedule, binding pods twice); or set replicas=1" (int .Values.replicas)) }}
+{{- end }}
+{{- with .Values.defaultPolicy.weights }}
+{{- if and (eq (float64 .cpu) 0.0) (eq (float64 .memory) 0.0) }}
+{{- fail "defaultPolicy.weights: cpu and memory cannot both be 0 (nothing would be weighed); give one of them a weight" }}
+{{- end }}
+{{- end }}
+{{- range $name, $query := .Values.metrics.dimensions }}
+{{- if or (not (regexMatch "^[a-z][a-z0-9-]{0,62}$" $name)) (has $name (list "cpu" "memory")) }}
+{{- fail (printf "metrics.dimensions: %q is not a dimension name: lowercase letters, digits and '-', starting with a letter, at most 63, and not cpu or memory" $name) }}
+{{- end }}
+{{- end }}
 {{- with .Values.leaderElection }}
 {{- if not (and (lt (float64 .retryPeriodSeconds) (float64 .renewDeadlineSeconds)) (lt (float64 .renewDeadlineSeconds) (float64 .leaseDurationSeconds))) }}
 {{- fail "leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds is required" }}
