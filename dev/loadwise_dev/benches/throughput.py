@@ -2,7 +2,7 @@
 
 bench/throughput [--nodes N] [--pods M] [--mode backlog|burst|steady] [--rate R]
                  [--workload W] [--pin] [--existing-pods K] [--runners R,...]
-                 [--repeat N] [--json PATH] [--png PATH] [--profile SVG]
+                 [--repeat N] [--kwok] [--json PATH] [--png PATH] [--profile SVG]
 
 Starts its own control plane (and Prometheus, which loadwise reads as in production), creates N
 simulated nodes and K pods already bound to them, then for each runner in turn:
@@ -549,6 +549,11 @@ def main() -> int:
         "--bind-timeout", type=float, default=600.0, help="seconds to wait for all pods bound"
     )
     parser.add_argument(
+        "--kwok",
+        action="store_true",
+        help="KWOK plays the nodes' kubelets (their pods turn Running, Leases renew)",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -567,13 +572,14 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.pin:  # before any thread or child exists: they all inherit it
         os.sched_setaffinity(0, {CONTROL_CPU})
-    cluster = LocalCluster().start()
+    cluster = LocalCluster(kwok=args.kwok).start()
     try:
         pids = control_plane(cluster)
         if args.pin:  # and to be sure, every thread of every process of the control plane
             for pid in pids.values():
                 pin_all_threads(pid, CONTROL_CPU)
         data = asyncio.run(bench(cluster, args))
+        data["fleet"] = "kwok" if args.kwok else "api-objects"
         if args.pin:
             data["control_plane_cpus"] = {name: cpus_of(pid) for name, pid in pids.items()}
     finally:
