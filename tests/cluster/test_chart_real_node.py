@@ -32,6 +32,7 @@ from loadwise_dev.kube import Kube, KubeError
 from .test_chart import CHART, get, helm
 from .test_image import REPO, podman_unavailable, run
 from .test_real_nodes import burner
+from .util import real_node_cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -46,14 +47,9 @@ def cluster() -> Iterator[LocalCluster]:
         if os.environ.get("CI"):
             pytest.fail(f"the chart on a real node must run in CI: {reason}")
         pytest.skip(reason)
-    local = LocalCluster(real_nodes=1).start()
-    try:
+    with real_node_cluster() as local:
         local.cp.start_scheduler()  # places the chart's own pod, as in any cluster
         yield local
-    finally:
-        local.stop()
-        left = [item for node in local.real_nodes for item in node.leftovers()]
-        assert not left, f"real nodes left behind: {left}"
 
 
 @pytest.fixture(scope="module")

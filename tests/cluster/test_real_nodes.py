@@ -30,7 +30,7 @@ from loadwise_dev.prometheus_server import SIM_CPU_QUERY, Prometheus
 from loadwise_dev.realnode import STACKS, RealNode, stack_scrape_configs
 
 from .conftest import POLICIES
-from .util import wait_bound, wait_event
+from .util import real_node_cluster, wait_bound, wait_event
 
 pytestmark = pytest.mark.cluster
 REAL = "real-1"
@@ -39,13 +39,8 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def real_cluster() -> Iterator[LocalCluster]:
-    cluster = LocalCluster(real_nodes=1).start()
-    try:
+    with real_node_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        left = [item for node in cluster.real_nodes for item in node.leftovers()]
-        assert not left, f"real nodes left behind: {left}"
 
 
 @pytest.fixture(scope="module")

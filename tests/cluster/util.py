@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from loadwise.runtime import Runtime
-from loadwise_dev.cluster import wait_for
+from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube
 
 
@@ -58,3 +60,16 @@ async def wait_operator_metrics(
         )
 
     await wait_for(seen, timeout, what="the operator's samples of node usage")
+
+
+@contextlib.contextmanager
+def real_node_cluster() -> Iterator[LocalCluster]:
+    """A local cluster with one real node; on the way out nothing of the node may remain
+    (process, mount, cgroup)."""
+    cluster = LocalCluster(real_nodes=1).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        left = [item for node in cluster.real_nodes for item in node.leftovers()]
+        assert not left, f"real nodes left behind: {left}"
