@@ -146,13 +146,6 @@ def build_crd() -> dict[str, Any]:
                             "jsonPath": ".status.nodesWithFreshMetrics",
                         },
                         {
-                            "name": "Pods",
-                            "type": "integer",
-                            "description": "pods placed under this policy by the current "
-                            "leader since it started",
-                            "jsonPath": ".status.podsScheduled",
-                        },
-                        {
                             "name": "Ready",
                             "type": "string",
                             "jsonPath": ".status.conditions[?(@.type=='Ready')].status",

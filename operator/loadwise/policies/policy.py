@@ -329,9 +329,6 @@ class SchedulingPolicyStatus(_Model):
     nodes_with_fresh_metrics: int = Field(
         0, description="Nodes whose latest sample is within metrics.maxAgeSeconds."
     )
-    pods_scheduled: int = Field(
-        0, description="Pods bound under this policy since the operator started."
-    )
     last_metrics_refresh: str = Field(
         "",
         description="RFC 3339 time of a recent successful metrics refresh: written with the "

@@ -147,7 +147,6 @@ class Reporter:
         fields = status_fields(
             report,
             conditions,
-            scheduler.scheduled_by_policy.get(name, 0),
             cache.last_success if cache is not None else None,
         )
         fields["conditions_message"] = report.message

@@ -85,7 +85,6 @@ def metrics_report(
 def status_fields(
     report: MetricsReport,
     conditions: Sequence[Mapping[str, Any]] | None,
-    scheduled: int,
     last_refresh: float | None,
 ) -> dict[str, Any]:
     condition = {
@@ -97,6 +96,5 @@ def status_fields(
     return {
         "conditions": set_condition(conditions, condition),
         "nodesWithFreshMetrics": report.fresh_nodes,
-        "podsScheduled": scheduled,
         "lastMetricsRefresh": stamp(last_refresh) if last_refresh else "",
     }

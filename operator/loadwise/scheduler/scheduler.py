@@ -59,7 +59,6 @@ class Scheduler:
         self.name = scheduler_name
         self.binder = binder
         self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
-        self.scheduled_by_policy: dict[str, int] = {}
         self.queue = queue
         self.state = state if state is not None else ClusterState(profile.placed_changed)
         self.policies = PolicySet()
@@ -309,8 +308,6 @@ class Scheduler:
         self._bind_seconds[status].observe(finished - started)
         if result is BindResult.BOUND:
             pod.bind_landed = True  # a relist that no longer shows it may now drop it
-            by_policy = self.scheduled_by_policy
-            by_policy[decision.policy] = by_policy.get(decision.policy, 0) + 1
             entry = self.queue.done(pod.uid)
             self._reported.pop(pod.uid, None)
             self._attempts["scheduled"].inc()

@@ -63,10 +63,10 @@ def test_status_only_updates_do_not_reapply_and_a_new_generation_does() -> None:
     policies.on_event("ADDED", policy("p", {"weights": {"cpu": 1, "memory": 1}}))
     first = scheduler.policies.policies()[0]
     raw = policy("p", {"weights": {"cpu": 1, "memory": 1}})
-    raw["status"] = {"podsScheduled": 3}
+    raw["status"] = {"nodesWithFreshMetrics": 3}
     policies.on_event("MODIFIED", raw)
     assert scheduler.policies.policies()[0] is first  # not re-validated, queue not woken
-    assert policies.objects["p"].status == {"podsScheduled": 3}
+    assert policies.objects["p"].status == {"nodesWithFreshMetrics": 3}
     policies.on_event("MODIFIED", policy("p", {"weights": {"cpu": -1}}, generation=2))
     assert policies.objects["p"].error.startswith("spec.weights.cpu")
     assert len(scheduler.policies) == 0  # the invalid new version replaces the old one

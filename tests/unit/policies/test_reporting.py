@@ -106,7 +106,7 @@ def report_errors() -> float:
 async def test_a_status_patch_carries_only_what_changed_and_none_when_nothing_did() -> None:
     setup = Setup()
     setup.fresh()
-    setup.policy("p", {}, status={"observedGeneration": 1, "podsScheduled": 0})
+    setup.policy("p", {}, status={"observedGeneration": 1})
     await setup.reporter.report_once()
     (first,) = setup.status_patches("p")
     assert first.content_type == MERGE
@@ -122,10 +122,6 @@ async def test_a_status_patch_carries_only_what_changed_and_none_when_nothing_di
     await setup.reporter.report_once()
     assert len(setup.status_patches("p")) == 1  # nothing changed: nothing written
 
-    setup.scheduler.scheduled_by_policy["p"] = 3
-    await setup.reporter.report_once()
-    assert (setup.status_patches("p")[-1].body or {})["status"] == {"podsScheduled": 3}
-
 
 async def test_the_refresh_time_is_no_heartbeat_and_conditions_carry_their_generation() -> None:
     """A refresh alone rewrites no status (every 10 s on every policy would be a heartbeat in
@@ -133,7 +129,7 @@ async def test_the_refresh_time_is_no_heartbeat_and_conditions_carry_their_gener
     setup = Setup()
     setup.fresh()
     setup.cache.last_success = time.time() - 10
-    setup.policy("p", {}, generation=4, status={"observedGeneration": 4, "podsScheduled": 0})
+    setup.policy("p", {}, generation=4, status={"observedGeneration": 4})
     await setup.reporter.report_once()
     (first,) = setup.status_patches("p")
     status = (first.body or {})["status"]
