@@ -466,6 +466,7 @@ async def _warm_up(
     await _fed(cluster, feeder, len(bodies))
     await _pod_usage_served(cluster, scenario.warmup)
     config = cluster.operator_config()
+    assert config.metrics_lag is not None  # the harness sets it (its queries' 5 s window)
     learnable = bound_at + 2 * config.metrics_lag + 2 * config.metrics_interval
     await asyncio.sleep(max(2.0, learnable - time.monotonic()))
 

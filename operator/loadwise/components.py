@@ -31,6 +31,7 @@ from .usage.cache import MetricsCache, MetricsSource
 from .usage.learned import WorkloadOf
 from .usage.metrics_server import MetricsServerSource
 from .usage.prometheus import Connection, PrometheusSource
+from .usage.scrape_intervals import DEFAULT_LAG
 
 
 async def api_client(pool_size: int) -> client.ApiClient:
@@ -112,7 +113,8 @@ def metrics_caches(
     workload_of = workload_lookup(state) if config.learn_usage else None
     # A pod's usage is learned once a whole rate window lies after its start, which comes
     # after its binding (image pull, container start): two lags after placement.
-    learn_after = 2 * config.metrics_lag
+    # (at least: the cache doubles the lag its source reports, when longer).
+    learn_after = 2 * (DEFAULT_LAG if config.metrics_lag is None else config.metrics_lag)
     return {
         name: MetricsCache(source, config.metrics_interval, workload_of, learn_after, ready)
         for name, source in metrics_sources(config, transport, state, ready).items()

@@ -71,12 +71,17 @@ class Config(BaseModel):
         "metrics-server; 'none' or empty: none); each policy picks one",
     )
     prometheus_url: str = Field(
-        "http://prometheus-server.monitoring.svc", description="Prometheus base URL"
+        "",
+        description="Prometheus base URL (empty: the preset's: node-exporter "
+        "http://prometheus-server.monitoring.svc, kube-prometheus "
+        "http://prometheus-k8s.monitoring.svc:9090, kube-prometheus-stack "
+        "http://prometheus-operated.monitoring.svc:9090)",
     )
     prometheus_cpu_query: str = Field(
         DEFAULT_CPU_QUERY,
         min_length=1,
-        description="PromQL giving each node's CPU utilisation 0..1, labelled by the node label",
+        description="PromQL giving each node's CPU utilisation 0..1, labelled by the node "
+        "label; $window stands for four scrape intervals, at least 1m",
     )
     prometheus_memory_query: str = Field(
         DEFAULT_MEMORY_QUERY,
@@ -136,11 +141,12 @@ class Config(BaseModel):
         description="extra HTTP headers for Prometheus as a JSON object, e.g. a tenant for "
         'Thanos, Cortex or Mimir: {"X-Scope-OrgID": "team-a"}',
     )
-    metrics_lag: float = Field(
-        75.0,
+    metrics_lag: float | None = Field(
+        None,
         ge=0,
         description="seconds before a query a placement must be to show fully in its figures: "
-        "the rate window plus the scrape interval (default query: 1m window, 15 s scrapes)",
+        "the rate window plus the scrape interval (empty: derived from the scrape interval "
+        "Prometheus reports when the CPU query's window is $window, else 75)",
     )
     metrics_interval: float = Field(
         10.0, ge=1, description="seconds between node-metrics refreshes (at least 1)"
@@ -239,14 +245,16 @@ class Config(BaseModel):
 
     @model_validator(mode="after")
     def _preset(self) -> Config:
-        """The preset's queries and node label, for those not set explicitly."""
-        cpu, memory, label = PRESETS[self.prometheus_preset]
+        """The preset's URL, queries and node label, for those not set (an empty URL is
+        not set: the chart renders one only when given)."""
+        url, cpu, memory, label = PRESETS[self.prometheus_preset]
         for name, value in (
+            ("prometheus_url", url),
             ("prometheus_cpu_query", cpu),
             ("prometheus_memory_query", memory),
             ("prometheus_node_label", label),
         ):
-            if name not in self.model_fields_set:
+            if name not in self.model_fields_set or not getattr(self, name):
                 object.__setattr__(self, name, value)  # frozen: set once, while validating
         return self
 
@@ -272,6 +280,11 @@ class Config(BaseModel):
     def _stripped(cls, value: Any) -> Any:
         """A query of only whitespace is refused (min_length), not sent to Prometheus."""
         return value.strip() if isinstance(value, str) else value
+
+    @field_validator("metrics_lag", mode="before")
+    @classmethod
+    def _derived_lag(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("metrics_sources", mode="before")
     @classmethod
@@ -392,6 +405,8 @@ def _origin(field: str, flags: Mapping[str, Any]) -> str:
 
 
 def _env_value(value: Any) -> str:
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
@@ -436,7 +451,7 @@ def settings() -> Iterator[Setting]:
             field=name,
             variable=env_name(name),
             flag=flag_name(name),
-            default="(none)" if default is PydanticUndefined else _env_value(default) or '""',
+            default="(none)" if default is PydanticUndefined else _env_value(default) or "empty",
             description=info.description or "",
             is_bool=info.annotation is bool,
         )

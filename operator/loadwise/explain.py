@@ -130,6 +130,12 @@ def metrics_warning(scheduler: Scheduler, policy: Policy) -> str | None:
     return None
 
 
+def _lag(config: Config) -> str:
+    if config.metrics_lag is not None:
+        return f"{config.metrics_lag:g}s"
+    return "from the scrape interval"
+
+
 def settings_line(config: Config) -> str:
     """Which settings judged the metrics above: this command's own LOADWISE_* environment,
     which need not be the operator's (its Deployment sets them)."""
@@ -138,7 +144,7 @@ def settings_line(config: Config) -> str:
     if "prometheus" in config.metrics_sources:
         parts.append(
             f"Prometheus {config.prometheus_url} (preset {config.prometheus_preset}, node label "
-            f"{config.prometheus_node_label!r}, lag {config.metrics_lag:g}s)"
+            f"{config.prometheus_node_label!r}, lag {_lag(config)})"
         )
     parts.append(f"preemption {'on' if config.preemption else 'off'}")
     return (

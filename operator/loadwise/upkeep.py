@@ -70,9 +70,11 @@ class Upkeep:
                     )
         self.last_refresh = time.monotonic()
         # A future sample covers placements up to about lag before its time: keep a margin.
-        self.scheduler.trim_placements(
-            keep=2 * self.config.metrics_lag + 4 * self.config.metrics_interval
+        lag = max(
+            (cache.lag for cache in self.scheduler.caches.values()),
+            default=self.config.metrics_lag or 0.0,
         )
+        self.scheduler.trim_placements(keep=2 * lag + 4 * self.config.metrics_interval)
         self.scheduler.update_gauges()
 
     async def probe_forever(self) -> None:

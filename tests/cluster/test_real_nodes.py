@@ -419,6 +419,12 @@ async def test_each_stacks_preset_reads_the_real_exporters_as_that_stack_labels_
     await create_pod(rkube, rns, body)
     await wait_running(rkube, rns, "preset-burn")
     jobs = stack_scrape_configs(cp, [REAL], real_cluster.node_exporter, stack)
+    # The rate window and lag follow the interval Prometheus reports for the series read: the
+    # `prometheus` chart scrapes every minute (20 s here, to keep the test short; the window
+    # must still be longer than a minute), kube-prometheus-stack's cAdvisor every 10 s.
+    if stack == "node-exporter":
+        jobs[0]["scrape_interval"] = "20s"
+    window, lag = {"node-exporter": (80, 100), "kube-prometheus": (60, 62)}.get(stack, (60, 70))
     prometheus = Prometheus([], "2s", jobs, cp.with_hosts()).start()
     try:
         config = Config.from_env(
@@ -436,6 +442,7 @@ async def test_each_stacks_preset_reads_the_real_exporters_as_that_stack_labels_
             )
 
         preset = source(config)
+        preset.retry_discovery = 1.0  # until Prometheus has scraped (and knows) the targets
         try:
 
             async def sample() -> NodeSample | None:
@@ -447,6 +454,8 @@ async def test_each_stacks_preset_reads_the_real_exporters_as_that_stack_labels_
 
             found = await wait_for(sample, 90, interval=1.0, what=f"a {stack} sample of {REAL}")
             assert found.cpu <= 1.0 and 0.0 < found.memory < 1.0, found
+            await preset.fetch()
+            assert (preset.window, preset.lag) == (window, lag), preset.intervals
         finally:
             await preset.close()
         if stack != "node-exporter":

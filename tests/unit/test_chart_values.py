@@ -146,9 +146,13 @@ def test_the_preset_is_one_value_and_explicit_settings_still_win() -> None:
     config = Config.from_env(container_env(one(render(stack), "Deployment")))
     assert config.prometheus_preset == "kube-prometheus-stack"
     assert "machine_cpu_cores" in config.prometheus_cpu_query
+    assert config.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert config.metrics_lag is None  # derived from the scrape interval
     sets = (stack, "metrics.nodeLabel=kubernetes_node", "metrics.lagSeconds=90")
+    sets += ("metrics.prometheusUrl=http://kps-kube-prometheus-prometheus.mon.svc:9090",)
     config = Config.from_env(container_env(one(render(*sets), "Deployment")))
     assert (config.prometheus_node_label, config.metrics_lag) == ("kubernetes_node", 90)
+    assert config.prometheus_url == "http://kps-kube-prometheus-prometheus.mon.svc:9090"
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def test_run_help_lists_every_setting_with_variable_default_and_meaning(
         assert folded in text, s.field
         assert s.flag in text
     # Spot checks of the generated text against the model.
-    assert "[LOADWISE_PROMETHEUS_URL, default http://prometheus-server.monitoring.svc]" in text
+    assert "[LOADWISE_PROMETHEUS_URL, default empty]" in text
     assert "--leader-elect, --no-leader-elect" in text
     assert "[LOADWISE_METRICS_SOURCES, default prometheus]" in text
     assert "[LOADWISE_PROMETHEUS_DIMENSIONS, default {}]" in text

@@ -90,6 +90,7 @@ class MetricsCache:
         self.refreshes = 0
         self.workload_of = workload_of
         self.min_age = min_age
+        self.lag = 0.0  # the latest answer's longest lag (how far back a sample covers)
         self.pod_usage: PodUsage = {}  # the latest successful answer, replaced whole
         self.pods_error: str | None = None
         self.learned = LearnedUsage()
@@ -136,6 +137,7 @@ class MetricsCache:
             return
         # A new mapping, never mutated afterwards: readers detect a refresh by identity.
         self.samples = {**self.samples, **fresh}
+        self.lag = max((s.timestamp - s.coverage for s in fresh.values()), default=self.lag)
         self.history.record(self.samples)
         self.last_success = time.time()
         self.last_error = None
@@ -156,7 +158,9 @@ class MetricsCache:
         if self.ready is not None:
             await self.ready.wait()
         if self.workload_of is not None:
-            self.learned.observe(usage, self.workload_of, time.time(), self.min_age)
+            # A rate window shows a pod fully about a lag after it starts, a lag after placement.
+            min_age = max(self.min_age, 2 * self.lag)
+            self.learned.observe(usage, self.workload_of, time.time(), min_age)
 
 
 def _describe(exc: BaseException) -> str:

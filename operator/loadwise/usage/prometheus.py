@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import math
 import ssl
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +25,21 @@ import orjson
 
 from .answers import error_text
 from .cache import NodeSample, PodUsage, SourceError
+from .scrape_intervals import (
+    DEFAULT_LAG,
+    WINDOW,
+    intervals_by_target,
+    lag_for,
+    metric_interval,
+    window_for,
+    windowed_metrics,
+    with_window,
+)
 
-DEFAULT_CPU_QUERY = '1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
+log = logging.getLogger(__name__)
+
+# `$window`: four scrape intervals and at least a minute (usage/scrape_intervals.py).
+DEFAULT_CPU_QUERY = '1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[$window]))'
 DEFAULT_MEMORY_QUERY = (
     "1 - sum by (node) (node_memory_MemAvailable_bytes)"
     " / sum by (node) (node_memory_MemTotal_bytes)"
@@ -34,30 +49,41 @@ DEFAULT_MEMORY_QUERY = (
 # once.
 DEFAULT_POD_CPU_QUERY = (
     "sum by (namespace, pod) (max by (namespace, pod, container)"
-    ' (rate(container_cpu_usage_seconds_total{container!=""}[1m])))'
+    ' (rate(container_cpu_usage_seconds_total{container!=""}[$window])))'
 )
 DEFAULT_POD_MEMORY_QUERY = (
     "sum by (namespace, pod) (max by (namespace, pod, container)"
     ' (container_memory_working_set_bytes{container!=""}))'
 )
-# What the built-in queries read, per Prometheus stack (docs/operations.md, "Prometheus
-# stacks"): (cpu query, memory query, node label).
-PRESETS: dict[str, tuple[str, str, str]] = {
-    # node-exporter series with a `node` label (a config relabelling the pod's node name).
-    "node-exporter": (DEFAULT_CPU_QUERY, DEFAULT_MEMORY_QUERY, "node"),
-    # kube-prometheus (jsonnet), OpenShift: node-exporter's `instance` is the node name.
+# Where Prometheus serves and what the built-in queries read, per Prometheus stack
+# (docs/operations.md, "Prometheus stacks"): (URL, cpu query, memory query, node label).
+PRESETS: dict[str, tuple[str, str, str, str]] = {
+    # The `prometheus` Helm chart (release `prometheus` in `monitoring`), whose jobs relabel the
+    # pod's node name to `node`.
+    "node-exporter": (
+        "http://prometheus-server.monitoring.svc",
+        DEFAULT_CPU_QUERY,
+        DEFAULT_MEMORY_QUERY,
+        "node",
+    ),
+    # kube-prometheus (jsonnet), OpenShift: node-exporter's `instance` is the node name; its
+    # Prometheus' Service is prometheus-k8s in `monitoring`.
     "kube-prometheus": (
-        '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[1m]))',
+        "http://prometheus-k8s.monitoring.svc:9090",
+        '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[$window]))',
         "1 - sum by (instance) (node_memory_MemAvailable_bytes)"
         " / sum by (instance) (node_memory_MemTotal_bytes)",
         "instance",
     ),
     # kube-prometheus-stack: node-exporter's series name no node; the kubelet's cAdvisor
     # series, labelled `node` by the Prometheus Operator, are scraped by default. A node
-    # without pods has no container series: it reads 0, not "no sample".
+    # without pods has no container series: it reads 0, not "no sample". The URL is the
+    # Service the Prometheus Operator makes for every Prometheus, whatever the release's name
+    # (the chart's own is <release>-kube-prometheus-prometheus).
     "kube-prometheus-stack": (
+        "http://prometheus-operated.monitoring.svc:9090",
         "(sum by (node) (max by (node, namespace, pod, container)"
-        ' (rate(container_cpu_usage_seconds_total{container!="", pod!=""}[1m])))'
+        ' (rate(container_cpu_usage_seconds_total{container!="", pod!=""}[$window])))'
         " or 0 * max by (node) (machine_cpu_cores)) / max by (node) (machine_cpu_cores)",
         "(sum by (node) (max by (node, namespace, pod, container)"
         ' (container_memory_working_set_bytes{container!="", pod!=""}))'
@@ -205,6 +231,9 @@ class Connection:
 
 class PrometheusSource:
     name = "prometheus"
+    # How often Prometheus is asked again for its scrape intervals (a minute after a failure).
+    rediscover_every = 600.0
+    retry_discovery = 60.0
 
     def __init__(
         self,
@@ -212,7 +241,7 @@ class PrometheusSource:
         cpu_query: str = DEFAULT_CPU_QUERY,
         memory_query: str = DEFAULT_MEMORY_QUERY,
         node_label: str = "node",
-        lag: float = 15.0,
+        lag: float | None = None,
         timeout: float = 5.0,
         dimensions: Mapping[str, str] | None = None,
         pod_cpu_query: str = DEFAULT_POD_CPU_QUERY,
@@ -223,21 +252,45 @@ class PrometheusSource:
     ) -> None:
         """`known_nodes`: the cluster's node names, to tell a node label holding something
         else (an instance address) from nodes without samples; asked once `ready` is set
-        (the state is listed: the query itself need not wait for that)."""
-        self.url = url.rstrip("/") + "/api/v1/query"
+        (the state is listed: the query itself need not wait for that). `lag` None: derived
+        from the scrape interval when the CPU query's window is `$window`, else 75 s."""
+        self.base = url.rstrip("/")
         self.dimensions = dict(dimensions or {})
         self.query = combined_query(cpu_query, memory_query, self.dimensions)
         self.pod_query = combined_query(pod_cpu_query, pod_memory_query)
+        self.node_metrics = windowed_metrics([cpu_query, memory_query, *self.dimensions.values()])
+        self.pod_metrics = windowed_metrics([pod_cpu_query, pod_memory_query])
+        self.lag_setting = lag
+        self.derives_lag = lag is None and WINDOW in cpu_query
+        self.intervals: dict[str, float] = {}  # metric -> scrape interval, as Prometheus says
+        self.discovery_error: str | None = None
+        self._next_discovery = -math.inf
+        self._discovery = asyncio.Lock()
         self.node_label = node_label
-        self.lag = lag
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self.known_nodes = known_nodes
         self.ready = ready
         self.connection = connection or Connection()
 
+    def interval(self, metrics: Collection[str]) -> float | None:
+        """The longest scrape interval of these metrics' targets, if Prometheus said."""
+        return max((self.intervals[m] for m in metrics if m in self.intervals), default=None)
+
+    @property
+    def lag(self) -> float:
+        """How long before a query a placement must be to show fully in its figures."""
+        if self.lag_setting is not None:
+            return self.lag_setting
+        return lag_for(self.interval(self.node_metrics)) if self.derives_lag else DEFAULT_LAG
+
+    @property
+    def window(self) -> float:
+        return window_for(self.interval(self.node_metrics))
+
     async def fetch(self) -> dict[str, NodeSample]:
-        payload = await self._query(self.query)
+        await self._discover()
+        payload = await self._query(with_window(self.query, self.window))
         if self.ready is not None:
             await self.ready.wait()
         samples = parse_response(payload, self.node_label, self.lag, self.dimensions)
@@ -251,9 +304,62 @@ class PrometheusSource:
         return samples
 
     async def fetch_pods(self) -> PodUsage:
-        return parse_pod_response(await self._query(self.pod_query))
+        await self._discover()
+        window = window_for(self.interval(self.pod_metrics))
+        return parse_pod_response(await self._query(with_window(self.pod_query, window)))
+
+    async def _discover(self) -> None:
+        """Ask Prometheus how often it scrapes the metrics the `$window` queries rate, at the
+        first refresh and every `rediscover_every` seconds. A Prometheus-compatible service
+        without these endpoints (Thanos, Mimir) leaves the one-minute window and 75 s lag."""
+        metrics = sorted(self.node_metrics | self.pod_metrics)
+        if not metrics or time.monotonic() < self._next_discovery:
+            return
+        async with self._discovery:  # fetch and fetch_pods run concurrently: ask once
+            if time.monotonic() < self._next_discovery:
+                return
+            self._next_discovery = time.monotonic() + self.retry_discovery
+            try:
+                targets = intervals_by_target(
+                    await self._get("/api/v1/targets", {"state": "active"})
+                )
+                found = {}
+                for metric in metrics:
+                    answer = await self._get("/api/v1/targets/metadata", {"metric": metric})
+                    if (interval := metric_interval(answer, targets)) is not None:
+                        found[metric] = interval
+            except (PrometheusError, ValueError, aiohttp.ClientError, TimeoutError) as exc:
+                error = str(exc) or type(exc).__name__
+                log.log(
+                    logging.DEBUG if error == self.discovery_error else logging.WARNING,
+                    "cannot read Prometheus' scrape intervals (%s): rate windows of %gs and a "
+                    "lag of %gs assumed (set LOADWISE_METRICS_LAG, and a window in the queries, "
+                    "to choose them)",
+                    error,
+                    self.window,
+                    self.lag,
+                )
+                self.discovery_error = error
+                return
+            self.discovery_error = None
+            if found.keys() >= set(metrics):  # else not scraped yet: ask again in a minute
+                self._next_discovery = time.monotonic() + self.rediscover_every
+            if found != self.intervals:
+                self.intervals = found
+                log.info(
+                    "Prometheus scrapes %s: node rate window %gs, lag %gs",
+                    ", ".join(f"{m} every {s:g}s" for m, s in sorted(found.items())) or "none",
+                    self.window,
+                    self.lag,
+                )
 
     async def _query(self, query: str) -> Any:
+        return await self._request("POST", "/api/v1/query", data={"query": query})
+
+    async def _get(self, path: str, params: Mapping[str, str]) -> Any:
+        return await self._request("GET", path, params=params)
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         connection = self.connection
         if self._session is None or self._session.closed:
             tls = connection.ssl_context()
@@ -263,7 +369,9 @@ class PrometheusSource:
             headers = connection.request_headers()
         except OSError as exc:
             raise PrometheusError(f"cannot read Prometheus credentials: {exc}") from None
-        async with self._session.post(self.url, data={"query": query}, headers=headers) as resp:
+        async with self._session.request(
+            method, self.base + path, headers=headers, **kwargs
+        ) as resp:
             if resp.status != 200:
                 raise PrometheusError(
                     f"HTTP {resp.status}: {error_text(await resp.read(), 'error')}"

@@ -95,7 +95,9 @@ class Scripted(PrometheusSource):
         super().__init__("http://127.0.0.1:1", known_nodes=lambda: known)
         self.answer = answer
 
-    async def _query(self, query: str) -> Any:
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if path != "/api/v1/query":  # the scrape intervals: as a Prometheus-alike without them
+            raise PrometheusError("HTTP 404: not found")
         return self.answer
 
 
