@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any, cast
 
@@ -299,4 +300,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli.main(["--version"])
     assert stopped.value.code == 0
-    assert capsys.readouterr().out.strip() == "loadwise 0.1.0"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert capsys.readouterr().out.strip() == f"loadwise {project['version']}"
+    # One version: the package's, the chart's and the image's (the chart's appVersion).
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == project["version"]
