@@ -55,6 +55,26 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     return " ".join(text.split())[:limit]
 
 
+class ShutdownDuringStartup(logging.Filter):
+    """kopf warns "Activity ... is cancelled. Will escalate." and "Startup activity is only
+    partially executed due to cancellation." when SIGTERM comes while the start-up handler is
+    still retrying (an API server not reachable yet, say): an orderly stop, not a problem.
+    Those two records become one INFO line; kopf's other warnings pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.name == "kopf._core.reactor.running" and message.startswith(
+            "Startup activity is only partially executed due to cancellation"
+        ):
+            return False
+        if record.name == "kopf.activities.startup" and message.endswith(
+            "is cancelled. Will escalate."
+        ):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "stopped during start-up (SIGTERM or SIGINT)", ()
+        return True
+
+
 def setup(level: str, fmt: LogFormat = "text") -> None:
     """Configure the root logger for `loadwise run` (replacing any earlier configuration)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -63,3 +83,4 @@ def setup(level: str, fmt: LogFormat = "text") -> None:
     logging.captureWarnings(True)  # Python warnings too: no line outside the format
     # kopf logs every handled pod event at DEBUG/INFO: keep it quiet on the hot path.
     logging.getLogger("kopf").setLevel(logging.WARNING)
+    handler.addFilter(ShutdownDuringStartup())

@@ -83,6 +83,27 @@ def test_setup_json_writes_json_lines_to_stderr(
     assert line.endswith(" INFO loadwise.x: plain")
 
 
+def test_a_stop_during_start_up_is_one_info_line_not_kopfs_two_warnings(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured: SIGTERM while start-up retries an unreachable API server made kopf warn
+    "Activity 'build_registry.<locals>.startup' is cancelled. Will escalate." and "Startup
+    activity is only partially executed due to cancellation."."""
+    logs.setup("INFO", "text")
+    logging.getLogger("kopf.activities.startup").warning(
+        "Activity %r is cancelled. Will escalate.", "build_registry.<locals>.startup"
+    )
+    logging.getLogger("kopf._core.reactor.running").warning(
+        "Startup activity is only partially executed due to cancellation."
+    )
+    logging.getLogger("kopf.activities.startup").warning("Activity 'x' failed; will retry.")
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "INFO kopf.activities.startup: stopped during start-up (SIGTERM or SIGINT)",
+        "WARNING kopf.activities.startup: Activity 'x' failed; will retry.",
+    ]
+
+
 def test_the_setting_takes_text_or_json_only() -> None:
     assert Config.from_env({}).log_format == "text"
     assert Config.from_env({"LOADWISE_LOG_FORMAT": "json"}).log_format == "json"

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..framework.types import PodInfo
 from ..kube.transport import STRATEGIC_MERGE, Http
+from ..logs import one_line
 from ..policies.status import stamp
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ class Binder:
                 method, path, body, content_type=STRATEGIC_MERGE if method == "PATCH" else None
             )
         except Exception as exc:
-            log.warning("writing %s failed: %r", what, exc)
+            log.warning("writing %s failed: %s", what, one_line(exc))
             return False
         if status >= 300 and status != 404:
             log.warning("writing %s failed: HTTP %s %s", what, status, data[:300])
