@@ -11,6 +11,7 @@ the real API server's RBAC, and a real Prometheus scrapes it as the chart's Serv
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import signal
 import time
@@ -238,7 +239,7 @@ async def test_helm_install_then_schedule_and_serve_with_the_charts_service_acco
             assert status == 200, text
             assert "loadwise_leader" in text
             await prometheus_scrapes_as_the_service_monitor_says(
-                local_cluster, port, {"scraper": scraper, "nosy": nosy}, tmp_path
+                local_cluster, kube, port, {"scraper": scraper, "nosy": nosy}, tmp_path
             )
 
             await kube.create(
@@ -291,19 +292,44 @@ async def test_helm_install_then_schedule_and_serve_with_the_charts_service_acco
 
 
 async def prometheus_scrapes_as_the_service_monitor_says(
-    cluster: LocalCluster, port: int, tokens: dict[str, str], tmp_path: Path
+    cluster: LocalCluster, kube: Kube, port: int, tokens: dict[str, str], tmp_path: Path
 ) -> None:
     """A real Prometheus configured as the Prometheus Operator turns the chart's ServiceMonitor
-    endpoint into a scrape job (scheme, path, bearer token file, TLS settings): with the token
-    of an account the chart bound to the metrics-reader role the target is up and loadwise's
-    series arrive; with another account's token the target is down."""
+    endpoint into a scrape job (scheme, path, the bearer token, TLS settings). The default
+    endpoint's token is the chart's scraper account's, from the token Secret the chart renders
+    (the operator reads it into Prometheus' configuration; here, the test does): that target
+    is up and loadwise's series arrive. The deprecated bearer token file (Prometheus' own
+    account, which the chart binds to the metrics-reader role) works too; another account's
+    token gets the target down. (This control plane has no ServiceMonitor CRD: the scraper
+    objects are created from `helm template`.)"""
     rendered = await helm(
         cluster, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
         "--set", "serviceMonitor.enabled=true",
     )  # fmt: skip
-    monitor = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ServiceMonitor")
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert endpoint["bearerTokenFile"]  # the Prometheus pod's own token; here: each account's
+    credentials = endpoint["authorization"]["credentials"]
+    created: list[str] = []
+    for kind, path in (
+        ("ServiceAccount", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"),
+        ("Secret", f"/api/v1/namespaces/{NAMESPACE}/secrets"),
+        ("ClusterRoleBinding", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"),
+    ):
+        (doc,) = (d for d in docs if d["kind"] == kind and "scraper" in d["metadata"]["name"])
+        with contextlib.suppress(KubeError):  # 409: made by an earlier run
+            await kube.create(path, doc)
+        created.append(f"{path}/{doc['metadata']['name']}")
+
+    async def secret_token() -> str | None:
+        secret = await kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{credentials['name']}")
+        value = (secret.get("data") or {}).get(credentials["key"])
+        return base64.b64decode(value).decode() if value else None
+
+    tokens = {
+        "chart-scraper": await wait_for(secret_token, 30, what="the scraper token Secret"),
+        **tokens,
+    }
     jobs = []
     for name, token in tokens.items():
         token_file = tmp_path / f"{name}.token"
@@ -330,14 +356,19 @@ async def prometheus_scrapes_as_the_service_monitor_says(
             ups = {r["metric"]["job"]: float(r["value"][1]) for r in answer["data"]["result"]}
             return ups if set(ups) == set(tokens) else None
 
-        assert await wait_for(scraped, 30, interval=0.5, what="both jobs scraped") == {
+        assert await wait_for(scraped, 30, interval=0.5, what="every job scraped") == {
+            "chart-scraper": 1.0,
             "scraper": 1.0,
             "nosy": 0.0,
         }
-        answer = await asyncio.to_thread(prometheus.query, 'loadwise_leader{job="scraper"}')
-        assert answer["data"]["result"], "loadwise's series did not arrive"
+        for job in ("chart-scraper", "scraper"):
+            answer = await asyncio.to_thread(prometheus.query, f'loadwise_leader{{job="{job}"}}')
+            assert answer["data"]["result"], f"loadwise's series did not arrive ({job})"
     finally:
         await asyncio.to_thread(prometheus.stop)
+        for path in created:
+            with contextlib.suppress(KubeError):
+                await kube.delete(path)
 
 
 async def test_helm_uninstall_returns_while_the_operator_is_down(

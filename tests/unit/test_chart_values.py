@@ -347,8 +347,24 @@ def test_metrics_access_rbac_and_the_service_monitor() -> None:
     assert monitor["metadata"]["labels"]["release"] == "kps"
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["scheme"] == "https" and endpoint["port"] == "https-metrics"
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    # The token of the chart's scraper account, from a Secret: no deprecated bearerTokenFile.
+    assert "bearerTokenFile" not in endpoint
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "lw-loadwise-scraper-token", "key": "token"},
+    }
+    secret = one(docs, "Secret", "lw-loadwise-scraper-token")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": "lw-loadwise-scraper"
+    }
+    scraper = one(docs, "ClusterRoleBinding", "lw-loadwise-scraper")
+    assert scraper["roleRef"]["name"] == "lw-loadwise-metrics-reader"
+    assert scraper["subjects"][0]["name"] == "lw-loadwise-scraper"
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}  # self-signed by default
+    (endpoint,) = one(render(*EVERY_OPTION[:2], "serviceMonitor.auth=prometheus-token-file"),
+                      "ServiceMonitor")["spec"]["endpoints"]  # fmt: skip
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
     service = one(docs, "Service")
     assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
     assert service["spec"]["ports"][0]["name"] == "https-metrics"
