@@ -126,6 +126,18 @@ POLICY_FRESH_NODES = Gauge(
     "Nodes whose sample from the policy's source is younger than its metrics.maxAgeSeconds.",
     ["policy"],
 )
+POLICY_HOT_NODES = Gauge(
+    "loadwise_policy_hot_nodes",
+    "Nodes over one of the policy's hot thresholds by its load figures (its source and "
+    "aggregation; nodes with a fresh sample only), as the leader last reported.",
+    ["policy"],
+)
+NODE_UTILISATION = Gauge(
+    "loadwise_node_utilisation_ratio",
+    "How the nodes' measured utilisation (0..1) is spread, by source and resource: stat min, "
+    "median, p90, max and stddev over the nodes with a sample younger than 5 minutes.",
+    ["source", "resource", "stat"],
+)
 EVENTS_DROPPED = Counter(
     "loadwise_events_dropped_total",
     "Scheduled events not written because the event buffer was full.",

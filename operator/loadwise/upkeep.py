@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 
@@ -16,6 +17,7 @@ from .degradations import Degradations
 from .kube.informer import Informer, ignore, uid_of
 from .kube.transport import REQUEST_TIMEOUT, Http
 from .scheduler.scheduler import Scheduler
+from .usage.spread import STATS, utilisation_stats
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,12 @@ class Upkeep:
                     obs.LAST_REFRESH.labels(name).set(cache.last_success)
                 obs.FRESH_NODES.labels(name).set(len(cache.samples))
                 obs.LEARNED_WORKLOADS.labels(name).set(cache.learned.workloads)
+                nodes = self.scheduler.state.nodes
+                spread = utilisation_stats(cache.samples, nodes, time.time(), 300.0)
+                for resource in ("cpu", "memory"):
+                    for stat in STATS:
+                        gauge = obs.NODE_UTILISATION.labels(name, resource, stat)
+                        gauge.set(spread.get((resource, stat), math.nan))
                 if ok:
                     self.degradations.clear(f"metrics_source/{name}")
                 else:

@@ -72,6 +72,7 @@ async def test_every_panel_returns_data_from_prometheus_scraping_loadwise(
             await kube.create(f"/api/v1/namespaces/{ns}/pods", gated)
 
             variables = {
+                "cluster": ".*",  # no cluster label here: the variable's "All"
                 "job": ".+",  # the variables' "All"
                 "profile": SCHEDULER,
                 "policy": "board",

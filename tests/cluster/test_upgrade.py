@@ -117,7 +117,7 @@ async def test_upgrade_from_the_previous_release_with_policies_in_place(
         "spec": {
             "weights": {"cpu": 3, "memory": 1},
             "podSelector": {"matchLabels": {"app": "web"}},
-            "hotThreshold": {"cpu": 85},
+            "hotThresholds": {"cpu": 85},
         },
     }
     await ukube.create(POLICIES, user_policy)
@@ -208,6 +208,7 @@ async def test_upgrade_from_the_previous_release_with_policies_in_place(
         await wait_for(pruned, 30, what="the old status field gone at the first write")
         web = await ukube.get(f"{POLICIES}/web")
         assert web["spec"]["weights"] == {"cpu": 3, "memory": 1}
+        assert web["spec"]["hotThresholds"]["cpu"] == 85
     await helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
 
 

@@ -78,7 +78,12 @@ def test_queries_use_only_defined_variables_and_exported_metrics() -> None:
         "loadwise_placements_total",
         "loadwise_hot_nodes_passed_over_total",
         "loadwise_metrics_last_success_timestamp_seconds",
+        "loadwise_node_utilisation_ratio",  # the outcome: how loaded the nodes are
+        "loadwise_policy_hot_nodes",
     } <= used
+    # One Grafana, many clusters: every query is scoped by the `cluster` variable.
+    for title, expr in queries():
+        assert expr.count('cluster=~"$cluster"') == expr.count('job=~"$job"') >= 1, title
 
 
 def render(*sets: str) -> list[dict[str, Any]]:

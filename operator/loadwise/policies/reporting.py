@@ -20,7 +20,7 @@ from ..scheduler.binder import Binder
 from ..scheduler.scheduler import Scheduler
 from .policy import GROUP, VERSION
 from .policywatch import POLICIES_PATH, PolicyObject, PolicyWatch
-from .status import metrics_report, set_condition, stamp, status_fields
+from .status import hot_nodes, metrics_report, set_condition, stamp, status_fields
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class Reporter:
         for name in self._gauged:
             obs.POLICY_METRICS_AVAILABLE.remove(name)
             obs.POLICY_FRESH_NODES.remove(name)
+            obs.POLICY_HOT_NODES.remove(name)
         self._gauged.clear()
 
     async def report_once(self) -> None:
@@ -80,6 +81,7 @@ class Reporter:
         for name in self._gauged - valid:  # deleted or invalid: drop their series
             obs.POLICY_METRICS_AVAILABLE.remove(name)
             obs.POLICY_FRESH_NODES.remove(name)
+            obs.POLICY_HOT_NODES.remove(name)
             self._gauged.discard(name)
         await self._report_operator()
 
@@ -153,6 +155,9 @@ class Reporter:
         fields["available"] = report.available
         obs.POLICY_METRICS_AVAILABLE.labels(name).set(1 if report.available else 0)
         obs.POLICY_FRESH_NODES.labels(name).set(report.fresh_nodes)
+        samples = scheduler.samples_for(policy)
+        hot = hot_nodes(policy, samples, scheduler.state.nodes, time.time())
+        obs.POLICY_HOT_NODES.labels(name).set(hot)
         self._gauged.add(name)
         return fields
 

@@ -312,3 +312,25 @@ async def test_per_policy_gauges_go_when_this_replica_stops_leading() -> None:
     setup.reporter.forget_gauges()
     setup.reporter.forget_gauges()
     assert policy_gauges("gauged") == (None, None)
+
+
+async def test_hot_nodes_are_counted_by_the_policys_thresholds_and_fresh_samples() -> None:
+    setup = Setup()
+    for name in ("n2", "n3", "n4"):
+        setup.scheduler.on_node_event("ADDED", manifests.node(name))
+    now = time.time()
+    setup.cache.samples = {
+        "n1": NodeSample(0.2, 0.3, now),  # cool
+        "n2": NodeSample(0.9, 0.3, now),  # over 85% CPU
+        "n3": NodeSample(0.5, 0.95, now),  # over 90% memory
+        "n4": NodeSample(0.99, 0.99, now - 3600),  # hot but stale: not judged
+        "gone": NodeSample(0.99, 0.99, now),  # no such node
+    }
+    setup.policy("default-limits", {})
+    setup.policy("strict", {"hotThresholds": {"cpu": 15}})
+    await setup.reporter.report_once()
+    hot = {
+        name: REGISTRY.get_sample_value("loadwise_policy_hot_nodes", {"policy": name})
+        for name in ("default-limits", "strict")
+    }
+    assert hot == {"default-limits": 2.0, "strict": 3.0}
