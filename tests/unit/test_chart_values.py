@@ -13,7 +13,7 @@ from typing import Any, get_args
 import pytest
 import yaml
 
-from loadwise.config import Config
+from loadwise.config import Config, env_name
 from loadwise.kube.access import PERMISSIONS, needed
 from loadwise.policies.policy import parse_spec
 from loadwise_dev.controlplane import helm_binary
@@ -638,3 +638,20 @@ def test_the_alerts_are_valid_rules_and_fire_on_what_they_name(tmp_path: Path) -
     assert tested.returncode == 0, tested.stdout + tested.stderr
     refused = helm("template", "lw", str(CHART), "--set", "prometheusRule.enabled=true")
     assert "prometheusRule.enabled needs serviceMonitor.enabled" in refused.stderr
+
+
+def test_every_setting_is_a_value_or_named_for_extra_env() -> None:
+    """Every `loadwise run` setting is reachable from values: rendered from a value of its own,
+    or named in values.yaml as one to set through extraEnv (which overrides the chart's)."""
+    template = (CHART / "templates" / "deployment.yaml").read_text()
+    values = (CHART / "values.yaml").read_text()
+    extra = values[values.index("# Extra environment variables") : values.index("extraEnv: []")]
+    for name in Config.model_fields:
+        variable = env_name(name)
+        assert variable in template or variable in extra, variable
+    sets = ("extraEnv[0].name=LOADWISE_INITIAL_BACKOFF", "extraEnv[0].value=2.5")
+    sets += ("extraEnv[1].name=LOADWISE_METRICS_INTERVAL", "extraEnv[1].value=30")
+    (container,) = one(render(*sets), "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}  # the last wins
+    config = Config.from_env(env)
+    assert (config.initial_backoff, config.metrics_interval) == (2.5, 30)
