@@ -36,6 +36,7 @@ pytestmark = pytest.mark.cluster
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "loadwise"
 RELEASE, NAMESPACE = "lw", "loadwise-system"
+CHART_POLICY = f"{RELEASE}-loadwise-default"  # the release-scoped fallback policy
 EXPECTED_RULES = [
     {
         "apiGroups": [""],
@@ -247,12 +248,12 @@ async def test_helm_install_then_schedule_and_serve_with_the_charts_service_acco
             )
             assert (await wait_bound(kube, ns, ["chart-pod"]))["chart-pod"] == "n2"
             scheduled = await wait_event(kube, ns, "chart-pod", "Scheduled")
-            assert scheduled["message"].endswith("; policy default")
+            assert scheduled["message"].endswith(f"; policy {RELEASE}-loadwise-default")
             await kube.create(
                 f"/api/v1/namespaces/{ns}/pods", manifests.pod("too-big", namespace=ns, cpu="64")
             )
             await wait_event(kube, ns, "too-big", "FailedScheduling")
-            await wait_for(lambda: policy_ready(kube, "default"), 15, what="default Ready")
+            await wait_for(lambda: policy_ready(kube, CHART_POLICY), 15, what="default Ready")
 
             async def marked() -> dict[str, Any] | None:
                 # The event is written first, then the condition: wait for the second write.
@@ -279,11 +280,11 @@ async def test_helm_install_then_schedule_and_serve_with_the_charts_service_acco
             scheduled = await wait_event(kube, ns, "web-1", "Scheduled")
             assert scheduled["message"].endswith("; policy web")
 
-            policy = await kube.get(f"{POLICIES}/default")
+            policy = await kube.get(f"{POLICIES}/{CHART_POLICY}")
             assert not policy["metadata"].get("finalizers")  # nothing can hold a deletion
             await uninstall_within_bound(local_cluster)  # while the operator runs
             # No finalizer: the release's policy goes with it; the user's stays.
-            assert not await kube.exists(f"{POLICIES}/default")
+            assert not await kube.exists(f"{POLICIES}/{CHART_POLICY}")
             assert await kube.exists(f"{POLICIES}/web")
     finally:
         await helm(
@@ -386,10 +387,10 @@ async def test_helm_uninstall_returns_while_the_operator_is_down(
             )
         config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path)
         async with running_operator(config, sa_kubeconfig):
-            await wait_for(lambda: policy_ready(kube, "default"), 15, what="default Ready")
+            await wait_for(lambda: policy_ready(kube, CHART_POLICY), 15, what="default Ready")
         await uninstall_within_bound(local_cluster)
         for path in (
-            f"{POLICIES}/default",
+            f"{POLICIES}/{CHART_POLICY}",
             f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}-loadwise",
             f"/api/v1/namespaces/{NAMESPACE}/services/{RELEASE}-loadwise",
             f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{RELEASE}-loadwise-auth-delegator",

@@ -31,7 +31,7 @@ from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES
-from .test_chart import NAMESPACE, RELEASE, charts_operator, helm, policy_ready
+from .test_chart import CHART_POLICY, NAMESPACE, RELEASE, charts_operator, helm, policy_ready
 from .util import wait_bound, wait_event
 
 pytestmark = pytest.mark.cluster
@@ -199,7 +199,9 @@ async def test_upgrade_from_the_previous_release_with_policies_in_place(
             "; policy web"
         )
         await wait_for(lambda: policy_ready(ukube, "web"), 30, what="web Ready")
-        await wait_for(lambda: policy_ready(ukube, "default"), 30, what="default Ready")
+        # The release's fallback, renamed from `default` (0.1.0) to be release-scoped.
+        await wait_for(lambda: policy_ready(ukube, CHART_POLICY), 30, what="fallback Ready")
+        assert not await ukube.exists(f"{POLICIES}/default")
 
         async def pruned() -> bool:
             status = (await ukube.get(f"{POLICIES}/web"))["status"]

@@ -80,7 +80,7 @@ def test_renders_without_a_kube_version() -> None:
         "PodDisruptionBudget/lw-loadwise",
         "Role/lw-loadwise-leader-election",
         "RoleBinding/lw-loadwise-leader-election",
-        "SchedulingPolicy/default",
+        "SchedulingPolicy/lw-loadwise-default",
         "Service/lw-loadwise",
         "ServiceAccount/lw-loadwise",
     ]
@@ -400,13 +400,15 @@ def test_the_default_policy_is_a_fallback() -> None:
     spec = parse_spec(policy["spec"])
     assert spec.fallback and spec.weights.cpu == 3
     assert spec.metrics.source == "prometheus"
-    # It governs this release's pods only, under a name a second release can change.
-    assert policy["metadata"]["name"] == "default"
+    # It governs this release's pods only, under the release's name (cluster-scoped: a second
+    # release gets its own), or one given.
+    assert policy["metadata"]["name"] == "lw-loadwise-default"
     assert spec.scheduler_name == "loadwise-scheduler"
-    second = one(
-        render("schedulerName=batch-scheduler", "defaultPolicy.name=default-batch"),
-        "SchedulingPolicy",
-    )
+    batch = ("schedulerName=batch-scheduler",)
+    rendered = helm("template", "batch", str(CHART), "--set", batch[0]).stdout
+    (other,) = (d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "SchedulingPolicy")
+    assert other["metadata"]["name"] == "batch-loadwise-default"
+    second = one(render(*batch, "defaultPolicy.name=default-batch"), "SchedulingPolicy")
     assert second["metadata"]["name"] == "default-batch"
     assert parse_spec(second["spec"]).scheduler_name == "batch-scheduler"
     assert not [d for d in render("defaultPolicy.create=false") if d["kind"] == "SchedulingPolicy"]
