@@ -461,8 +461,14 @@ async def test_each_stacks_preset_reads_the_real_exporters_as_that_stack_labels_
         if stack != "node-exporter":
             default = source(Config.from_env({"LOADWISE_PROMETHEUS_URL": prometheus.url}))
             try:
-                with pytest.raises(PrometheusError, match="LOADWISE_PROMETHEUS_PRESET"):
+                with pytest.raises(PrometheusError, match="LOADWISE_PROMETHEUS_PRESET") as caught:
                     await default.fetch()
+                # ... and which preset fits, from one raw series' labels
+                fits = {
+                    "kube-prometheus": "its `instance` is the node's name: preset kube-prometheus",
+                    "kube-prometheus-stack": "names a node: preset kube-prometheus-stack",
+                }[stack]
+                assert fits in str(caught.value), str(caught.value)
             finally:
                 await default.close()
     finally:

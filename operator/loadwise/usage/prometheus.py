@@ -100,6 +100,11 @@ class PrometheusError(SourceError):
     pass
 
 
+class NodeLabelMissing(PrometheusError):
+    """Series came back, none with the node label: a stack whose labels the preset does not
+    read (the source then looks at a raw series to say which preset fits)."""
+
+
 def combined_query(
     cpu_query: str, memory_query: str, dimensions: Mapping[str, str] | None = None
 ) -> str:
@@ -163,7 +168,7 @@ def parse_response(
             else f"they have no other label (the series read carry no {node_label!r} label, "
             "or the query drops it)"
         )
-        raise PrometheusError(
+        raise NodeLabelMissing(
             f"{unlabelled} series came back but none has the node label {node_label!r} "
             f"(LOADWISE_PROMETHEUS_NODE_LABEL): {have}; for kube-prometheus or "
             "kube-prometheus-stack, set LOADWISE_PROMETHEUS_PRESET (chart: metrics.preset) "
@@ -293,8 +298,11 @@ class PrometheusSource:
         payload = await self._query(with_window(self.query, self.window))
         if self.ready is not None:
             await self.ready.wait()
-        samples = parse_response(payload, self.node_label, self.lag, self.dimensions)
         known = self.known_nodes() if self.known_nodes is not None else ()
+        try:
+            samples = parse_response(payload, self.node_label, self.lag, self.dimensions)
+        except NodeLabelMissing as exc:
+            raise NodeLabelMissing(f"{exc}{await self._label_hint(known)}") from None
         if samples and known and not any(name in known for name in samples):
             raise PrometheusError(
                 f"no series' {self.node_label!r} label names a node of the cluster "
@@ -302,6 +310,33 @@ class PrometheusSource:
                 f"{_examples(samples)}; the nodes are such as {_examples(known)}"
             )
         return samples
+
+    async def _label_hint(self, known: Collection[str]) -> str:
+        """What one raw series of the metric the node query rates carries, and the preset
+        that reads such labels; empty when that cannot be asked."""
+        for metric in sorted(self.node_metrics):
+            try:
+                found = _vector(await self._query(f"topk(1, {metric})"))
+                labels = found[0]["metric"] if found else None
+            except (PrometheusError, aiohttp.ClientError, TimeoutError, LookupError, TypeError):
+                return ""
+            if not isinstance(labels, dict):
+                continue
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__")[
+                :300
+            ]
+            instance = labels.get("instance")
+            if self.node_label in labels:
+                fits = f"it has {self.node_label!r}: does the query aggregate it away?"
+            elif instance in known:
+                fits = "its `instance` is the node's name: preset kube-prometheus"
+            else:
+                fits = (
+                    "no label of it names a node: preset kube-prometheus-stack (which reads "
+                    "the kubelet's cAdvisor series), or relabel these series with `node`"
+                )
+            return f". A {metric} series carries {shown}; {fits}"
+        return ""
 
     async def fetch_pods(self) -> PodUsage:
         await self._discover()

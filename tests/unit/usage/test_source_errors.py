@@ -198,3 +198,38 @@ def test_prometheus_connection_settings_are_checked_by_name(tmp_path: Path) -> N
     assert parsed.prometheus_headers == {"X-Scope-OrgID": "team-a"}
     with pytest.raises(ValueError, match=r"LOADWISE_PROMETHEUS_HEADERS: .*names to strings"):
         Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": '{"X-Scope-OrgID": 1}'})
+
+
+@pytest.mark.parametrize(
+    ("instance", "fits"),
+    [
+        ("10.0.0.1:9100", "preset kube-prometheus-stack"),  # an address: no label names a node
+        ("n1", "its `instance` is the node's name: preset kube-prometheus"),
+    ],
+)
+async def test_a_missing_node_label_is_explained_by_a_raw_series_and_the_preset_that_fits(
+    instance: str, fits: str
+) -> None:
+    """The default query aggregates `by (node)`: on another stack's series it returns one
+    series without labels, which says nothing. One raw series of the metric it rates does."""
+
+    async def query(request: web.Request) -> web.Response:
+        text = str((await request.post())["query"])
+        if text == "topk(1, node_cpu_seconds_total)":
+            raw = {"__name__": "node_cpu_seconds_total", "instance": instance, "job": "ne"}
+            return web.json_response(series(raw))
+        return web.json_response(
+            series({"loadwise_resource": "cpu"}, {"loadwise_resource": "memory"})
+        )
+
+    async with prometheus_answering(query) as url:
+        source = PrometheusSource(url, known_nodes=lambda: ["n1"])
+        try:
+            with pytest.raises(PrometheusError) as caught:
+                await source.fetch()
+        finally:
+            await source.close()
+    message = str(caught.value)
+    assert "none has the node label 'node'" in message
+    assert f"A node_cpu_seconds_total series carries instance={instance}, job=ne; " in message
+    assert message.endswith(fits) or fits in message
