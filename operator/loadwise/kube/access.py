@@ -74,9 +74,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
     Permission("delete", "", "pods", when="preemption"),  # preemption's victims
     Permission("create", "", "events", ""),
-    Permission(
-        "patch", "loadwise.io", "schedulingpolicies"
-    ),  # drops a finalizer of pre-0.1.0 builds
+    Permission("patch", "loadwise.io", "schedulingpolicies"),  # pre-0.1.0 finalizers
     Permission("patch", "loadwise.io", "schedulingpolicies", "status"),  # reporting
     *(
         Permission(verb, "coordination.k8s.io", "leases", when="leader_elect")  # leader.py

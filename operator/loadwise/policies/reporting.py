@@ -25,9 +25,8 @@ from .status import hot_nodes, metrics_report, set_condition, stamp, status_fiel
 log = logging.getLogger(__name__)
 
 MERGE = "application/merge-patch+json"
-LEGACY_FINALIZER = (
-    f"{GROUP}/metrics-timer"  # kopf's timer finalizer, left by development builds before 0.1.0
-)
+# kopf's timer finalizer, left by development builds before 0.1.0
+LEGACY_FINALIZER = f"{GROUP}/metrics-timer"
 CONDITION = "loadwise.io/Degraded"
 
 
