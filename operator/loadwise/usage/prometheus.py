@@ -259,7 +259,7 @@ class PrometheusSource:
         else (an instance address) from nodes without samples; asked once `ready` is set
         (the state is listed: the query itself need not wait for that). `lag` None: derived
         from the scrape interval when the CPU query's window is `$window`, else 75 s."""
-        self.base = url.rstrip("/")
+        self.url = url.rstrip("/")
         self.dimensions = dict(dimensions or {})
         self.query = combined_query(cpu_query, memory_query, self.dimensions)
         self.pod_query = combined_query(pod_cpu_query, pod_memory_query)
@@ -405,7 +405,7 @@ class PrometheusSource:
         except OSError as exc:
             raise PrometheusError(f"cannot read Prometheus credentials: {exc}") from None
         async with self._session.request(
-            method, self.base + path, headers=headers, **kwargs
+            method, self.url + path, headers=headers, **kwargs
         ) as resp:
             if resp.status != 200:
                 raise PrometheusError(
