@@ -138,18 +138,23 @@ def _main(argv: list[str] | None) -> int:
     sub.add_parser("crd", help="print the SchedulingPolicy CRD generated from the model")
     explain = sub.add_parser(
         "explain",
-        usage="loadwise explain NAMESPACE/POD [--SETTING VALUE ...]",
-        help="dry run: every node's verdict and score for NAMESPACE/POD",
+        usage="loadwise explain NAMESPACE/POD | node/NAME [--SETTING VALUE ...]",
+        help="dry run: every node's verdict and score for NAMESPACE/POD; node/NAME: whether "
+        "rebalancing would relieve the node, and what would move where",
         description="A dry run of the operator's scheduling cycle for one pod: why each node "
         "was refused, each feasible node's load figures and score, the choice, and what "
-        "preemption would do. Nothing is bound or evicted. It reads the cluster with your "
+        "preemption would do; for node/NAME, whether the node is over a hot threshold under "
+        "each policy with rebalance enabled and which pods would move where. Nothing is "
+        "bound or evicted. It reads the cluster with your "
         "kubeconfig and the metrics with the same settings as `loadwise run` (LOADWISE_* "
         "variables or the flags below): give it the operator's, e.g. --prometheus-url, or "
         "it may explain a decision the operator did not make (its last line says which "
         "settings it used).",
         formatter_class=_HelpFormatter,
     )
-    explain.add_argument("pod", metavar="NAMESPACE/POD", help="the pod to explain")
+    explain.add_argument(
+        "pod", metavar="NAMESPACE/POD | node/NAME", help="the pod or node to explain"
+    )
     add_setting_flags(explain)
     sub.add_parser(
         "dev",

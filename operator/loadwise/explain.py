@@ -36,6 +36,7 @@ from .kube.informer import Informer
 from .kube.transport import ApiError
 from .logs import one_line
 from .policies.policy import GROUP, PLURAL, VERSION, Policy
+from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 
 
@@ -173,6 +174,45 @@ def estimate_line(pod: PodInfo, policy: Policy, learned: UsageProfiles | None) -
     )
 
 
+async def relief_lines(rebalancer: Rebalancer, node: str, now: float) -> list[str]:
+    """Per policy with rebalance enabled: the node's load figures by it, and what relieving
+    the node would move where (the operator relieves it only after hotRefreshes in a row)."""
+    scheduler = rebalancer.scheduler
+    enabled = [p for p in scheduler.policies.policies() if p.spec.rebalance.enabled]
+    if not enabled:
+        return [f"node {node}: no SchedulingPolicy has spec.rebalance.enabled: nothing is moved"]
+    lines = []
+    for policy in enabled:
+        spec = policy.spec
+        sample = scheduler.samples_for(policy).get(node)
+        limits = f"cpu {spec.hot_thresholds.cpu:g}%, memory {spec.hot_thresholds.memory:g}%"
+        if sample is None:
+            lines.append(f"node {node}, policy {policy.name}: no sample from its source")
+            continue
+        figures = f"cpu {sample.cpu:.0%} mem {sample.memory:.0%} ({spec.metrics.aggregation})"
+        relief = await rebalancer.plan(policy, node, now)
+        if not relief.over:
+            lines.append(
+                f"node {node}, policy {policy.name}: {figures}, under its hot thresholds "
+                f"({limits}): not relieved"
+            )
+            continue
+        lines.append(
+            f"node {node}, policy {policy.name}: {figures}, over its hot thresholds ({limits});"
+            f" relieved once so at {spec.rebalance.hot_refreshes} refreshes in a row "
+            f"({spec.rebalance.mode})"
+        )
+        if not relief.moves:
+            lines.append(f"  nothing would move: {relief.refused}")
+        for move in relief.moves:
+            chosen = move.decision.chosen
+            lines.append(
+                f"  would move {move.pod.key} -> {move.target} "
+                f"(cpu {chosen.cpu:.0%} mem {chosen.memory:.0%} with it)"
+            )
+    return lines
+
+
 def render(rows: list[Row], summary: str) -> str:
     lines = [summary, f"{'NODE':<24} {'SCORE':>6} {'CPU':>6} {'MEM':>6} {'BASIS':<20} VERDICT"]
     for r in rows:
@@ -186,7 +226,7 @@ def render(rows: list[Row], summary: str) -> str:
 async def _explain(target: str, config: Config) -> str:
     namespace, _, name = target.partition("/")
     if not name:
-        raise ValueError("expected NAMESPACE/POD")
+        raise ValueError("expected NAMESPACE/POD or node/NAME")
     api = await connect(pool_size=8)
     built = build(config, api, dry_run=True, pool_size=8)  # the operator's own parts
     scheduler, parts, transport = built.scheduler, built.informers, built.transport
@@ -202,9 +242,10 @@ async def _explain(target: str, config: Config) -> str:
             scheduler.on_pod_event(kind, raw)
 
         await Informer(transport, "/api/v1/pods", pod_event).list()
-        if not found:
+        if namespace == "node" and name not in scheduler.state.nodes:
+            raise LookupError(f"node {name} not found")
+        if namespace != "node" and not found:
             raise LookupError(f"pod {target} not found")
-        target_raw = found[0]
 
         def policy_event(_: str | None, raw: Mapping[str, Any]) -> None:
             with contextlib.suppress(ValueError):  # the operator ignores invalid ones too
@@ -216,7 +257,11 @@ async def _explain(target: str, config: Config) -> str:
                 await parts.budgets.list()
         for cache in scheduler.caches.values():
             await cache.refresh()
-        pod = parse_pod(target_raw)
+        if namespace == "node":
+            rebalancer = Rebalancer(transport, scheduler.binder, scheduler)
+            lines = await relief_lines(rebalancer, name, time.time())
+            return "\n".join([*lines, settings_line(config)])
+        pod = parse_pod(found[0])
         scheduler.state.remove_pod(pod.uid)  # explain it as if it were being placed now
         return f"{render(*explain_rows(scheduler, pod, time.time()))}\n{settings_line(config)}"
     finally:

@@ -138,6 +138,18 @@ NODE_UTILISATION = Gauge(
     "median, p90, max and stddev over the nodes with a sample younger than 5 minutes.",
     ["source", "resource", "stat"],
 )
+REBALANCE_HOT_NODES = Gauge(
+    "loadwise_rebalance_hot_nodes",
+    "Nodes being relieved under the policy: hot at its rebalance.hotRefreshes refreshes in a "
+    "row and not yet cool for coolRefreshes (leader only).",
+    ["policy"],
+)
+REBALANCE_WOULD_EVICT = Counter(
+    "loadwise_rebalance_would_evict",
+    "Pods the dry run of rebalancing would have evicted (a WouldEvict event each; a plan is "
+    "counted when it changes, not at every refresh).",
+    ["policy"],
+)
 EVENTS_DROPPED = Counter(
     "loadwise_events_dropped_total",
     "Scheduled events not written because the event buffer was full.",

@@ -34,6 +34,7 @@ from .kube.leader import LeaderElector
 from .kube.transport import ApiError, Http
 from .policies.policywatch import PolicyWatch
 from .policies.reporting import Reporter
+from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 from .upkeep import AUDIT_INTERVAL, Upkeep
 from .usage.prometheus import PrometheusSource
@@ -73,6 +74,7 @@ class Runtime:
             self.degradations,
             operator_object(config),
         )
+        self.rebalancer = Rebalancer(transport, scheduler.binder, scheduler)
         self.elector: LeaderElector | None = None
         if config.leader_elect:
             self.elector = LeaderElector(
@@ -256,6 +258,7 @@ class Runtime:
             self._lead_task.cancel()
         self.scheduler.abandon()
         self.reporter.forget_gauges()  # at once; the reporter's task does it again as it ends
+        self.rebalancer.forget()
 
     async def _lead(self) -> None:
         elector = self.elector
@@ -271,8 +274,11 @@ class Runtime:
         self.scheduler.audit_reservations(bound=0.0)
         self.leading = True
         try:
+            interval = self.config.metrics_interval
             await asyncio.gather(
-                self.scheduler.run(), self.reporter.run(self.config.metrics_interval)
+                self.scheduler.run(),
+                self.reporter.run(interval),
+                self.rebalancer.run(interval),
             )
         finally:
             self.leading = False

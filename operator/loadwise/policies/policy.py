@@ -135,6 +135,31 @@ class MetricsSettings(_Model):
     )
 
 
+class Rebalance(_Model):
+    """Relieving nodes that stay hot after placement. Only the dry run exists so far: it posts
+    a WouldEvict event on each pod it would move, naming the node its replacement would take."""
+
+    enabled: bool = Field(False, description="Look for nodes to relieve (leader only).")
+    mode: Literal["DryRun"] = Field(
+        "DryRun",
+        description="DryRun: report what would move where (WouldEvict events), evict nothing. "
+        "Evicting is not implemented yet.",
+    )
+    hot_refreshes: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="A node is relieved once it has been over a hot threshold (by this "
+        "policy's load figures) at this many metrics refreshes in a row.",
+    )
+    cool_refreshes: int = Field(
+        3, ge=1, le=100, description="... and no longer once under them this many in a row."
+    )
+    allow_local_storage: bool = Field(
+        False, description="Pods with emptyDir or hostPath volumes may be moved (data is lost)."
+    )
+
+
 class HotThresholds(_Model):
     """Utilisation above which a node is hot: hot nodes get no new pods while any feasible node
     is below its thresholds; when every feasible node is hot, the least loaded one is used (so a
@@ -257,7 +282,7 @@ class SchedulingPolicySpec(_Model):
     )
     fallback: bool = Field(
         False,
-        description="A fallback policy (the chart's `default` is one) governs a pod only when no "
+        description="A fallback policy (the chart's own is one) governs a pod only when no "
         "other policy selects it, whatever their precedences and names; among fallbacks, "
         "precedence then name decide as usual.",
     )
@@ -287,6 +312,10 @@ class SchedulingPolicySpec(_Model):
         description="Extra utilisation dimensions (declared in the operator's settings) that "
         "count in the load score and the hot test. A node without a value counts as 0.",
         json_schema_extra=_listed_once("name", "each dimension name may be listed once"),
+    )
+    rebalance: Rebalance = Field(
+        default_factory=Rebalance,
+        description="Moving pods off nodes that stay hot (off by default; dry run only so far).",
     )
     learned_estimate: bool = Field(
         True,

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..usage.cache import MetricsCache
+from ..framework.rebalance import hot_node_names
+from ..usage.cache import MetricsCache, NodeSample
 from .policy import Policy
 
 
@@ -82,24 +83,11 @@ def metrics_report(
     )
 
 
-def hot_nodes(policy: Policy, samples: Mapping[str, Any], nodes: Iterable[str], now: float) -> int:
-    """Nodes with a fresh sample over one of the policy's hot thresholds (the measured figure,
-    without the estimates of pods placed since: what an operator watching the nodes sees)."""
-    spec = policy.spec
-    limits = [
-        ("cpu", spec.hot_thresholds.cpu),
-        ("memory", spec.hot_thresholds.memory),
-    ]
-    count = 0
-    for name in nodes:
-        sample = samples.get(name)
-        if sample is None or now - sample.timestamp > spec.metrics.max_age_seconds:
-            continue
-        over = any(getattr(sample, r) * 100 > limit for r, limit in limits) or any(
-            sample.extra.get(d.name, 0.0) * 100 > d.hot_threshold for d in spec.dimensions
-        )
-        count += over
-    return count
+def hot_nodes(
+    policy: Policy, samples: Mapping[str, NodeSample], nodes: Iterable[str], now: float
+) -> int:
+    """How many nodes are over one of the policy's hot thresholds (loadwise_policy_hot_nodes)."""
+    return len(hot_node_names(policy, samples, nodes, now))
 
 
 def status_fields(

@@ -1,0 +1,238 @@
+"""Rebalancing's plan: which pods to move off a node that stays hot, and where a replacement of
+each would go, asked of the same scheduling cycle as every decision (`diagnose`, `conclude`,
+`select`), with the node it leaves taken out of the choice.
+
+A pod moves only if its replacement lands on a node that is cool now and stays under the
+policy's thresholds with the pod's estimate added (what a decision's `hot` says), by measured
+load; pods are taken by priority, then QoS class, then their measured share of what is over,
+until the node would be under its thresholds; if every movable pod together cannot do that,
+nothing moves. Replacements planned earlier count on their targets when the next is placed.
+
+Pure: the view (WhatIf) is edited and restored before returning.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..policies.policy import Policy
+from ..usage.cache import NodeSample
+from .context import CycleContext
+from .cycle import Decision, conclude, diagnose
+from .profile import DEFAULT_PROFILE, Profile
+from .scoring import UsageProfiles
+from .types import PodInfo, controller_of
+from .view import WhatIf
+
+QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
+# Controllers that create a replacement for a pod that is evicted (a Deployment's through its
+# ReplicaSet). A Job's pod is not moved: the Job would count the eviction as a failure.
+RECREATING = ("ReplicaSet", "StatefulSet", "ReplicationController")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def ineligible(raw: Mapping[str, Any], scheduler_name: str, local_storage: bool) -> str | None:
+    """Why a pod may not be moved, or None. Static and DaemonSet pods never; pods another
+    scheduler placed, or that no controller would recreate, or holding local storage (unless
+    allowed) neither."""
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return "a static pod"
+    owner = controller_of(meta)
+    if owner is not None and owner.kind == "DaemonSet":
+        return "a DaemonSet's pod"
+    if (spec.get("schedulerName") or "default-scheduler") != scheduler_name:
+        return "placed by another scheduler"
+    if owner is None or owner.kind not in RECREATING:
+        return "no ReplicaSet, StatefulSet or ReplicationController recreates it"
+    if meta.get("deletionTimestamp"):
+        return "terminating"
+    if (raw.get("status") or {}).get("phase") != "Running":
+        return "not running"
+    volumes = spec.get("volumes") or ()
+    if not local_storage and any("emptyDir" in v or "hostPath" in v for v in volumes):
+        return "local storage (emptyDir or hostPath)"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A movable pod on the hot node: parsed in full (its constraints, as its replacement's),
+    its QoS class, and its measured share of the node's allocatable CPU and memory."""
+
+    pod: PodInfo
+    qos: str
+    cpu: float
+    memory: float
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    pod: PodInfo
+    source: str
+    target: str
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Relief:
+    """The moves that bring `node` under its thresholds, or none and why (`refused`)."""
+
+    node: str
+    moves: tuple[Move, ...] = ()
+    refused: str = ""
+    over: Mapping[str, float] = field(default_factory=dict)  # resource -> share over
+
+
+def hot_node_names(
+    policy: Policy, samples: Mapping[str, NodeSample], nodes: Iterable[str], now: float
+) -> set[str]:
+    """Nodes with a fresh sample over one of the policy's hot thresholds (the measured figure,
+    without estimates of pods placed since: what someone watching the nodes sees)."""
+    spec = policy.spec
+    hot = set()
+    for name in nodes:
+        sample = samples.get(name)
+        if sample is None or now - sample.timestamp > spec.metrics.max_age_seconds:
+            continue
+        if over_thresholds(policy, sample) or any(
+            sample.extra.get(d.name, 0.0) * 100 > d.hot_threshold for d in spec.dimensions
+        ):
+            hot.add(name)
+    return hot
+
+
+def over_thresholds(policy: Policy, sample: NodeSample) -> dict[str, float]:
+    """The share of allocatable above each hot threshold (only those exceeded)."""
+    limits = policy.spec.hot_thresholds
+    over = {"cpu": sample.cpu - limits.cpu / 100, "memory": sample.memory - limits.memory / 100}
+    return {resource: amount for resource, amount in over.items() if amount > 0}
+
+
+def plan_relief(
+    node: str,
+    sample: NodeSample,
+    candidates: Iterable[Candidate],
+    view: WhatIf,
+    policy: Policy,
+    samples: Mapping[str, NodeSample],
+    now: float,
+    rng: random.Random,
+    profile: Profile = DEFAULT_PROFILE,
+    learned: UsageProfiles | None = None,
+) -> Relief:
+    over = over_thresholds(policy, sample)
+    if not over:
+        return Relief(node, refused="not over its hot thresholds")
+    ordered = sorted(
+        candidates,
+        key=lambda c: (
+            c.pod.priority,
+            QOS_ORDER.get(c.qos, 1),
+            -sum(getattr(c, resource) for resource in over),
+        ),
+    )
+    if not ordered:
+        return Relief(node, refused="no pod on it may be moved", over=over)
+    moves: list[Move] = []
+    set_aside: list[PodInfo] = []
+    placed: list[str] = []
+    left = dict(over)
+    unplaced: list[str] = []
+    try:
+        for candidate in ordered:
+            if all(amount <= 0 for amount in left.values()):
+                break
+            pod = view.set_aside(candidate.pod.uid)
+            if pod is None:
+                continue
+            set_aside.append(pod)
+            replacement = replace(
+                candidate.pod, uid=f"{pod.uid}/replacement", node_name="", assumed=False
+            )
+            decision = _place(replacement, node, view, policy, samples, now, rng, profile, learned)
+            if isinstance(decision, str):
+                unplaced.append(f"{pod.name}: {decision}")
+                view.put_back(set_aside.pop())
+                continue
+            moves.append(Move(pod, node, decision.node, decision))
+            view.put_back(replace(replacement, node_name=decision.node, placed_at=now))
+            placed.append(replacement.uid)
+            for resource in left:
+                left[resource] -= getattr(candidate, resource)
+    finally:
+        for uid in placed:
+            view.set_aside(uid)
+        for pod in set_aside:
+            view.put_back(pod)
+    if any(amount > 0 for amount in left.values()):
+        why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
+        return Relief(
+            node,
+            refused=f"moving what can move would leave it over its thresholds ({why})",
+            over=over,
+        )
+    return Relief(node, tuple(moves), over=over)
+
+
+def _place(
+    replacement: PodInfo,
+    source: str,
+    view: WhatIf,
+    policy: Policy,
+    samples: Mapping[str, NodeSample],
+    now: float,
+    rng: random.Random,
+    profile: Profile,
+    learned: UsageProfiles | None,
+) -> Decision | str:
+    """The cycle's decision for the replacement among the nodes but `source`, or why it
+    would not go to a cool, measured node."""
+    ctx = CycleContext(replacement, view, policy, samples, now, rng, learned)
+    verdicts = [d for d in diagnose(ctx, profile) if d.node.name != source]
+    decision = conclude(ctx, verdicts, profile)
+    if not isinstance(decision, Decision):
+        return decision.message
+    chosen = decision.chosen
+    if decision.all_hot or chosen.hot:
+        return "every node it fits on would be hot"
+    if chosen.source != "metrics":
+        return f"{chosen.node} has no fresh sample (a target must be measured cool)"
+    return decision
+
+
+class HotStreaks:
+    """Hysteresis: a node is to be relieved once it is hot at `hot_after` refreshes in a row,
+    and no longer once it is cool at `cool_after` in a row."""
+
+    def __init__(self) -> None:
+        self._hot: dict[str, int] = {}
+        self._cool: dict[str, int] = {}
+        self.relieving: set[str] = set()
+
+    def update(
+        self, hot: Sequence[str] | set[str], nodes: Iterable[str], hot_after: int, cool_after: int
+    ) -> set[str]:
+        hot = set(hot)
+        seen = set()
+        for name in nodes:
+            seen.add(name)
+            if name in hot:
+                self._hot[name] = self._hot.get(name, 0) + 1
+                self._cool[name] = 0
+                if self._hot[name] >= hot_after:
+                    self.relieving.add(name)
+            else:
+                self._cool[name] = self._cool.get(name, 0) + 1
+                self._hot[name] = 0
+                if self._cool[name] >= cool_after:
+                    self.relieving.discard(name)
+        for name in set(self._hot) - seen:  # deleted nodes
+            self._hot.pop(name, None)
+            self._cool.pop(name, None)
+            self.relieving.discard(name)
+        return set(self.relieving)

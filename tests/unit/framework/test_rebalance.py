@@ -1,0 +1,163 @@
+"""Rebalancing's plan on synthetic clusters: which pods leave a hot node and where their
+replacements would go, decided by the scheduling cycle with the hot node taken out."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from loadwise.framework.rebalance import (
+    Candidate,
+    HotStreaks,
+    ineligible,
+    over_thresholds,
+    plan_relief,
+)
+from loadwise.framework.types import parse_pod
+from loadwise.policies.policy import Policy, parse_spec
+from loadwise.scheduler.state import ClusterState
+from loadwise.usage.cache import NodeSample
+from loadwise_dev import manifests
+
+from ...helpers import owned_by_replicaset, state_with
+
+NOW = 1_000_000.0
+POLICY = Policy("p", parse_spec({"hotThresholds": {"cpu": 80, "memory": 90}}))
+
+
+def running(name: str, node: str, cpu: str = "500m", priority: int = 0) -> dict[str, Any]:
+    raw = owned_by_replicaset(manifests.pod(name, cpu=cpu))
+    raw["metadata"]["uid"] = f"uid-{name}"
+    raw["spec"]["nodeName"] = node
+    raw["spec"]["priority"] = priority
+    raw["status"] = {"phase": "Running", "qosClass": "Burstable"}
+    return raw
+
+
+def cluster(*pods: dict[str, Any]) -> ClusterState:
+    state = state_with(*(manifests.node(n, cpu="4") for n in ("hot", "warm", "cool")))
+    for raw in pods:
+        state.observe_bound(parse_pod(raw, placed=True), terminal=False)
+    return state
+
+
+def requested(state: ClusterState) -> dict[str, dict[str, int]]:
+    return {n: {k: v for k, v in state.requested(n).items() if v} for n in ("hot", "warm", "cool")}
+
+
+def samples(**usage: float) -> dict[str, NodeSample]:
+    return {name: NodeSample(cpu, 0.3, NOW - 1) for name, cpu in usage.items()}
+
+
+def candidate(raw: dict[str, Any], cpu: float, qos: str = "Burstable") -> Candidate:
+    pod = parse_pod(raw)  # in full, as its replacement: constraints included
+    return Candidate(pod, qos, cpu, 0.05)
+
+
+def test_a_hot_node_sheds_the_fewest_pods_to_a_cool_node_and_the_view_is_restored() -> None:
+    pods = [
+        running("small", "hot"),
+        running("big", "hot"),
+        running("vip", "hot", priority=9),
+    ]
+    state = cluster(*pods)
+    before = requested(state)
+    usage = samples(hot=0.95, warm=0.78, cool=0.2)
+    candidates = [
+        candidate(pods[0], 0.05),
+        candidate(pods[1], 0.30),  # uses more than it requests; alone enough (95% - 30% < 80%)
+        candidate(pods[2], 0.40),  # the most useful, but of a higher priority
+    ]
+    relief = plan_relief(
+        "hot", usage["hot"], candidates, state, POLICY, usage, NOW, random.Random(1)
+    )
+    assert relief.refused == "" and relief.over == {"cpu": 0.95 - 0.8}
+    # Lowest priority first, then the larger share: big alone brings the node under 80%.
+    assert [(m.pod.name, m.target) for m in relief.moves] == [("big", "cool")]
+    assert all(m.source == "hot" for m in relief.moves)
+    assert requested(state) == before  # the dry run left the view as it was
+    assert {p.name for p in state.pods_on("hot")} == {"small", "big", "vip"}
+
+
+def test_nothing_moves_when_no_cool_node_would_take_it_or_it_would_not_be_enough() -> None:
+    pods = [running("a", "hot"), running("b", "hot")]
+    state = cluster(*pods)
+    usage = samples(hot=0.95, warm=0.85, cool=0.82)  # every other node hot too
+    relief = plan_relief(
+        "hot", usage["hot"], [candidate(p, 0.3) for p in pods], state, POLICY, usage, NOW,
+        random.Random(1),
+    )  # fmt: skip
+    assert relief.moves == () and "every node it fits on would be hot" in relief.refused
+    usage = samples(hot=0.99, warm=0.3, cool=0.2)
+    too_little = [candidate(p, 0.05) for p in pods]  # 10% of 19% over
+    relief = plan_relief(
+        "hot", usage["hot"], too_little, state, POLICY, usage, NOW, random.Random(1)
+    )
+    assert relief.moves == () and "use too little" in relief.refused
+
+
+def test_a_target_must_be_measured_and_the_node_over_a_threshold() -> None:
+    pod = running("a", "hot")
+    state = cluster(pod)
+    usage = {"hot": NodeSample(0.95, 0.3, NOW - 1)}  # warm and cool have no sample
+    relief = plan_relief(
+        "hot", usage["hot"], [candidate(pod, 0.3)], state, POLICY, usage, NOW, random.Random(1)
+    )
+    assert relief.moves == () and "no fresh sample" in relief.refused
+    calm = NodeSample(0.5, 0.5, NOW)
+    assert over_thresholds(POLICY, calm) == {}
+    assert plan_relief("hot", calm, [], state, POLICY, usage, NOW, random.Random(1)).refused == (
+        "not over its hot thresholds"
+    )
+
+
+def test_which_pods_may_move() -> None:
+    ok = running("ok", "hot")
+    assert ineligible(ok, "loadwise-scheduler", False) is None
+    cases: dict[str, dict[str, dict[str, Any]]] = {
+        "a static pod": {"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}},
+        "a DaemonSet's pod": {"metadata": {"ownerReferences": [
+            {"kind": "DaemonSet", "name": "d", "uid": "d", "controller": True}]}},
+        "placed by another scheduler": {"spec": {"schedulerName": "default-scheduler"}},
+        "no ReplicaSet, StatefulSet or ReplicationController recreates it": {
+            "metadata": {"ownerReferences": []}},
+        "terminating": {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}},
+        "not running": {"status": {"phase": "Pending"}},
+        "local storage (emptyDir or hostPath)": {
+            "spec": {"volumes": [{"name": "v", "emptyDir": {}}]}},
+    }  # fmt: skip
+    for reason, change in cases.items():
+        raw = running("x", "hot")
+        for part, fields in change.items():
+            raw[part] = {**raw.get(part, {}), **fields}
+        assert ineligible(raw, "loadwise-scheduler", False) == reason, reason
+    with_volume = running("v", "hot")
+    with_volume["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    assert ineligible(with_volume, "loadwise-scheduler", True) is None
+
+
+def test_hysteresis() -> None:
+    streaks = HotStreaks()
+    nodes = ["a", "b"]
+    assert streaks.update({"a"}, nodes, 3, 2) == set()
+    assert streaks.update({"a"}, nodes, 3, 2) == set()
+    assert streaks.update({"a"}, nodes, 3, 2) == {"a"}  # three in a row
+    assert streaks.update(set(), nodes, 3, 2) == {"a"}  # one cool refresh is not enough
+    assert streaks.update({"a"}, nodes, 3, 2) == {"a"}
+    assert streaks.update(set(), nodes, 3, 2) == {"a"}
+    assert streaks.update(set(), nodes, 3, 2) == set()  # two in a row
+    assert streaks.update({"b"}, nodes, 1, 1) == {"b"}
+    assert streaks.update({"b"}, ["a"], 1, 1) == set()  # b was deleted
+
+
+def test_a_replacement_too_big_for_every_cool_node_is_passed_over_for_the_next_pod() -> None:
+    """The replacement's estimate (requests x placementEstimate here) counts on its target: a
+    2-CPU pod would make the cool node hot (20% + 75%), so smaller pods go instead."""
+    pods = [running("big", "hot", cpu="2"), running("a", "hot"), running("b", "hot")]
+    state = cluster(*pods)
+    usage = samples(hot=0.95, warm=0.78, cool=0.2)
+    wanted = [candidate(pods[0], 0.30), candidate(pods[1], 0.10), candidate(pods[2], 0.10)]
+    relief = plan_relief("hot", usage["hot"], wanted, state, POLICY, usage, NOW, random.Random(1))
+    assert [m.pod.name for m in relief.moves] == ["a", "b"]
+    # the second replacement is placed with the first counted on its target
+    assert [m.target for m in relief.moves] == ["cool", "cool"]
