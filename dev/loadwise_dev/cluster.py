@@ -59,6 +59,7 @@ class LocalCluster:
         cp: ControlPlane | None = None,
         real_nodes: int = 0,
         kwok: bool = False,
+        kwok_metrics: bool = False,
     ) -> None:
         """`kwok`: run KWOK (kwok.py), which then plays the kubelet of every simulated node
         added (their pods run, graceful deletions complete); the tests' own nodes stay API
@@ -73,6 +74,7 @@ class LocalCluster:
         self.real_nodes: list[RealNode] = []  # kubelets running real containers (realnode.py)
         self.node_exporter: NodeExporter | None = None
         self._want_kwok = kwok
+        self._kwok_metrics = kwok_metrics  # KWOK serves its nodes' /metrics/resource
         self.kwok: Kwok | None = None
 
     def start(self) -> LocalCluster:
@@ -87,7 +89,7 @@ class LocalCluster:
                     node.wait_ready()
                 self.node_exporter = NodeExporter().start()
             if self._want_kwok:
-                self.kwok = Kwok(self.cp).start()
+                self.kwok = Kwok(self.cp, metrics=self._kwok_metrics).start()
             if self._want_prometheus:
                 self.exporter.start()
                 extra = (

@@ -7,8 +7,15 @@ the node turns Ready and renews its Lease, a pod bound there gets a status, an I
 Running, and a graceful delete completes, as a kubelet would finish it (no force delete).
 Pod IPs come from a range inside 127.0.0.0/8, and its server listens on 127.0.0.1 only.
 
-What KWOK does not replace yet: the usage of simulated nodes still comes from the harness's
-own exporter (exporter.py), not from KWOK's ResourceUsage/Metric objects.
+With `metrics=True` KWOK also plays the kubelet's `/metrics/resource` of its nodes, from its
+own objects (the module's files, see hack/ensure-tools): its CRDs are installed, the Metric
+`metrics-resource` serves `/metrics/nodes/NAME/metrics/resource` over HTTPS (the control
+plane's serving certificate), and the ClusterResourceUsage `usage-from-annotation` makes each
+pod use what its `kwok.x-k8s.io/usage-cpu` and `kwok.x-k8s.io/usage-memory` annotations say
+(1m and 1Mi without them). A node uses what its pods use: one without pods has no figure. The
+real metrics-server reads it (metrics_server.py, `kwok=True`) through the node annotation
+`metrics.k8s.io/resource-metrics-path`. Most tests still publish simulated usage through the
+harness's own exporter (exporter.py) and Prometheus.
 
 On Debian's etcd 3.4.23 KWOK was slow: its informers ask for streaming lists (watch-list),
 which the API server refused there ("the required storage feature RequestWatchProgress is
@@ -27,18 +34,29 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .controlplane import ControlPlane, _cache, free_port, pinned_versions, terminate
+from .controlplane import (
+    ControlPlane,
+    _cache,
+    free_port,
+    k8s_bin_dir,
+    pinned_versions,
+    terminate,
+)
 
 ANNOTATION = "kwok.x-k8s.io/node"
 SELECTOR = f"{ANNOTATION}=fake"
+USAGE_CPU = "kwok.x-k8s.io/usage-cpu"  # a pod's simulated use (metrics=True)
+USAGE_MEMORY = "kwok.x-k8s.io/usage-memory"
+METRICS_PATH = "metrics.k8s.io/resource-metrics-path"  # where metrics-server scrapes a node
 POD_CIDR = "127.64.0.1/16"  # fake pod IPs: loopback, never a private range
 
 
 def binary_dir() -> Path:
     version = pinned_versions()["KWOK_VERSION"]
     path = _cache() / "bin" / f"kwok-{version}"
-    if not (path / "kwok").exists() or not (path / "stages.yaml").exists():
-        raise FileNotFoundError(f"{path}/kwok or its stages.yaml missing: run hack/ensure-tools")
+    wanted = ("kwok", "stages.yaml", "crds.yaml", "metrics.yaml")
+    if not all((path / name).exists() for name in wanted):
+        raise FileNotFoundError(f"{path}: {', '.join(wanted)} wanted: run hack/ensure-tools")
     return path
 
 
@@ -46,7 +64,9 @@ def kwok_node(node: dict[str, Any]) -> dict[str, Any]:
     """A Node body (manifests.node) handed to KWOK: annotated for it, and without the status
     conditions and heartbeat the harness writes for its own nodes (KWOK writes them)."""
     meta = node.setdefault("metadata", {})
-    meta.setdefault("annotations", {})[ANNOTATION] = "fake"
+    annotations = meta.setdefault("annotations", {})
+    annotations[ANNOTATION] = "fake"
+    annotations[METRICS_PATH] = f"/metrics/nodes/{meta['name']}/metrics/resource"
     meta.setdefault("labels", {})["type"] = "kwok"
     status = node.setdefault("status", {})
     status.pop("conditions", None)
@@ -54,14 +74,32 @@ def kwok_node(node: dict[str, Any]) -> dict[str, Any]:
 
 
 class Kwok:
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: ControlPlane, metrics: bool = False) -> None:
         self.cp = cp
+        self.metrics = metrics
         self.port = free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="loadwise-kwok-"))
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Kwok:
         here = binary_dir()
+        extra: list[str] = []
+        if self.metrics:
+            self._kubectl("apply", "--server-side", "-f", str(here / "crds.yaml"))
+            self._kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "-f",
+                str(here / "crds.yaml"),
+            )
+            self._kubectl("apply", "--server-side", "-f", str(here / "metrics.yaml"))
+            pki = self.cp.workdir / "pki"
+            extra = [
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                "--enable-crds=Metric,ClusterResourceUsage,ResourceUsage",
+            ]
         log = open(self.workdir / "kwok.log", "wb")  # noqa: SIM115 - lives with the process
         self.process = subprocess.Popen(
             [
@@ -74,6 +112,7 @@ class Kwok:
                 f"--node-port={self.port}",
                 f"--server-address=127.0.0.1:{self.port}",
                 "--node-lease-duration-seconds=40",
+                *extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -81,6 +120,16 @@ class Kwok:
             start_new_session=True,
         )
         return self
+
+    def _kubectl(self, *args: str) -> None:
+        done = subprocess.run(
+            [str(k8s_bin_dir() / "kubectl"), f"--kubeconfig={self.cp.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args[:2])} failed: {done.stderr.strip()}")
 
     def log(self) -> str:
         path = self.workdir / "kwok.log"

@@ -5,9 +5,9 @@ It scrapes each kubelet's /metrics/resource at the node's Hostname address and p
 control plane's hosts namespace, so the name is 127.0.0.1), verifying the kubelet's serving
 certificate with the control plane's CA and presenting the API server's kubelet client
 certificate; it authenticates the aggregator's requests by the front-proxy CA. The Service is an
-ExternalName pointing at localhost (Endpoints may not hold loopback addresses). Simulated nodes
-(Node objects without a kubelet) have nothing to scrape: metrics-server logs them as failures
-and serves the real ones.
+ExternalName pointing at localhost (Endpoints may not hold loopback addresses). With `kwok=True`
+it reads KWOK's nodes instead (kwok.py, metrics=True); Node objects without any kubelet have
+nothing to scrape: metrics-server logs them as failures and serves the others.
 """
 
 from __future__ import annotations
@@ -85,7 +85,11 @@ def binary() -> Path:
 
 
 class MetricsServer:
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: ControlPlane, kwok: bool = False) -> None:
+        """`kwok`: for KWOK's nodes (kwok.py, metrics=True): their InternalIP (127.0.0.1) and
+        port, the annotation's path, and KWOK's certificate not verified (it is the API
+        server's, not one for the node's name), as kwokctl runs it."""
+        self.kwok = kwok
         self.cp = cp
         self.port = free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="loadwise-metrics-server-"))
@@ -105,9 +109,15 @@ class MetricsServer:
                 f"--kubeconfig={config}",
                 f"--authentication-kubeconfig={config}",
                 f"--authorization-kubeconfig={config}",
-                "--kubelet-preferred-address-types=Hostname",
                 "--kubelet-use-node-status-port",
-                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                *(
+                    ["--kubelet-preferred-address-types=InternalIP", "--kubelet-insecure-tls"]
+                    if self.kwok
+                    else [
+                        "--kubelet-preferred-address-types=Hostname",
+                        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                    ]
+                ),
                 f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
                 f"--kubelet-client-key={pki / 'kubelet-client.key'}",
                 "--metric-resolution=10s",

@@ -1,68 +1,139 @@
-"""The metrics-server source through the real kube-apiserver's aggregation layer (with a
-stand-in behind it: see loadwise_dev.metrics_api for why)."""
+"""The metrics-server source on simulated nodes, with nothing home-made in the pipeline: KWOK
+plays the nodes' kubelets and serves their `/metrics/resource` from its own ResourceUsage
+objects (each pod uses what its `kwok.x-k8s.io/usage-*` annotations say), the real
+metrics-server (v0.8.0) scrapes them, and the real kube-apiserver's aggregation layer serves
+NodeMetrics and PodMetrics. `kubectl top` and loadwise read the same figures, and loadwise
+places by them. (tests/cluster/test_real_nodes.py does the same on a real kubelet.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
 from loadwise_dev import manifests
-from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
+from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.kube import Kube, KubeError
-from loadwise_dev.metrics_api import MetricsApiStandIn
+from loadwise_dev.kwok import USAGE_CPU, USAGE_MEMORY
+from loadwise_dev.metrics_server import MetricsServer
 
-from .conftest import POLICIES, OperatorFactory
+from .conftest import POLICIES
 from .util import wait_bound, wait_event
 
 pytestmark = pytest.mark.cluster
+NS = "apps"
 
 
-@pytest.fixture
-async def metrics_api(kube: Kube, local_cluster: LocalCluster) -> AsyncIterator[MetricsApiStandIn]:
-    pki = local_cluster.cp.workdir / "pki"
-    stand_in = MetricsApiStandIn(
-        local_cluster.exporter, pki / "apiserver.crt", pki / "apiserver.key"
-    )
-    stand_in.start()
-    await stand_in.register(kube)
-
-    async def served() -> bool:
-        try:
-            await kube.get("/apis/metrics.k8s.io/v1beta1/nodes")
-            return True
-        except KubeError:
-            return False
-
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A control plane of its own: KWOK with its metrics, and no Prometheus."""
+    cluster = LocalCluster(prometheus=False, kwok=True, kwok_metrics=True).start()
     try:
-        await wait_for(served, 60, interval=0.5, what="metrics.k8s.io served by the aggregator")
-        yield stand_in
+        yield cluster
     finally:
-        await stand_in.unregister(kube)
-        stand_in.stop()
+        cluster.stop()
 
 
-async def test_policy_reading_metrics_server_places_by_node_metrics(
-    kube: Kube,
-    local_cluster: LocalCluster,
-    ns: str,
-    operator: OperatorFactory,
-    metrics_api: MetricsApiStandIn,
+@pytest.fixture(scope="module")
+def metrics_server(cluster: LocalCluster) -> Iterator[MetricsServer]:
+    server = MetricsServer(cluster.cp, kwok=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+async def mkube(cluster: LocalCluster, metrics_server: MetricsServer) -> AsyncIterator[Kube]:
+    async with cluster.kube() as client:
+        await metrics_server.register(client)
+        await cluster.install_crd(client)
+        await client.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+        await cluster.wait_namespace(client, NS)
+        yield client
+
+
+def using(name: str, node: str, cpu: str, memory: str) -> dict[str, Any]:
+    """A pod already on `node` (no scheduler involved) that uses this much, by KWOK."""
+    body = manifests.pod(name, namespace=NS, scheduler_name="default-scheduler")
+    body["metadata"]["annotations"] = {USAGE_CPU: cpu, USAGE_MEMORY: memory}
+    body["spec"]["nodeName"] = node
+    return body
+
+
+async def kubectl_top(cluster: LocalCluster, *args: str) -> dict[str, list[str]]:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(k8s_bin_dir() / "kubectl"), f"--kubeconfig={cluster.cp.kubeconfig}", "top", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    rows = done.stdout.splitlines()[1:] if done.returncode == 0 else []
+    return {row.split()[0]: row.split()[1:] for row in rows}
+
+
+async def test_kubectl_top_and_loadwise_read_kwok_usage_alike_and_loadwise_places_by_it(
+    mkube: Kube, cluster: LocalCluster
 ) -> None:
-    await local_cluster.add_node(kube, "cool", cpu_usage=0.2, mem_usage=0.2)
-    await local_cluster.add_node(kube, "warm", cpu_usage=0.6, mem_usage=0.6)
-    listed = await kube.get("/apis/metrics.k8s.io/v1beta1/nodes")
-    assert {item["metadata"]["name"] for item in listed["items"]} >= {"cool", "warm"}
-    await kube.create(POLICIES, manifests.policy("ms", metrics={"source": "metrics-server"}))
-    async with operator(metrics_sources=("metrics-server",)) as runtime:
+    # 4 cores and 16 GiB each (manifests.node): busy at 60% CPU and 25% memory, quiet at 20%.
+    await cluster.add_node(mkube, "busy")
+    await cluster.add_node(mkube, "quiet")
+    await mkube.create(f"/api/v1/namespaces/{NS}/pods", using("load-1", "busy", "2400m", "4Gi"))
+    await mkube.create(f"/api/v1/namespaces/{NS}/pods", using("load-2", "quiet", "800m", "1Gi"))
+    apiservice = "/apis/metrics.k8s.io/v1beta1/nodes"
+
+    async def listed() -> dict[str, Any] | None:
+        try:
+            answer: dict[str, Any] = await mkube.get(apiservice)
+        except KubeError:
+            return None
+        names = {item["metadata"]["name"] for item in answer["items"]}
+        return answer if {"busy", "quiet"} <= names else None
+
+    await wait_for(listed, 90, interval=1.0, what="NodeMetrics of both KWOK nodes")
+    top = await wait_for(
+        lambda: _both(kubectl_top(cluster, "node")), 30, what="kubectl top node for both"
+    )
+    # a rate of KWOK's counters: within a few millicores
+    assert abs(milli(top["busy"][0]) - 2400) <= 5 and top["busy"][2] == "4096Mi", top
+    assert abs(milli(top["quiet"][0]) - 800) <= 5 and top["quiet"][2] == "1024Mi", top
+
+    async def pod_rows() -> dict[str, list[str]] | None:
+        rows = await kubectl_top(cluster, "pod", "-n", NS)
+        return rows if "load-1" in rows else None
+
+    pods = await wait_for(pod_rows, 30, interval=1.0, what="kubectl top pod")
+    assert abs(milli(pods["load-1"][0]) - 2400) <= 5 and pods["load-1"][1] == "4096Mi", pods
+
+    await mkube.create(POLICIES, manifests.policy("ms", metrics={"source": "metrics-server"}))
+    config = cluster.operator_config(metrics_sources=("metrics-server",))
+    async with running_operator(config, cluster.cp.kubeconfig) as runtime:
         cache = runtime.scheduler.caches["metrics-server"]
 
         async def sampled() -> bool:
             await cache.refresh()
-            return {"cool", "warm"} <= set(cache.samples)
+            return {"busy", "quiet"} <= set(cache.samples)
 
-        await wait_for(sampled, 20, what="NodeMetrics through the aggregation layer")
-        assert cache.samples["warm"].cpu == pytest.approx(0.6, abs=0.01)
-        await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("p", namespace=ns))
-        assert (await wait_bound(kube, ns, ["p"]))["p"] == "cool"
-        assert "by metrics" in (await wait_event(kube, ns, "p", "Scheduled"))["message"]
+        await wait_for(sampled, 30, what="loadwise's NodeMetrics")
+        # What loadwise scores by is what kubectl top shows: 2400m of 4 cores, 4 GiB of 16.
+        assert cache.samples["busy"].cpu == pytest.approx(0.6, abs=0.01)
+        assert cache.samples["busy"].memory == pytest.approx(0.25, abs=0.01)
+        assert cache.samples["quiet"].cpu == pytest.approx(0.2, abs=0.01)
+        await mkube.create(f"/api/v1/namespaces/{NS}/pods", manifests.pod("p", namespace=NS))
+        assert (await wait_bound(mkube, NS, ["p"], timeout=60))["p"] == "quiet"
+        assert "by metrics" in (await wait_event(mkube, NS, "p", "Scheduled"))["message"]
+
+
+def milli(cpu: str) -> int:
+    return int(cpu.removesuffix("m")) if cpu.endswith("m") else int(float(cpu) * 1000)
+
+
+async def _both(top: Any) -> dict[str, list[str]] | None:
+    rows: dict[str, list[str]] = await top
+    ok = all(rows.get(n, ["<unknown>"])[0] != "<unknown>" for n in ("busy", "quiet"))
+    return rows if ok else None

@@ -3,7 +3,6 @@ an error answer fails the refresh, which the cache then reports."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,26 +116,3 @@ async def test_no_pod_request_without_learning() -> None:
     cache = MetricsCache(MetricsServerSource(fake, ALLOCATABLE.get), 10.0)
     await cache.refresh()
     assert [call.path for call in fake.calls] == [PATH] and cache.pod_usage == {}
-
-
-def test_the_stand_in_serves_the_exporters_pods_as_pod_metrics() -> None:
-    from loadwise.usage.metrics_server import parse_pod_metrics
-    from loadwise_dev.exporter import UsageExporter
-    from loadwise_dev.metrics_api import MetricsApiStandIn
-
-    exporter = UsageExporter()
-    exporter.set_usage("n", 0.1, 0.1)
-    exporter.place_pod("u1", "n", 250, 64 << 20, namespace="ns", name="a")
-    exporter.place_pod("u2", "n", 100, 1 << 20, namespace="other", name="b")
-    stand_in = MetricsApiStandIn.__new__(MetricsApiStandIn)  # no TLS server: routing only
-    stand_in.exporter = exporter
-    status, _, body = stand_in._respond("/apis/metrics.k8s.io/v1beta1/pods")
-    assert status == 200
-    assert parse_pod_metrics(json.loads(body)) == {
-        ("ns", "a"): (250, 64 << 20),
-        ("other", "b"): (100, 1 << 20),
-    }
-    _, _, body = stand_in._respond("/apis/metrics.k8s.io/v1beta1/namespaces/ns/pods")
-    assert set(parse_pod_metrics(json.loads(body))) == {("ns", "a")}
-    _, _, body = stand_in._respond("/apis/metrics.k8s.io/v1beta1")
-    assert {r["name"] for r in json.loads(body)["resources"]} == {"nodes", "pods"}
