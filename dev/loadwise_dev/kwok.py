@@ -14,8 +14,11 @@ plane's serving certificate), and the ClusterResourceUsage `usage-from-annotatio
 pod use what its `kwok.x-k8s.io/usage-cpu` and `kwok.x-k8s.io/usage-memory` annotations say
 (1m and 1Mi without them). A node uses what its pods use: one without pods has no figure. The
 real metrics-server reads it (metrics_server.py, `kwok=True`) through the node annotation
-`metrics.k8s.io/resource-metrics-path`. Most tests still publish simulated usage through the
-harness's own exporter (exporter.py) and Prometheus.
+`metrics.k8s.io/resource-metrics-path`. A Metric of our own, `loadwise-cadvisor`, serves the
+series of the kubelet's `/metrics/cadvisor` that Prometheus stacks read (the containers' CPU
+counters and working sets, `machine_cpu_cores`, `machine_memory_bytes`) at
+`/metrics/nodes/NAME/metrics/cadvisor`, for the real Prometheus (`cadvisor_scrape_config`).
+Most tests still publish simulated usage through the harness's own exporter (exporter.py).
 
 On Debian's etcd 3.4.23 KWOK was slow: its informers ask for streaming lists (watch-list),
 which the API server refused there ("the required storage feature RequestWatchProgress is
@@ -28,6 +31,7 @@ random delays of KWOK's own general pod Stages), a graceful delete (3 s grace) g
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tempfile
@@ -49,6 +53,46 @@ USAGE_CPU = "kwok.x-k8s.io/usage-cpu"  # a pod's simulated use (metrics=True)
 USAGE_MEMORY = "kwok.x-k8s.io/usage-memory"
 METRICS_PATH = "metrics.k8s.io/resource-metrics-path"  # where metrics-server scrapes a node
 POD_CIDR = "127.64.0.1/16"  # fake pod IPs: loopback, never a private range
+
+
+def _labelled(name: str, kind: str, help_text: str, value: str) -> dict[str, Any]:
+    labels = [
+        {"name": "container", "value": "container.name"},
+        {"name": "namespace", "value": "pod.metadata.namespace"},
+        {"name": "pod", "value": "pod.metadata.name"},
+    ]
+    return {
+        "name": name, "dimension": "container", "kind": kind, "help": help_text,
+        "labels": labels, "value": value,
+    }  # fmt: skip
+
+
+# The kubelet's cAdvisor series as kube-prometheus-stack's preset reads them, from KWOK's
+# simulated usage (its ResourceUsage objects) and the Node's capacity.
+CADVISOR_METRIC: dict[str, Any] = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1",
+    "kind": "Metric",
+    "metadata": {"name": "loadwise-cadvisor"},
+    "spec": {
+        "path": "/metrics/nodes/{nodeName}/metrics/cadvisor",
+        "metrics": [
+            _labelled(
+                "container_cpu_usage_seconds_total", "counter",
+                "Cumulative cpu time consumed in seconds.",
+                'pod.CumulativeUsage("cpu", container.name)',
+            ),
+            _labelled(
+                "container_memory_working_set_bytes", "gauge",
+                "Current working set in bytes.", 'pod.Usage("memory", container.name)',
+            ),
+            {"name": "machine_cpu_cores", "dimension": "node", "kind": "gauge",
+             "help": "Number of logical CPU cores.", "value": 'node.status.capacity["cpu"]'},
+            {"name": "machine_memory_bytes", "dimension": "node", "kind": "gauge",
+             "help": "Amount of memory installed on the machine.",
+             "value": 'node.status.capacity["memory"]'},
+        ],
+    },
+}  # fmt: skip
 
 
 def binary_dir() -> Path:
@@ -94,6 +138,7 @@ class Kwok:
                 str(here / "crds.yaml"),
             )
             self._kubectl("apply", "--server-side", "-f", str(here / "metrics.yaml"))
+            self._kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(CADVISOR_METRIC))
             pki = self.cp.workdir / "pki"
             extra = [
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -121,12 +166,36 @@ class Kwok:
         )
         return self
 
-    def _kubectl(self, *args: str) -> None:
+    def cadvisor_scrape_config(self, nodes: list[str]) -> dict[str, Any]:
+        """A Prometheus job scraping KWOK's cAdvisor series of these nodes as
+        kube-prometheus-stack's kubelet ServiceMonitor labels them (`node`, `metrics_path`,
+        job `kubelet`), every 10 s as it does. KWOK's certificate is not verified."""
+        targets = [
+            {
+                "targets": [f"127.0.0.1:{self.port}"],
+                "labels": {
+                    "node": name,
+                    "metrics_path": "/metrics/cadvisor",
+                    "__metrics_path__": f"/metrics/nodes/{name}/metrics/cadvisor",
+                },
+            }
+            for name in nodes
+        ]
+        return {
+            "job_name": "kubelet",
+            "scheme": "https",
+            "scrape_interval": "10s",
+            "tls_config": {"insecure_skip_verify": True},
+            "static_configs": targets,
+        }
+
+    def _kubectl(self, *args: str, stdin: str | None = None) -> None:
         done = subprocess.run(
             [str(k8s_bin_dir() / "kubectl"), f"--kubeconfig={self.cp.kubeconfig}", *args],
             capture_output=True,
             text=True,
             timeout=90,
+            input=stdin,
         )
         if done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args[:2])} failed: {done.stderr.strip()}")

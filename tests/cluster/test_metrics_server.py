@@ -3,29 +3,37 @@ plays the nodes' kubelets and serves their `/metrics/resource` from its own Reso
 objects (each pod uses what its `kwok.x-k8s.io/usage-*` annotations say), the real
 metrics-server (v0.8.0) scrapes them, and the real kube-apiserver's aggregation layer serves
 NodeMetrics and PodMetrics. `kubectl top` and loadwise read the same figures, and loadwise
-places by them. (tests/cluster/test_real_nodes.py does the same on a real kubelet.)"""
+places by them. The same usage reaches loadwise through the real Prometheus too, from a KWOK
+Metric shaped like the kubelet's cAdvisor series, read by the kube-prometheus-stack preset.
+(tests/cluster/test_real_nodes.py does both on a real kubelet.)"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
+from loadwise.config import Config
+from loadwise.usage.cache import NodeSample
+from loadwise.usage.prometheus import PrometheusError, PrometheusSource
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.kwok import USAGE_CPU, USAGE_MEMORY
 from loadwise_dev.metrics_server import MetricsServer
+from loadwise_dev.prometheus_server import Prometheus
 
 from .conftest import POLICIES
 from .util import wait_bound, wait_event
 
 pytestmark = pytest.mark.cluster
 NS = "apps"
+WANT = {"busy": 0.6, "quiet": 0.2}  # the CPU the pods' annotations make KWOK report
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +139,48 @@ async def test_kubectl_top_and_loadwise_read_kwok_usage_alike_and_loadwise_place
 
 def milli(cpu: str) -> int:
     return int(cpu.removesuffix("m")) if cpu.endswith("m") else int(float(cpu) * 1000)
+
+
+async def test_the_same_usage_reaches_loadwise_through_prometheus_as_cadvisor_series(
+    mkube: Kube, cluster: LocalCluster
+) -> None:
+    """Runs after the test above (its nodes and pods): busy 60%, quiet 20%, and a node without
+    pods, which the preset reads as 0 rather than as missing."""
+    assert cluster.kwok is not None
+    await cluster.add_node(mkube, "idle")
+    job = cluster.kwok.cadvisor_scrape_config(["busy", "quiet", "idle"])
+    prometheus = await asyncio.to_thread(Prometheus([], "10s", [job]).start)
+    config = Config(prometheus_preset="kube-prometheus-stack")
+    source = PrometheusSource(
+        prometheus.url,
+        cpu_query=config.prometheus_cpu_query,
+        memory_query=config.prometheus_memory_query,
+        node_label=config.prometheus_node_label,
+    )
+    try:
+
+        async def sampled() -> dict[str, NodeSample] | None:
+            with contextlib.suppress(PrometheusError):
+                found = await source.fetch()
+                # A rate over the 60 s window reads low until the counters' series fill it
+                # (before two scrapes the preset reads 0).
+                if {"busy", "quiet", "idle"} <= set(found) and all(
+                    abs(found[node].cpu - cpu) <= 0.01 for node, cpu in WANT.items()
+                ):
+                    return found
+            return None
+
+        found = await wait_for(sampled, 150, interval=2.0, what="cAdvisor-shaped series of KWOK")
+        assert found["busy"].memory == pytest.approx(0.25, abs=0.01)
+        assert found["idle"].cpu == 0.0
+        assert source.intervals == {"container_cpu_usage_seconds_total": 10.0}  # as scraped
+        assert (source.window, source.lag) == (60, 70)
+        usage = await source.fetch_pods()
+        cpu, memory = usage[(NS, "load-1")]
+        assert abs(cpu - 2400) <= 5 and memory == 4 << 30, usage
+    finally:
+        await source.close()
+        await asyncio.to_thread(prometheus.stop)
 
 
 async def _both(top: Any) -> dict[str, list[str]] | None:
