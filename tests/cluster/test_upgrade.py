@@ -27,12 +27,11 @@ import pytest
 
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
-from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES
 from .test_chart import CHART_POLICY, NAMESPACE, RELEASE, charts_operator, helm, policy_ready
-from .util import wait_bound, wait_event
+from .util import kubectl, wait_bound, wait_event
 
 pytestmark = pytest.mark.cluster
 
@@ -73,18 +72,6 @@ def cluster() -> Iterator[LocalCluster]:
 async def ukube(cluster: LocalCluster) -> AsyncIterator[Kube]:
     async with cluster.kube() as client:
         yield client
-
-
-async def kubectl(cluster: LocalCluster, *args: str) -> str:
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [str(k8s_bin_dir() / "kubectl"), f"--kubeconfig={cluster.cp.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 async def test_upgrade_from_the_previous_release_with_policies_in_place(
@@ -165,15 +152,12 @@ async def test_upgrade_from_the_previous_release_with_policies_in_place(
     assert old.returncode == 0, output[-3000:]
     assert f"loadwise from {previous / 'operator'}" in output
 
-    # The upgrade, as documented.
-    await kubectl(
-        cluster,
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        str(REPO / "charts/loadwise/crds/"),
-    )
+    # The upgrade, as documented. Helm created the CRD (its fields are manager `helm`'s): a
+    # server-side apply without --force-conflicts is refused, as the docs say.
+    crds = str(REPO / "charts/loadwise/crds/")
+    with pytest.raises(AssertionError, match='conflict with "helm"'):
+        await kubectl(cluster.cp.kubeconfig, "apply", "--server-side", "-f", crds)
+    await kubectl(cluster.cp.kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", crds)
     await helm(
         cluster, "upgrade", RELEASE, str(REPO / "charts" / "loadwise"),
         "--namespace", NAMESPACE, "--reset-then-reuse-values",
