@@ -14,14 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUndefined
 
 from .env_vars import PREFIX, service_link
@@ -245,8 +238,7 @@ class Config(BaseModel):
 
     @model_validator(mode="after")
     def _preset(self) -> Config:
-        """The preset's URL, queries and node label, for those not set (an empty URL is
-        not set: the chart renders one only when given)."""
+        """The preset's URL, queries and node label where not set (empty counts as not set)."""
         url, cpu, memory, label = PRESETS[self.prometheus_preset]
         for name, value in (
             ("prometheus_url", url),

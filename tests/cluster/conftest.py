@@ -13,6 +13,7 @@ import pytest
 from loadwise.runtime import Runtime
 from loadwise_dev.cluster import LocalCluster, running_operator
 from loadwise_dev.kube import Kube, KubeError
+from loadwise_dev.kwok import Kwok
 
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
 _names = itertools.count()
@@ -25,6 +26,17 @@ def local_cluster() -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def kwok(local_cluster: LocalCluster) -> Iterator[Kwok]:
+    """KWOK playing the kubelet of the session cluster's nodes added with `kwok=True`, for the
+    modules that ask for it."""
+    runner = Kwok(local_cluster.cp).start()
+    try:
+        yield runner
+    finally:
+        runner.stop()
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,6 @@ with every default filled in by the API server."""
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +12,12 @@ import pytest
 from loadwise.policies.policy import SchedulingPolicySpec
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
-from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES, OperatorFactory
+from .util import kubectl
 
 pytestmark = pytest.mark.cluster
-
-
-async def kubectl(kubeconfig: Path, *args: str) -> str:
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [str(k8s_bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 async def explain(kubeconfig: Path, field: str) -> str:

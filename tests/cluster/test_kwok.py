@@ -6,7 +6,6 @@ pod Stages wait a random 1-5 s per step (see loadwise_dev.kwok for what was meas
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,15 +18,6 @@ from loadwise_dev.kwok import POD_CIDR, Kwok
 from .conftest import OperatorFactory
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def kwok(local_cluster: LocalCluster) -> Iterator[Kwok]:
-    runner = Kwok(local_cluster.cp).start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
 
 
 async def test_a_pod_placed_on_a_kwok_node_runs_and_its_graceful_deletion_completes(

@@ -7,7 +7,6 @@ WouldEvict event naming the node a replacement would take, and evicts nothing;
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,15 +20,6 @@ from .conftest import POLICIES, OperatorFactory
 from .util import wait_event
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def kwok(local_cluster: LocalCluster) -> Iterator[Kwok]:
-    runner = Kwok(local_cluster.cp).start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
 
 
 def replicaset(ns: str) -> dict[str, Any]:

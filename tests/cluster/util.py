@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from loadwise.runtime import Runtime
 from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.kube import Kube
+
+
+async def kubectl(kubeconfig: Path, *args: str, timeout: float = 60) -> str:
+    """The real kubectl's output; a failure fails the test with its stderr."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(k8s_bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 async def wait_bound(kube: Kube, ns: str, names: list[str], timeout: float = 30) -> dict[str, str]:
