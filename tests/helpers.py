@@ -6,7 +6,7 @@ import contextlib
 import importlib.util
 import itertools
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -88,10 +88,14 @@ def load_bench(name: str) -> ModuleType:
 @contextlib.asynccontextmanager
 async def prometheus_answering(
     query: Callable[[web.Request], Awaitable[web.Response]],
+    gets: Mapping[str, Callable[[web.Request], Awaitable[web.Response]]] | None = None,
 ) -> AsyncIterator[str]:
-    """A stand-in Prometheus on loopback whose /api/v1/query is `query`; yields its URL."""
+    """A stand-in Prometheus on loopback whose /api/v1/query is `query` and whose `gets` answer
+    GETs of their paths (e.g. /api/v1/targets); yields its URL."""
     app = web.Application()
     app.router.add_post("/api/v1/query", query)
+    for path, handler in (gets or {}).items():
+        app.router.add_get(path, handler)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

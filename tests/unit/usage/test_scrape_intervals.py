@@ -23,6 +23,8 @@ from loadwise.usage.scrape_intervals import (
     windowed_metrics,
 )
 
+from ...helpers import prometheus_answering
+
 NOW = 1_700_000_000.0
 NODE = {"job": "node-exporter", "instance": "n1", "node": "n1"}
 KUBELET = {"job": "kubelet", "instance": "10.0.0.1:10250", "node": "n1", "metrics_path": "/c"}
@@ -102,19 +104,9 @@ async def prometheus(interval: str | None, seen: list[str]) -> AsyncIterator[str
         target = NODE if metric.startswith("node_") else KUBELET
         return web.json_response(envelope([{"target": target, "type": "counter"}]))
 
-    app = web.Application()
-    app.router.add_post("/api/v1/query", query)
-    if interval is not None:
-        app.router.add_get("/api/v1/targets", targets)
-        app.router.add_get("/api/v1/targets/metadata", metadata)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    gets = {"/api/v1/targets": targets, "/api/v1/targets/metadata": metadata}
+    async with prometheus_answering(query, gets if interval is not None else None) as url:
+        yield url
 
 
 def source(url: str, config: Config) -> PrometheusSource:
