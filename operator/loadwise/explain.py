@@ -36,6 +36,7 @@ from .kube.informer import Informer
 from .kube.transport import ApiError
 from .logs import one_line
 from .policies.policy import GROUP, PLURAL, VERSION, Policy
+from .scheduler.move_store import StoreError, ledger_store
 from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 
@@ -196,6 +197,7 @@ async def relief_lines(rebalancer: Rebalancer, node: str, now: float) -> list[st
                 f"node {node}, policy {policy.name}: {figures}, under its hot thresholds "
                 f"({limits}): not relieved"
             )
+            lines.extend(moved_lines(rebalancer, node, now))
             continue
         lines.append(
             f"node {node}, policy {policy.name}: {figures}, over its hot thresholds ({limits});"
@@ -204,6 +206,7 @@ async def relief_lines(rebalancer: Rebalancer, node: str, now: float) -> list[st
         )
         if not relief.moves:
             lines.append(f"  nothing would move: {relief.refused}")
+        lines.extend(moved_lines(rebalancer, node, now))
         for move in relief.moves:
             chosen = move.decision.chosen
             lines.append(
@@ -211,6 +214,25 @@ async def relief_lines(rebalancer: Rebalancer, node: str, now: float) -> list[st
                 f"(cpu {chosen.cpu:.0%} mem {chosen.memory:.0%} with it)"
             )
     return lines
+
+
+def moved_lines(rebalancer: Rebalancer, node: str, now: float) -> list[str]:
+    """What rebalancing moved off or onto the node in the last hour (its ledger)."""
+    out = []
+    for r in rebalancer.moves:
+        if node not in (r.source, r.target):
+            continue
+        ago = f"{(now - r.at) / 60:.0f} min ago"
+        if r.source == node:
+            cool = max(0.0, r.cool_until - now)
+            out.append(
+                f"  moved {r.pod} off it to {r.target} {ago} ({r.state}); its workload stays "
+                f"off it for {cool:.0f}s more"
+            )
+        else:
+            held = "taken" if r.claimed_by else f"held {max(0.0, r.reserve_until - now):.0f}s more"
+            out.append(f"  room for the replacement of {r.pod} (from {r.source}, {ago}): {held}")
+    return out
 
 
 def render(rows: list[Row], summary: str) -> str:
@@ -258,7 +280,11 @@ async def _explain(target: str, config: Config) -> str:
         for cache in scheduler.caches.values():
             await cache.refresh()
         if namespace == "node":
-            rebalancer = Rebalancer(transport, scheduler.binder, scheduler)
+            rebalancer = Rebalancer(
+                transport, scheduler.binder, scheduler, ledger_store(transport, config)
+            )
+            with contextlib.suppress(StoreError):  # not allowed to read it: no moves shown
+                await rebalancer.store.load(rebalancer.moves)
             lines = await relief_lines(rebalancer, name, time.time())
             return "\n".join([*lines, settings_line(config)])
         pod = parse_pod(found[0])

@@ -150,6 +150,18 @@ REBALANCE_WOULD_EVICT = Counter(
     "counted when it changes, not at every refresh).",
     ["policy"],
 )
+REBALANCE_EVICTIONS = Counter(
+    "loadwise_rebalance_evictions",
+    "Pods rebalancing evicted, by policy and the resource over its hot threshold that made "
+    "it (cpu, memory, or both joined by +).",
+    ["policy", "reason"],
+)
+REBALANCE_EVICTIONS_REFUSED = Counter(
+    "loadwise_rebalance_evictions_refused",
+    "Evictions rebalancing asked for that did not happen: disruption-budget (HTTP 429, tried "
+    "again later), gone (the pod was gone), error (anything else; nothing moved).",
+    ["policy", "reason"],
+)
 EVENTS_DROPPED = Counter(
     "loadwise_events_dropped_total",
     "Scheduled events not written because the event buffer was full.",

@@ -34,6 +34,7 @@ from .kube.leader import LeaderElector
 from .kube.transport import ApiError, Http
 from .policies.policywatch import PolicyWatch
 from .policies.reporting import Reporter
+from .scheduler.move_store import ledger_store
 from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 from .upkeep import AUDIT_INTERVAL, Upkeep
@@ -74,7 +75,9 @@ class Runtime:
             self.degradations,
             operator_object(config),
         )
-        self.rebalancer = Rebalancer(transport, scheduler.binder, scheduler)
+        self.rebalancer = Rebalancer(
+            transport, scheduler.binder, scheduler, ledger_store(transport, config)
+        )
         self.elector: LeaderElector | None = None
         if config.leader_elect:
             self.elector = LeaderElector(

@@ -68,6 +68,7 @@ class Candidate:
     qos: str
     cpu: float
     memory: float
+    grace: float = 30.0  # its termination grace period: its use leaves the node by then
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ class Move:
     source: str
     target: str
     decision: Decision
+    grace: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,11 @@ def plan_relief(
     rng: random.Random,
     profile: Profile = DEFAULT_PROFILE,
     learned: UsageProfiles | None = None,
+    max_moves: int | None = None,
+    held_back: str = "",
 ) -> Relief:
+    """`max_moves`: what the rate limits leave for this node now (`held_back` says which
+    limit, or which pods they keep from moving)."""
     over = over_thresholds(policy, sample)
     if not over:
         return Relief(node, refused="not over its hot thresholds")
@@ -137,7 +143,10 @@ def plan_relief(
         ),
     )
     if not ordered:
-        return Relief(node, refused="no pod on it may be moved", over=over)
+        why = held_back or "no pod on it may be moved"
+        return Relief(node, refused=why, over=over)
+    if max_moves is not None and max_moves <= 0:
+        return Relief(node, refused=held_back, over=over)
     moves: list[Move] = []
     set_aside: list[PodInfo] = []
     placed: list[str] = []
@@ -159,7 +168,7 @@ def plan_relief(
                 unplaced.append(f"{pod.name}: {decision}")
                 view.put_back(set_aside.pop())
                 continue
-            moves.append(Move(pod, node, decision.node, decision))
+            moves.append(Move(pod, node, decision.node, decision, candidate.grace))
             view.put_back(replace(replacement, node_name=decision.node, placed_at=now))
             placed.append(replacement.uid)
             for resource in left:
@@ -171,9 +180,16 @@ def plan_relief(
             view.put_back(pod)
     if any(amount > 0 for amount in left.values()):
         why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
+        why = f"{why}; {held_back}" if held_back else why
         return Relief(
             node,
             refused=f"moving what can move would leave it over its thresholds ({why})",
+            over=over,
+        )
+    if max_moves is not None and len(moves) > max_moves:
+        return Relief(
+            node,
+            refused=f"it would take {len(moves)} evictions and {held_back}",
             over=over,
         )
     return Relief(node, tuple(moves), over=over)
@@ -236,3 +252,9 @@ class HotStreaks:
             self._cool.pop(name, None)
             self.relieving.discard(name)
         return set(self.relieving)
+
+    def hold(self, node: str) -> None:
+        """Pods were moved off the node: it must stay hot `hot_after` refreshes again, counted
+        once its samples no longer include them."""
+        self._hot[node] = 0
+        self.relieving.discard(node)

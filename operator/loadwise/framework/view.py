@@ -71,6 +71,12 @@ class ClusterView(Protocol):
         ...
 
     @property
+    def moved_off(self) -> Mapping[str, Mapping[str, float]]:
+        """Rebalancing's cool-downs: a controller's UID -> nodes a pod of it was evicted from,
+        each with when (wall clock) its pods may go back there."""
+        ...
+
+    @property
     def changes(self) -> Sequence[str]:
         """Names of nodes whose scheduling state changed, in order (see ClusterView)."""
         ...

@@ -11,21 +11,16 @@ import bisect
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ..framework.selectors import requirement_matches
+from .rebalance_settings import Rebalance
+from .spec_model import SpecModel as _Model
 
 GROUP = "loadwise.io"
 VERSION = "v1alpha1"
 PLURAL = "schedulingpolicies"
 KIND = "SchedulingPolicy"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
-    )
 
 
 class Weights(_Model):
@@ -132,31 +127,6 @@ class MetricsSettings(_Model):
         ge=60,
         le=3600,
         description="The window of an aggregation other than latest, in seconds.",
-    )
-
-
-class Rebalance(_Model):
-    """Relieving nodes that stay hot after placement. Only the dry run exists so far: it posts
-    a WouldEvict event on each pod it would move, naming the node its replacement would take."""
-
-    enabled: bool = Field(False, description="Look for nodes to relieve (leader only).")
-    mode: Literal["DryRun"] = Field(
-        "DryRun",
-        description="DryRun: report what would move where (WouldEvict events), evict nothing. "
-        "Evicting is not implemented yet.",
-    )
-    hot_refreshes: int = Field(
-        3,
-        ge=1,
-        le=100,
-        description="A node is relieved once it has been over a hot threshold (by this "
-        "policy's load figures) at this many metrics refreshes in a row.",
-    )
-    cool_refreshes: int = Field(
-        3, ge=1, le=100, description="... and no longer once under them this many in a row."
-    )
-    allow_local_storage: bool = Field(
-        False, description="Pods with emptyDir or hostPath volumes may be moved (data is lost)."
     )
 
 
@@ -315,7 +285,7 @@ class SchedulingPolicySpec(_Model):
     )
     rebalance: Rebalance = Field(
         default_factory=Rebalance,
-        description="Moving pods off nodes that stay hot (off by default; dry run only so far).",
+        description="Moving pods off nodes that stay hot (off by default).",
     )
     learned_estimate: bool = Field(
         True,

@@ -1,7 +1,11 @@
 """Rebalancer: the leader's look, after each metrics refresh, at nodes that stay hot under a
-policy with `spec.rebalance.enabled`, and what it would move where (framework/rebalance.py
-plans it with the scheduling cycle). Dry run only: each planned move is a `WouldEvict` event
-on the pod, a log line and a count; nothing is evicted yet.
+policy with `spec.rebalance.enabled`, and what to move where (framework/rebalance.py plans it
+with the scheduling cycle, within the rate limits the ledger of past moves leaves).
+
+DryRun: each planned move is a `WouldEvict` event on the pod, a log line and a count. Evict:
+the evictor carries the moves out (scheduler/evictor.py), only once this leader has read the
+saved ledger (scheduler/move_store.py); a node moved from is judged again only once its
+samples no longer include what left it.
 
 Nothing here raises into its loop: a failed pass is logged and the next refresh tries again.
 """
@@ -16,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import observability as obs
+from ..framework.disruption_budgets import split_violating
 from ..framework.rebalance import (
     Candidate,
     HotStreaks,
@@ -24,21 +29,28 @@ from ..framework.rebalance import (
     ineligible,
     plan_relief,
 )
-from ..framework.types import parse_pod
+from ..framework.types import PodInfo, parse_pod
 from ..kube.transport import Http
 from ..policies.policy import Policy
 from ..resources import CPU, MEMORY
 from .binder import Binder
+from .evictor import Evictor
+from .move_store import MoveStore, StoreError
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
 
 class Rebalancer:
-    def __init__(self, transport: Http, binder: Binder, scheduler: Scheduler) -> None:
+    def __init__(
+        self, transport: Http, binder: Binder, scheduler: Scheduler, store: MoveStore
+    ) -> None:
         self.transport = transport
         self.binder = binder
         self.scheduler = scheduler
+        self.moves = scheduler.moves
+        self.store = store
+        self.evictor = Evictor(transport, binder, self.moves, store)
         self._streaks: dict[str, HotStreaks] = {}  # policy -> its nodes' hot/cool streaks
         self._seen_refresh: dict[str, int] = {}  # policy -> its source's refresh count judged
         self._reported: dict[tuple[str, str], str] = {}  # (policy, node) -> last plan said
@@ -56,16 +68,37 @@ class Rebalancer:
             self.forget()
 
     def forget(self) -> None:
-        """A new leader counts streaks afresh: its predecessor's are not known to it."""
+        """A new leader counts streaks afresh (its predecessor's are not known to it) and reads
+        the saved ledger of moves before it evicts."""
         for policy in self._streaks:
             _drop_gauge(policy)
         self._streaks.clear()
         self._seen_refresh.clear()
         self._reported.clear()
+        self.moves.forget()
+
+    async def _ledger_ready(self, now: float) -> bool:
+        """Read the saved ledger once per term (retried each pass until it works); then drop
+        what expired. False while it cannot be read: nothing is evicted meanwhile."""
+        if not self.moves.loaded:
+            try:
+                held = await self.store.load(self.moves, now)
+            except StoreError as exc:
+                log.warning("rebalancing evicts nothing until its ledger can be read: %s", exc)
+                return False
+            log.info("rebalancing ledger read: %d moves of the last hour", held)
+        elif self.moves.prune(now):
+            try:
+                await self.store.save(self.moves)
+            except StoreError as exc:
+                log.warning("rebalancing ledger not saved: %s", exc)
+        return True
 
     async def run_once(self, now: float) -> None:
         scheduler = self.scheduler
         enabled = {p.name: p for p in scheduler.policies.policies() if p.spec.rebalance.enabled}
+        evicting = any(p.spec.rebalance.mode == "Evict" for p in enabled.values())
+        ready = evicting and await self._ledger_ready(now)
         for name in set(self._streaks) - set(enabled):
             _drop_gauge(name)
             del self._streaks[name]
@@ -85,11 +118,31 @@ class Rebalancer:
                 settings.hot_refreshes,
                 settings.cool_refreshes,
             )
+            for node in list(relieving):
+                sample = samples.get(node)
+                if sample is not None and self.moves.settling(node, sample.coverage):
+                    streaks.hold(node)
+                    relieving.discard(node)
             obs.REBALANCE_HOT_NODES.labels(name).set(len(relieving))
             for key in [k for k in self._reported if k[0] == name and k[1] not in relieving]:
                 del self._reported[key]
             for node in sorted(relieving):
-                await self._report(policy, await self.plan(policy, node, now))
+                relief = await self.plan(policy, node, now)
+                if settings.mode == "Evict" and relief.moves:
+                    if ready:  # else the warning said why nothing moves
+                        await self._relieve(policy, relief, now)
+                        streaks.hold(node)
+                else:
+                    await self._report(policy, relief)
+
+    async def _relieve(self, policy: Policy, relief: Relief, now: float) -> None:
+        """Evict the plan's pods in order; a refusal stops the rest (the node is planned
+        again once it has stayed hot again)."""
+        self._reported.pop((policy.name, relief.node), None)
+        for move in relief.moves:
+            outcome = await self.evictor.move(policy, move, relief.over, now)
+            if outcome != "evicted":
+                break
 
     async def plan(self, policy: Policy, node: str, now: float) -> Relief:
         """What relieving `node` under `policy` would move where, now (the loop and
@@ -100,10 +153,13 @@ class Rebalancer:
         cache = scheduler.caches.get(policy.spec.metrics.source)
         if sample is None or cache is None:
             return Relief(node, refused="no sample of it from the policy's source")
+        candidates, kept = await self._candidates(policy, node, cache.pod_usage, now)
+        max_moves, limit = self._moves_left(policy, node, now)
+        held_back = "; ".join(filter(None, (limit, kept)))
         return plan_relief(
             node,
             sample,
-            await self._candidates(policy, node, cache.pod_usage),
+            candidates,
             scheduler.state,
             policy,
             samples,
@@ -111,23 +167,57 @@ class Rebalancer:
             scheduler.rng,
             scheduler.profile,
             scheduler.learned_for(policy),
+            max_moves,
+            held_back,
         )
 
+    def _moves_left(self, policy: Policy, node: str, now: float) -> tuple[int, str]:
+        """How many evictions the node and cluster limits leave now, and which limit binds."""
+        limits = policy.spec.rebalance.limits
+        from_node = limits.per_node_per_hour - self.moves.count(now - 3600, source=node)
+        cluster = limits.cluster_per_minute - self.moves.count(now - 60)
+        if from_node <= cluster:
+            return max(0, from_node), f"limits.perNodePerHour leaves {max(0, from_node)}"
+        return max(0, cluster), f"limits.clusterPerMinute leaves {max(0, cluster)}"
+
+    def _kept_back(self, policy: Policy, pod: PodInfo, now: float) -> str | None:
+        """Why the limits or a disruption budget keep this pod from moving now, or None."""
+        limits = policy.spec.rebalance.limits
+        hour = now - 3600
+        if self.moves.count(hour, namespace=pod.namespace) >= limits.per_namespace_per_hour:
+            return "limits.perNamespacePerHour"
+        if pod.workload and self.moves.count(hour, workload=pod.workload) >= (
+            limits.per_workload_per_hour
+        ):
+            return "limits.perWorkloadPerHour"
+        if self.evictor.is_blocked(pod.uid, now):
+            return "its PodDisruptionBudget refused an eviction lately"
+        budgets = self.scheduler.preemption.budgets.values()
+        if budgets and split_violating([pod], budgets)[0]:
+            return "its PodDisruptionBudget allows no disruption now"
+        return None
+
     async def _candidates(
-        self, policy: Policy, node: str, usage: Mapping[tuple[str, str], tuple[int, int]]
-    ) -> list[Candidate]:
+        self,
+        policy: Policy,
+        node: str,
+        usage: Mapping[tuple[str, str], tuple[int, int]],
+        now: float,
+    ) -> tuple[list[Candidate], str]:
         """The node's pods this policy governs that may move and whose use was measured,
-        parsed in full (their replacements keep their constraints)."""
+        parsed in full (their replacements keep their constraints); and which of them the
+        limits or budgets keep back now, said in a few words."""
         scheduler = self.scheduler
         info = scheduler.state.nodes.get(node)
         if info is None:
-            return []
+            return [], ""
         listed = await self.transport.get_json(
             "/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"}
         )
         alloc_cpu = info.allocatable.get(CPU) or 0
         alloc_mem = info.allocatable.get(MEMORY) or 0
         out = []
+        kept: dict[str, list[str]] = {}
         for raw in listed.get("items") or ():
             if ineligible(raw, scheduler.name, policy.spec.rebalance.allow_local_storage):
                 continue
@@ -137,9 +227,16 @@ class Rebalancer:
             used = usage.get((pod.namespace, pod.name))
             if governing.name != policy.name or used is None or not alloc_cpu or not alloc_mem:
                 continue
+            why = self._kept_back(policy, pod, now)
+            if why is not None:
+                kept.setdefault(why, []).append(pod.key)
+                continue
             qos = str((raw.get("status") or {}).get("qosClass") or "Burstable")
-            out.append(Candidate(pod, qos, used[0] / alloc_cpu, used[1] / alloc_mem))
-        return out
+            grace = (raw.get("spec") or {}).get("terminationGracePeriodSeconds")
+            grace = float(grace) if isinstance(grace, int | float) else 30.0
+            out.append(Candidate(pod, qos, used[0] / alloc_cpu, used[1] / alloc_mem, grace))
+        said = "; ".join(f"{why} keeps {', '.join(pods)}" for why, pods in kept.items())
+        return out, said
 
     async def _report(self, policy: Policy, relief: Relief) -> None:
         """Say each plan once, not at every refresh: a changed plan is said again."""

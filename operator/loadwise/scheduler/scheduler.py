@@ -11,6 +11,7 @@ network: its writes (bindings, events, PodScheduled, nominations and evictions) 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import random
@@ -33,6 +34,7 @@ from .device_classes import DeviceClasses
 from .event_handlers import ClusterEvents
 from .events import EventWriter
 from .inflight import InFlight
+from .moves import Moves
 from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
@@ -84,6 +86,8 @@ class Scheduler:
         for where, count in queue.counts().items():
             self._queue_changed(where, count)
         self.preemption = Preemptor(self.state, binder, profile, self.rng)
+        # rebalancing's moves: room held for replacements, workloads kept off nodes they left
+        self.moves = Moves(self.state, self.preemption.nominated)
         self.preempts = preemption  # DefaultPreemption on (kube-scheduler's default) or off
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
         # Watch events in (event_handlers.py): the informers call these.
@@ -176,15 +180,18 @@ class Scheduler:
         started = time.perf_counter()
         samples, now = self.samples_for(policy), time.time()
         learned = self.learned_for(policy)
+        reserved = self.moves.claim(pod, now) if self.moves.records else None
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
         result: Decision | Unschedulable
         refused = self.device_classes.refusal(pod)
         if refused is not None:  # DRA decides this pod's fit: loadwise cannot
             result = Unschedulable(f"pod cannot be scheduled: {refused}", {})
-        elif held or pod.nominated_node:  # rare: while preemption makes room somewhere
+        elif held or pod.nominated_node or reserved:  # rare: room is being made somewhere
             nominated = Nominated(self.state, held)
+            # a replacement of a pod rebalancing moved takes the room held for it if it fits
+            ask = dataclasses.replace(pod, nominated_node=reserved) if reserved else pod
             result = schedule_one(
-                pod, self.state, policy, samples, now, self.rng, self.profile, learned, nominated
+                ask, self.state, policy, samples, now, self.rng, self.profile, learned, nominated
             )
         else:
             result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)

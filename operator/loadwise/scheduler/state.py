@@ -59,6 +59,8 @@ class ClusterState:
         self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
         self.anti_affinity_pods: set[str] = set()  # placed pods with required anti-affinity
         self.prefer_no_schedule: set[str] = set()  # nodes with a PreferNoSchedule taint
+        # rebalancing's cool-downs (scheduler/moves.py keeps them): controller UID -> node -> until
+        self.moved_off: dict[str, dict[str, float]] = {}
         self.workloads = WorkloadSelectors()  # Service and controller selectors (default spread)
         # Names of nodes whose own scheduling state changed (node object, pods on it), in
         # order: incremental readers (the score index) re-evaluate only those. A reader keeps

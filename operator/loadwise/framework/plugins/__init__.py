@@ -15,6 +15,7 @@ from .node_ports import NodePorts
 from .node_ready import NodeReady
 from .node_unschedulable import NodeUnschedulable
 from .node_valid import NodeValid
+from .rebalance_cool_down import RebalanceCoolDown
 from .resources_fit import NodeResourcesFit
 from .taint_toleration import PreferNoSchedule, TaintToleration
 from .topology_spread import PodTopologySpread, SpreadPreference
@@ -29,6 +30,7 @@ DEFAULT_PLUGINS: tuple[Plugin, ...] = (
     NodeResourcesFit(),
     PodTopologySpread(),
     InterPodAffinity(),
+    RebalanceCoolDown(),
     LoadAware(),
     PreferNoSchedule(),
     PreferredNodeAffinity(),
