@@ -1,4 +1,4 @@
-"""e2e: rebalancing's dry run against the real control plane. A ReplicaSet's pod (created by the
+"""e2e: rebalancing against the real control plane. The dry run: A ReplicaSet's pod (created by the
 real controller-manager, placed by loadwise, run by KWOK) is placed on the cooler node; that
 node then turns hot after placement (its background load and the pod's own use rise, as a
 Flink TaskManager's does with its data). After `hotRefreshes` refreshes the leader posts a
@@ -7,6 +7,8 @@ WouldEvict event naming the node a replacement would take, and evicts nothing;
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from loadwise_dev.kube import Kube
 from loadwise_dev.kwok import Kwok
 
 from .conftest import POLICIES, OperatorFactory
-from .util import wait_event
+from .util import events, wait_event
 
 pytestmark = pytest.mark.cluster
 
@@ -100,3 +102,195 @@ async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is
         finally:
             local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/taskmanager")
+
+
+def evicting(name: str = "flink", **rebalance: Any) -> dict[str, Any]:
+    settings = {"enabled": True, "mode": "Evict", "hotRefreshes": 2, "coolRefreshes": 2}
+    return {
+        "apiVersion": "loadwise.io/v1alpha1",
+        "kind": "SchedulingPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "flink"}},
+            "rebalance": {**settings, **rebalance},
+        },
+    }
+
+
+def workload(ns: str, name: str, cpu: str = "500m") -> dict[str, Any]:
+    rs = replicaset(ns)
+    rs["metadata"]["name"] = name
+    labels = {"app": "flink", "job": name}
+    rs["spec"]["selector"] = {"matchLabels": labels}
+    rs["spec"]["template"]["metadata"]["labels"] = labels
+    rs["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    return rs
+
+
+async def running_pods(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
+    pods = await kube.list(f"/api/v1/namespaces/{ns}/pods", labelSelector=f"job={job}")
+    return [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+async def one_running(kube: Kube, ns: str, job: str, other_than: str = "") -> dict[str, Any]:
+    async def found() -> dict[str, Any] | None:
+        up = [p for p in await running_pods(kube, ns, job) if p["metadata"]["uid"] != other_than]
+        return up[0] if up else None
+
+    return await wait_for(found, 60, interval=0.5, what=f"a running pod of {job}")
+
+
+async def node_events(kube: Kube, node: str, reason: str) -> list[Any]:
+    items = await kube.list("/api/v1/namespaces/default/events")
+    return [
+        e
+        for e in items
+        if e["involvedObject"].get("kind") == "Node"
+        and e["involvedObject"]["name"] == node
+        and e["reason"] == reason
+    ]
+
+
+async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_held_room(
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    kwok: Kwok,
+) -> None:
+    """Evict: the real Eviction API, the real ReplicaSet controller recreating the pod, KWOK
+    completing the graceful deletion; the replacement is placed on the node the plan chose,
+    both nodes and the pod say so, and the ledger ConfigMap holds the move."""
+    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
+    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
+    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
+    await kube.create(POLICIES, evicting())
+    async with operator() as runtime:
+        await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
+        pod = await one_running(kube, ns, "tm")
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        assert pod["spec"]["nodeName"] == "kw-a"
+        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
+        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
+        try:
+            event = await wait_event(kube, ns, name, "Rebalanced", timeout=60)
+            assert event["message"].startswith("evicted from kw-a to relieve it (cpu ")
+            assert "its replacement has room held on kw-b" in event["message"]
+            local_cluster.exporter.remove_pod(uid)
+            replacement = await one_running(kube, ns, "tm", other_than=uid)
+            assert replacement["spec"]["nodeName"] == "kw-b"  # the room held for it
+            gone = await kube.list(f"/api/v1/namespaces/{ns}/pods", labelSelector="job=tm")
+            assert uid not in {p["metadata"]["uid"] for p in gone} or all(
+                p["metadata"].get("deletionTimestamp") for p in gone if p["metadata"]["uid"] == uid
+            )
+            assert await node_events(kube, "kw-a", "Rebalanced")
+            assert await node_events(kube, "kw-b", "Rebalanced")
+            config = local_cluster.operator_config()
+            ledger = await kube.get(
+                f"/api/v1/namespaces/{config.lease_namespace}/configmaps/"
+                f"{runtime.config.lease_name}-rebalance"
+            )
+            assert f'"uid":"{uid}"' in ledger["data"]["moves.json"]
+            assert '"state":"evicted"' in ledger["data"]["moves.json"]
+        finally:
+            local_cluster.exporter.remove_pod(uid)
+            await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
+
+
+async def test_a_disruption_budget_keeps_the_pod_where_it_is(
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    kwok: Kwok,
+) -> None:
+    """The Eviction API refuses (429) while the pod's PodDisruptionBudget allows no disruption:
+    the pod stays and says why; nothing is held or kept off. (Run without preemption, so the
+    operator does not read budgets itself and the API server is the one that refuses.)"""
+    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
+    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
+    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
+    await kube.create(POLICIES, evicting())
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "tm", "namespace": ns},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"job": "tm"}}},
+    }
+    await kube.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", budget)
+    async with operator(preemption=False) as runtime:
+        await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
+        pod = await one_running(kube, ns, "tm")
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
+        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
+        try:
+            event = await wait_event(kube, ns, name, "EvictionBlocked", timeout=60)
+            assert "PodDisruptionBudget allows no disruption now" in event["message"]
+            now = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            assert now["metadata"]["uid"] == uid and not now["metadata"].get("deletionTimestamp")
+            assert not runtime.scheduler.state.moved_off
+            assert not runtime.scheduler.preemption.nominated
+        finally:
+            local_cluster.exporter.remove_pod(uid)
+            await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
+
+
+async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    kwok: Kwok,
+) -> None:
+    """Two workloads on kw-a; the first leader moves one off it (limits.perNodePerHour 1) and
+    stops. kw-a stays hot and the second workload's pod could relieve it, but the next leader
+    (on the same Lease) reads the ledger: the hour's one eviction from kw-a is spent, and the
+    first workload is still kept off kw-a."""
+    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
+    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.7, kwok=True)
+    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.7})
+    await kube.create(POLICIES, evicting(limits={"perNodePerHour": 1}))
+    lease = local_cluster.operator_config().lease_name
+    uids: list[str] = []
+    try:
+        async with operator(lease_name=lease):
+            for job in ("tm", "jm"):
+                await kube.create(
+                    f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, job, cpu="100m")
+                )
+            tm, jm = await one_running(kube, ns, "tm"), await one_running(kube, ns, "jm")
+            assert tm["spec"]["nodeName"] == jm["spec"]["nodeName"] == "kw-a"
+            uids = [tm["metadata"]["uid"], jm["metadata"]["uid"]]
+            local_cluster.exporter.set_usage("kw-b", 0.2, 0.1)
+            local_cluster.exporter.set_usage("kw-a", 0.3, 0.1)
+            for pod, millis in ((tm, 1500), (jm, 1000)):
+                meta = pod["metadata"]
+                local_cluster.exporter.place_pod(
+                    meta["uid"], "kw-a", millis, 128 << 20, namespace=ns, name=meta["name"]
+                )
+            await wait_event(kube, ns, tm["metadata"]["name"], "Rebalanced", timeout=60)
+            local_cluster.exporter.remove_pod(uids[0])
+            local_cluster.exporter.set_usage("kw-a", 0.6, 0.1)  # and kw-a stays hot
+        async with operator(lease_name=lease) as second:
+
+            async def led() -> bool | None:
+                return (second.leading and second.scheduler.moves.loaded) or None
+
+            await wait_for(led, 40, what="the second operator leading with the ledger read")
+            owner = tm["metadata"]["ownerReferences"][0]["uid"]
+            assert "kw-a" in second.scheduler.state.moved_off[owner]  # not forgotten
+            policy = second.scheduler.policies.policies()[0]
+            await asyncio.sleep(5)  # several refreshes: kw-a is hot at each
+            relief = await second.rebalancer.plan(policy, "kw-a", time.time())
+            assert "limits.perNodePerHour leaves 0" in relief.refused, relief
+            assert not await events(kube, ns, jm["metadata"]["name"], "Rebalanced")  # not repeated
+    finally:
+        for uid in uids:
+            local_cluster.exporter.remove_pod(uid)
+        for job in ("tm", "jm"):
+            await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/{job}")
