@@ -71,7 +71,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Config field, its help made from the field's description."""
-    from .config import settings  # pydantic: after prefetch.start
+    from .settings_help import settings  # pydantic: after prefetch.start
 
     group = parser.add_argument_group("settings")
     for s in settings():
@@ -85,7 +85,7 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def setting_flags(args: argparse.Namespace) -> dict[str, Any]:
-    from .config import settings
+    from .settings_help import settings
 
     return {s.field: getattr(args, s.field, None) for s in settings()}
 

@@ -10,12 +10,10 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticUndefined
 
 from .env_vars import PREFIX, service_link
 from .usage.prometheus import (
@@ -150,6 +148,12 @@ class Config(BaseModel):
         "pods of lower priority (gracefully, PodDisruptionBudgets weighed); false: never, as "
         "a kube-scheduler profile can disable it (and loadwise then needs no pods delete and "
         "reads no PodDisruptionBudgets)",
+    )
+    rebalance_evictions: bool = Field(
+        False,
+        description="let policies with spec.rebalance.mode Evict evict (pods/eviction, and the "
+        "ledger ConfigMap <lease_name>-rebalance in lease_namespace); false: they only report "
+        "what they would move (the chart: rebalancing.evictions)",
     )
     bind_concurrency: int = Field(64, ge=1, le=4096, description="bindings in flight at once")
     initial_backoff: float = Field(
@@ -357,7 +361,7 @@ class Config(BaseModel):
     def to_env(self) -> dict[str, str]:
         """These settings as the LOADWISE_* variables `from_env` reads back (the dev cluster
         and tests start `loadwise run` processes with them)."""
-        return {env_name(name): _env_value(getattr(self, name)) for name in type(self).model_fields}
+        return {env_name(name): env_value(getattr(self, name)) for name in type(self).model_fields}
 
     # Served like kube-scheduler's secure port (loadwise.secure_serving).
     secure_port: int = Field(
@@ -396,7 +400,7 @@ def _origin(field: str, flags: Mapping[str, Any]) -> str:
     return flag_name(field) if field in flags else env_name(field)
 
 
-def _env_value(value: Any) -> str:
+def env_value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -421,29 +425,3 @@ def unknown_variables(env: Mapping[str, str]) -> list[str]:
         hint = f" (did you mean {close[0]}?)" if close else ""
         problems.append(f"unknown setting {variable}{hint}; `loadwise run --help` lists them")
     return problems
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting as `loadwise run --help` shows it."""
-
-    field: str
-    variable: str
-    flag: str
-    default: str
-    description: str
-    is_bool: bool
-
-
-def settings() -> Iterator[Setting]:
-    """Every setting of Config, in definition order, from the model itself."""
-    for name, info in Config.model_fields.items():
-        default = info.get_default(call_default_factory=True)
-        yield Setting(
-            field=name,
-            variable=env_name(name),
-            flag=flag_name(name),
-            default="(none)" if default is PydanticUndefined else _env_value(default) or "empty",
-            description=info.description or "",
-            is_bool=info.annotation is bool,
-        )

@@ -76,7 +76,11 @@ class Runtime:
             operator_object(config),
         )
         self.rebalancer = Rebalancer(
-            transport, scheduler.binder, scheduler, ledger_store(transport, config)
+            transport,
+            scheduler.binder,
+            scheduler,
+            ledger_store(transport, config),
+            config.rebalance_evictions,
         )
         self.elector: LeaderElector | None = None
         if config.leader_elect:

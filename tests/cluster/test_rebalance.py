@@ -169,7 +169,7 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
     await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
     await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
     await kube.create(POLICIES, evicting())
-    async with operator() as runtime:
+    async with operator(rebalance_evictions=True) as runtime:
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
@@ -222,7 +222,7 @@ async def test_a_disruption_budget_keeps_the_pod_where_it_is(
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"job": "tm"}}},
     }
     await kube.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", budget)
-    async with operator(preemption=False) as runtime:
+    async with operator(preemption=False, rebalance_evictions=True) as runtime:
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
@@ -258,7 +258,7 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
     lease = local_cluster.operator_config().lease_name
     uids: list[str] = []
     try:
-        async with operator(lease_name=lease):
+        async with operator(lease_name=lease, rebalance_evictions=True):
             for job in ("tm", "jm"):
                 await kube.create(
                     f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, job, cpu="100m")
@@ -276,7 +276,7 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
             await wait_event(kube, ns, tm["metadata"]["name"], "Rebalanced", timeout=60)
             local_cluster.exporter.remove_pod(uids[0])
             local_cluster.exporter.set_usage("kw-a", 0.6, 0.1)  # and kw-a stays hot
-        async with operator(lease_name=lease) as second:
+        async with operator(lease_name=lease, rebalance_evictions=True) as second:
 
             async def led() -> bool | None:
                 return (second.leading and second.scheduler.moves.loaded) or None

@@ -456,8 +456,9 @@ def permission_key(p: Any) -> tuple[str, str, str]:
         ["metrics.sources=prometheus\\,metrics-server"],
         ["replicas=1", "leaderElection.enabled=false"],
         ["preemption.enabled=false"],
+        ["rebalancing.evictions=true"],
     ],
-    ids=["defaults", "metrics-server", "no-election", "no-preemption"],
+    ids=["defaults", "metrics-server", "no-election", "no-preemption", "evictions"],
 )
 def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
     """loadwise.kube.access.PERMISSIONS is the one list: the chart grants each permission the
@@ -466,22 +467,30 @@ def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) 
     env = container_env(one(docs, "Deployment"))
     config = Config.from_env({k: v for k, v in env.items() if k != "LOADWISE_POD_NAME"})
     cluster = grants(one(docs, "ClusterRole", "lw-loadwise"))
-    roles = [d for d in docs if d["kind"] == "Role"]
-    leases = grants(roles[0]) if roles else set()
-    if roles:
-        assert roles[0]["metadata"]["namespace"] == config.lease_namespace
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
+    for role in roles.values():
+        assert role["metadata"]["namespace"] == config.lease_namespace
+    leases = grants(roles["lw-loadwise-leader-election"]) if config.leader_elect else set()
+    ledger = roles.get("lw-loadwise-rebalancing")
     wanted = needed(config)
-    assert {
-        permission_key(p) for p in wanted if p.when != "leader_elect"
-    } == cluster - UNUSED_GRANTS
+    in_roles = {p for p in wanted if p.when == "leader_elect" or p.resource == "configmaps"}
+    assert {permission_key(p) for p in wanted if p not in in_roles} == cluster - UNUSED_GRANTS
     assert {permission_key(p) for p in wanted if p.when == "leader_elect"} == leases
     assert bool(leases) == config.leader_elect
+    assert {permission_key(p) for p in wanted if p.resource == "configmaps"} == (
+        grants(ledger) if ledger else set()
+    )
+    assert bool(ledger) == config.rebalance_evictions
+    if ledger:  # get and update of the ledger alone
+        (named,) = [r for r in ledger["rules"] if "resourceNames" in r]
+        assert named["resourceNames"] == [f"{config.lease_name}-rebalance"]
     # Everything the table lists is needed by some settings.
     assert {p.when for p in PERMISSIONS} == {
         "always",
         "leader_elect",
         "metrics_server",
         "preemption",
+        "evictions",
     }
 
 

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from loadwise import cli
-from loadwise.config import TOOLING_VARIABLES, Config, settings, unknown_variables
+from loadwise.config import TOOLING_VARIABLES, Config, unknown_variables
 from loadwise.kube import prefetch
+from loadwise.settings_help import settings
 from loadwise.usage.prometheus import DEFAULT_CPU_QUERY
 from loadwise_dev.controlplane import helm_binary
 

@@ -37,7 +37,7 @@ class Permission:
     group: str
     resource: str
     subresource: str = ""
-    when: Literal["always", "leader_elect", "metrics_server", "preemption"] = "always"
+    when: Literal["always", "leader_elect", "metrics_server", "preemption", "evictions"] = "always"
 
     def describe(self) -> str:
         name = f"{self.resource}.{self.group}" if self.group else self.resource
@@ -84,6 +84,10 @@ PERMISSIONS: tuple[Permission, ...] = (
         Permission("list", "metrics.k8s.io", resource, when="metrics_server")
         for resource in ("nodes", "pods")
     ),
+    Permission("create", "", "pods", "eviction", when="evictions"),  # rebalancing's Evict mode
+    *(  # its ledger (move_store.py), beside the Lease
+        Permission(verb, "", "configmaps", when="evictions") for verb in ("get", "create", "update")
+    ),
 )
 
 
@@ -94,6 +98,7 @@ def needed(config: Config) -> list[Permission]:
         "leader_elect": config.leader_elect,
         "metrics_server": "metrics-server" in config.metrics_sources,
         "preemption": config.preemption,
+        "evictions": config.rebalance_evictions,
     }
     return [p for p in PERMISSIONS if applies[p.when]]
 
@@ -156,9 +161,7 @@ async def check_access(config: Config, api: client.ApiClient) -> None:
         user = _decode(body).get("status", {}).get("userInfo", {}).get("username", "")
         user = user or "these credentials"
         checks = needed(config)
-        answers = await asyncio.gather(
-            *(_allowed(transport, check, config.lease_namespace) for check in checks)
-        )
+        answers = await asyncio.gather(*(_allowed(transport, check, config) for check in checks))
     except (ssl.SSLError, aiohttp.ClientConnectorCertificateError) as exc:
         raise AccessError(
             f"cannot verify the API server at {server} with {credentials_source()}: {one_line(exc)}"
@@ -179,7 +182,7 @@ async def check_access(config: Config, api: client.ApiClient) -> None:
         )
 
 
-async def _allowed(transport: Transport, check: Permission, namespace: str) -> bool:
+async def _allowed(transport: Transport, check: Permission, config: Config) -> bool:
     attributes: dict[str, str] = {
         "verb": check.verb,
         "group": check.group,
@@ -187,8 +190,10 @@ async def _allowed(transport: Transport, check: Permission, namespace: str) -> b
     }
     if check.subresource:
         attributes["subresource"] = check.subresource
-    if check.when == "leader_elect":  # the Lease's Role is in its namespace only
-        attributes["namespace"] = namespace
+    if check.when == "leader_elect" or check.resource == "configmaps":  # Roles: that namespace
+        attributes["namespace"] = config.lease_namespace
+    if check.resource == "configmaps":  # the chart's Role names the ledger
+        attributes["name"] = f"{config.lease_name}-rebalance"
     status, body = await transport.request(
         "POST",
         "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",

@@ -43,9 +43,15 @@ log = logging.getLogger(__name__)
 
 class Rebalancer:
     def __init__(
-        self, transport: Http, binder: Binder, scheduler: Scheduler, store: MoveStore
+        self,
+        transport: Http,
+        binder: Binder,
+        scheduler: Scheduler,
+        store: MoveStore,
+        evictions: bool = False,
     ) -> None:
         self.transport = transport
+        self.evictions = evictions  # the operator's rebalance_evictions: Evict mode may evict
         self.binder = binder
         self.scheduler = scheduler
         self.moves = scheduler.moves
@@ -97,7 +103,9 @@ class Rebalancer:
     async def run_once(self, now: float) -> None:
         scheduler = self.scheduler
         enabled = {p.name: p for p in scheduler.policies.policies() if p.spec.rebalance.enabled}
-        evicting = any(p.spec.rebalance.mode == "Evict" for p in enabled.values())
+        evicting = self.evictions and any(
+            p.spec.rebalance.mode == "Evict" for p in enabled.values()
+        )
         ready = evicting and await self._ledger_ready(now)
         for name in set(self._streaks) - set(enabled):
             _drop_gauge(name)
@@ -128,7 +136,7 @@ class Rebalancer:
                 del self._reported[key]
             for node in sorted(relieving):
                 relief = await self.plan(policy, node, now)
-                if settings.mode == "Evict" and relief.moves:
+                if settings.mode == "Evict" and self.evictions and relief.moves:
                     if ready:  # else the warning said why nothing moves
                         await self._relieve(policy, relief, now)
                         streaks.hold(node)
@@ -265,11 +273,16 @@ class Rebalancer:
                 f"would evict from {move.source} to relieve it ({over} its hot thresholds for "
                 f"{policy.spec.rebalance.hot_refreshes} refreshes): a replacement would go to "
                 f"{move.target} (cpu {chosen.cpu:.0%} mem {chosen.memory:.0%} with it); policy "
-                f"{policy.name}, dry run"
+                f"{policy.name}, {self._dry_run(policy)}"
             )
             log.info("%s %s", move.pod.key, message, extra=_fields(move.pod.key, move.source))
             obs.REBALANCE_WOULD_EVICT.labels(policy.name).inc()
             await self.binder.event(move.pod, "Normal", "WouldEvict", message)
+
+    def _dry_run(self, policy: Policy) -> str:
+        if policy.spec.rebalance.mode == "Evict" and not self.evictions:
+            return "dry run: the operator may not evict (its rebalance_evictions setting)"
+        return "dry run"
 
 
 def _drop_gauge(policy: str) -> None:

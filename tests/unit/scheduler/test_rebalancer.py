@@ -62,7 +62,7 @@ class Setup:
         for raw in self.pods:
             self.scheduler.state.observe_bound(parse_pod(raw, placed=True), terminal=False)
         store = MoveStore(self.fake, "default", "loadwise-scheduler-rebalance")
-        self.rebalancer = Rebalancer(self.fake, binder, self.scheduler, store)
+        self.rebalancer = Rebalancer(self.fake, binder, self.scheduler, store, evictions=True)
 
     def handle(
         self,
@@ -330,3 +330,15 @@ async def test_nothing_is_evicted_while_the_ledger_cannot_be_read() -> None:
     await setup.hot_for(3)
     assert not setup.fake.requests("POST", "/eviction")
     assert not setup.would_evict()
+
+
+async def test_evict_mode_only_reports_while_the_operator_may_not_evict() -> None:
+    setup = Setup()
+    setup.rebalancer.evictions = False
+    setup.evict_policy()
+    await setup.hot_for(2)
+    assert not setup.fake.requests("POST", "/eviction") and "object" not in setup.ledger
+    (event,) = setup.would_evict()
+    assert event["message"].endswith(
+        "policy flink, dry run: the operator may not evict (its rebalance_evictions setting)"
+    )
