@@ -1,0 +1,281 @@
+"""bench/rebalance's world: workloads whose real use drifts after placement (a Flink
+TaskManager's grows with its data), fed to the exporter per running pod, and the observer that
+measures what the nodes went through.
+
+Pods are real: ReplicaSets (the real controller recreates an evicted pod), run by KWOK (a
+graceful deletion completes), placed by the scheduler under test. Their use is the harness's:
+every workload's pods use `base` millicores until the drift, then ramp to `peak` (drifting
+workloads) or stay (the others); a replacement uses what its workload uses then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .exporter import UsageExporter
+from .kube import Kube
+
+HOT_CPU = 0.8  # the policy's default hot threshold (percent CPU / 100)
+HOT_MEMORY = 0.9
+MEMORY = 256 << 20  # what each pod holds: memory is not what drifts here
+NODE_CPU = 4000
+NODE_MEMORY = 16 << 30
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    replicas: int
+    request: int  # millicores requested
+    base: int  # millicores used before the drift
+    peak: int  # ... and after it (equal to base: it does not drift)
+    budget: bool  # a PodDisruptionBudget (maxUnavailable 1) protects it
+    priority: int  # a PriorityClass's value (0: none)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int
+    backgrounds: tuple[float, ...]  # per node: CPU use that is no workload's
+    workloads: tuple[Workload, ...]
+    ramp: float  # seconds from the drift's start to its peak
+
+
+def scenario(seed: int, nodes: int = 10, workloads: int = 6, ramp: float = 10.0) -> Scenario:
+    rng = random.Random(seed)
+    backgrounds = tuple(round(rng.uniform(0.05, 0.3), 2) for _ in range(nodes))
+    drifting = set(rng.sample(range(workloads), workloads // 2))
+    budgeted = set(rng.sample(range(workloads), 2))
+    high = rng.randrange(workloads)
+    made = []
+    for i in range(workloads):
+        base = rng.randrange(150, 300, 10)
+        made.append(
+            Workload(
+                name=f"job-{i}",
+                replicas=rng.randint(3, 4),
+                request=rng.randrange(400, 800, 50),
+                base=base,
+                peak=rng.randrange(1100, 1500, 50) if i in drifting else base,
+                budget=i in budgeted,
+                priority=1000 if i == high else 0,
+            )
+        )
+    return Scenario(seed, backgrounds, tuple(made), ramp)
+
+
+def use(workload: Workload, since_drift: float | None, ramp: float) -> int:
+    """Millicores each pod of the workload uses, `since_drift` seconds after the drift began
+    (None: before it)."""
+    if since_drift is None or since_drift <= 0:
+        return workload.base
+    share = min(1.0, since_drift / ramp)
+    return int(workload.base + share * (workload.peak - workload.base))
+
+
+def replicaset(ns: str, workload: Workload, scheduler: str, label: str = "rb") -> dict[str, Any]:
+    labels = {"app": label, "job": workload.name}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "main",
+                "image": "taskmanager",
+                "resources": {
+                    "requests": {"cpu": f"{workload.request}m", "memory": "256Mi"},
+                    "limits": {"memory": "512Mi"},
+                },
+            }
+        ],
+    }
+    if workload.priority:
+        spec["priorityClassName"] = "rb-high"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": workload.name, "namespace": ns},
+        "spec": {
+            "replicas": workload.replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+def budget(ns: str, workload: Workload) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": workload.name, "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"job": workload.name}}},
+    }
+
+
+@dataclass
+class PodSeen:
+    uid: str
+    name: str
+    workload: str
+    owner: str  # the ReplicaSet's UID
+    created: float
+    node: str = ""
+
+
+@dataclass
+class World:
+    """What happened in one run, as the harness saw it."""
+
+    pods: dict[str, PodSeen] = field(default_factory=dict)  # uid -> pod
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # node -> (t, cpu)
+    hot_node_seconds: float = 0.0
+    pdb_violations: int = 0
+    _violating: set[str] = field(default_factory=set)
+
+
+class Driver:
+    """Feeds the exporter each running pod's use (every half second) and measures the nodes
+    (every second): hot node-seconds by the ground truth, PodDisruptionBudgets violated."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        exporter: UsageExporter,
+        ns: str,
+        nodes: list[str],
+        plan: Scenario,
+    ) -> None:
+        self.kube = kube
+        self.exporter = exporter
+        self.ns = ns
+        self.nodes = nodes
+        self.plan = plan
+        self.by_name = {w.name: w for w in plan.workloads}
+        self.world = World()
+        self.drift_at: float | None = None
+        self.measuring = False
+        self._placed: set[str] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._feed()), asyncio.create_task(self._measure())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for uid in self._placed:
+            self.exporter.remove_pod(uid)
+        self._placed.clear()
+
+    async def _feed(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a failed list: the next one
+                await self.feed_once(time.time())
+            await asyncio.sleep(0.5)
+
+    async def feed_once(self, now: float) -> None:
+        pods = await self.kube.list(f"/api/v1/namespaces/{self.ns}/pods")
+        since = None if self.drift_at is None else now - self.drift_at
+        present = set()
+        for pod in pods:
+            meta, spec = pod["metadata"], pod["spec"]
+            uid, job = meta["uid"], meta.get("labels", {}).get("job", "")
+            owners: list[dict[str, Any]] = meta.get("ownerReferences") or [{}]
+            owner = str(owners[0].get("uid", ""))
+            seen = self.world.pods.setdefault(uid, PodSeen(uid, meta["name"], job, owner, now))
+            seen.node = spec.get("nodeName") or seen.node
+            workload = self.by_name.get(job)
+            if workload is None or pod["status"].get("phase") != "Running" or not seen.node:
+                continue
+            present.add(uid)
+            used = use(workload, since, self.plan.ramp)
+            self.exporter.place_pod(
+                uid, seen.node, used, MEMORY, namespace=self.ns, name=meta["name"]
+            )
+        for uid in self._placed - present:
+            self.exporter.remove_pod(uid)
+        self._placed = present
+
+    async def _measure(self) -> None:
+        last = time.time()
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.time()
+            truth = self.exporter.utilisation()
+            hot = 0
+            for node in self.nodes:
+                cpu, memory = truth.get(node, (0.0, 0.0))
+                self.world.series.setdefault(node, []).append((now, cpu))
+                hot += cpu > HOT_CPU or memory > HOT_MEMORY
+            if self.measuring:
+                self.world.hot_node_seconds += hot * (now - last)
+                with contextlib.suppress(Exception):
+                    await self._budgets()
+            last = now
+
+    async def _budgets(self) -> None:
+        """A budget counts as violated once each time its healthy pods fall below what it
+        wants (desiredHealthy), as the disruption controller reports it."""
+        items = await self.kube.list(f"/apis/policy/v1/namespaces/{self.ns}/poddisruptionbudgets")
+        for item in items:
+            status = item.get("status") or {}
+            name = item["metadata"]["name"]
+            under = status.get("currentHealthy", 0) < status.get("desiredHealthy", 0)
+            if under and name not in self.world._violating:
+                self.world.pdb_violations += 1
+            if under:
+                self.world._violating.add(name)
+            else:
+                self.world._violating.discard(name)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    uid: str  # the evicted pod's
+    owner: str
+    workload: str
+    source: str
+    at: float
+
+
+def outcome(world: World, evictions: list[Eviction], lost: int, cool_down: float) -> dict[str, Any]:
+    """The run's row: hot node-seconds, evictions, replacements back on their source within
+    the cool-down, budgets violated, workloads short, the most disruptions of one workload."""
+    back = 0
+    for eviction in evictions:
+        later = sorted(
+            (
+                p
+                for p in world.pods.values()
+                if p.owner == eviction.owner
+                and p.created >= eviction.at - 1
+                and p.uid != eviction.uid
+            ),
+            key=lambda p: p.created,
+        )
+        replacement = next((p for p in later if p.node), None)
+        if (
+            replacement is not None
+            and replacement.node == eviction.source
+            and replacement.created - eviction.at <= cool_down
+        ):
+            back += 1
+    per_workload: defaultdict[str, int] = defaultdict(int)
+    for eviction in evictions:
+        per_workload[eviction.workload] += 1
+    return {
+        "hot_node_seconds": round(world.hot_node_seconds, 1),
+        "evictions": len(evictions),
+        "evictions_back_to_source": back,
+        "pdb_violations": world.pdb_violations,
+        "lost": lost,
+        "max_disruptions_per_workload": max(per_workload.values(), default=0),
+    }
