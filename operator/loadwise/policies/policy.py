@@ -290,8 +290,9 @@ class SchedulingPolicySpec(_Model):
     learned_estimate: bool = Field(
         True,
         description="Estimate a new pod's usage from what running pods of its workload (same "
-        "controller) use, as the metrics source reports it; requests x placementEstimate "
-        "when nothing is known yet.",
+        "controller) use, as the metrics source reports it (each pod judged like nodes: by "
+        "metrics.aggregation over metrics.windowSeconds); requests x placementEstimate when "
+        "nothing is known yet.",
     )
 
     @model_validator(mode="after")

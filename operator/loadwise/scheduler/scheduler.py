@@ -265,7 +265,7 @@ class Scheduler:
     def _keep_history(self) -> None:
         """Each source keeps the history its policies' longest window needs (none: none)."""
         for name, cache in self.caches.items():
-            cache.history.keep = max(
+            cache.history.keep = cache.learned.keep = max(
                 (
                     float(p.spec.metrics.window_seconds)
                     for p in self.policies.policies()
@@ -277,8 +277,13 @@ class Scheduler:
     def learned_for(self, policy: Policy) -> UsageProfiles | None:
         """The usage learned per workload by the policy's source. It changes only with a
         refresh, which also replaces the source's samples mapping (the score index's key)."""
-        cache = self.caches.get(policy.spec.metrics.source)
-        return cache.learned if cache is not None else None
+        metrics = policy.spec.metrics
+        cache = self.caches.get(metrics.source)
+        if cache is None:
+            return None
+        if metrics.aggregation == "latest":
+            return cache.learned
+        return cache.learned.over(metrics.aggregation, metrics.window_seconds)
 
     def _should_report(self, uid: str, message: str) -> bool:
         now = time.monotonic()

@@ -8,6 +8,12 @@ windowed average (a rate over a minute, a working set), the spread across replic
 and an upper percentile errs towards over-estimating, the safe side for placement, while one
 runaway or idle pod moves it little; a workload whose use changes shows it at the next refresh.
 
+A policy that judges nodes over a window (`spec.metrics.aggregation` p95 over 600 s, say)
+judges pods the same way: its estimates take each pod's aggregate of its figures over that
+window (`over`), then the percentile across pods, so a TaskManager that idles between bursts
+is estimated by its bursts. Per-pod history is kept only as long as the longest such window
+(`keep`; none asked: only the latest figure).
+
 Memory is bounded: a pod not reported for FORGET_REFRESHES refreshes is forgotten (it ended, or
 moved out of view); a workload with no pod left keeps its estimate (scaled to zero, it will want
 the same again) for WORKLOAD_TTL seconds, and at most MAX_WORKLOADS are kept (least recently
@@ -17,8 +23,11 @@ seen go first).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from .history import Aggregation, aggregate
 
 # (namespace, pod name) -> (workload key, wall time the pod was placed), or None (no controller,
 # unknown pod).
@@ -34,6 +43,8 @@ MAX_WORKLOADS = 10_000
 class _Workload:
     # (namespace, pod) -> (cpu millicores, memory bytes, refresh it was last seen in)
     pods: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
+    # (namespace, pod) -> its figures over time (wall time, cpu, memory), while `keep` > 0
+    past: dict[tuple[str, str], deque[tuple[float, int, int]]] = field(default_factory=dict)
     estimate: tuple[int, int] | None = None
     seen: float = 0.0  # wall time one of its pods was last observed
 
@@ -42,6 +53,17 @@ class LearnedUsage:
     def __init__(self) -> None:
         self._workloads: dict[str, _Workload] = {}
         self._round = 0
+        self.keep = 0.0  # seconds of each pod's figures kept: the longest window in use
+        self._views: dict[tuple[Aggregation, float], WindowedEstimates] = {}
+
+    def over(self, how: Aggregation, window: float) -> WindowedEstimates:
+        """Estimates from each pod's `how` over the last `window` seconds (this refresh's;
+        the same object until the next refresh)."""
+        key = (how, window)
+        view = self._views.get(key)
+        if view is None or view.round != self._round:
+            view = self._views[key] = WindowedEstimates(self, how, window, self._round)
+        return view
 
     @property
     def workloads(self) -> int:
@@ -77,12 +99,22 @@ class LearnedUsage:
                 workload = workloads[key] = _Workload()
             workload.pods[pod] = (cpu, memory, current)
             workload.seen = now
+            if self.keep > 0:
+                past = workload.past.get(pod)
+                if past is None:
+                    past = workload.past[pod] = deque()
+                past.append((now, cpu, memory))
         for key, workload in list(workloads.items()):
             pods = workload.pods
             for pod in [
                 p for p, (_, _, seen) in pods.items() if current - seen >= FORGET_REFRESHES
             ]:
                 del pods[pod]
+            for pod, past in list(workload.past.items()):
+                while past and past[0][0] < now - self.keep:
+                    past.popleft()
+                if not past or pod not in pods:
+                    del workload.past[pod]
             if pods:
                 workload.estimate = (
                     _percentile([cpu for cpu, _, _ in pods.values()]),
@@ -99,3 +131,39 @@ class LearnedUsage:
 def _percentile(values: list[int]) -> int:
     values.sort()
     return values[max(0, math.ceil(PERCENTILE * len(values)) - 1)]
+
+
+class WindowedEstimates:
+    """A workload's estimate from each of its pods' figures aggregated over a window (the
+    policy's aggregation), then the percentile across pods; a pod with no history yet counts
+    by its latest figure."""
+
+    def __init__(self, learned: LearnedUsage, how: Aggregation, window: float, round_: int):
+        self.learned = learned
+        self.how = how
+        self.window = window
+        self.round = round_
+        self._memo: dict[str, tuple[int, int] | None] = {}
+
+    def estimate(self, workload: str) -> tuple[int, int] | None:
+        if workload in self._memo:
+            return self._memo[workload]
+        known = self.learned._workloads.get(workload)
+        found: tuple[int, int] | None = None
+        if known is not None and known.pods:
+            cpus, memories = [], []
+            for pod, (cpu, memory, _) in known.pods.items():
+                past = known.past.get(pod)
+                if not past:
+                    cpus.append(cpu)
+                    memories.append(memory)
+                    continue
+                since = past[-1][0] - self.window
+                points = [(c, m) for t, c, m in past if t >= since]
+                cpus.append(int(aggregate(self.how, [float(c) for c, _ in points])))
+                memories.append(int(aggregate(self.how, [float(m) for _, m in points])))
+            found = (_percentile(cpus), _percentile(memories))
+        elif known is not None:
+            found = known.estimate
+        self._memo[workload] = found
+        return found

@@ -43,6 +43,31 @@ def test_estimate_is_a_high_percentile_across_the_workloads_pods() -> None:
     assert one.estimate(WEB) == (123, 456)
 
 
+def test_a_policy_judging_over_a_window_estimates_each_pod_by_its_peaks() -> None:
+    """A TaskManager idling between bursts: by its latest figure it looks small; by p95 or max
+    over the window (the policy's aggregation) it is what its bursts need. Figures older than
+    the window, and all history while no policy asks for a window, are not kept."""
+    learned = LearnedUsage()
+    learned.keep = 600.0
+    placed = {("ns", f"web-{i}"): (WEB, 0.0) for i in range(2)}
+    for step, cpu in enumerate((100, 1200, 100, 100, 1300, 100)):
+        usage = {("ns", "web-0"): (cpu, 1 << 20), ("ns", "web-1"): (cpu // 2, 1 << 20)}
+        learned.observe(usage, owned(placed), NOW + 10 * step, 60.0)
+    assert learned.estimate(WEB) == (100, 1 << 20)  # latest
+    assert learned.over("max", 600).estimate(WEB) == (1300, 1 << 20)
+    assert 1200 < learned.over("p95", 600).estimate(WEB)[0] < 1300  # type: ignore[index]
+    assert learned.over("max", 25).estimate(WEB) == (1300, 1 << 20)  # the last three refreshes
+    assert learned.over("max", 5).estimate(WEB) == (100, 1 << 20)  # the last alone: idle
+    view = learned.over("max", 600)
+    assert learned.over("max", 600) is view  # one view per refresh (the score index's key)
+    learned.observe({("ns", "web-0"): (100, 1 << 20)}, owned(placed), NOW + 700, 60.0)
+    assert learned.over("max", 600) is not view
+    assert learned.over("max", 600).estimate(WEB) == (100, 1 << 20)  # the bursts aged out
+    learned.keep = 0.0
+    learned.observe({("ns", "web-0"): (100, 1 << 20)}, owned(placed), NOW + 710, 60.0)
+    assert all(not w.past for w in learned._workloads.values())
+
+
 def test_new_unknown_and_ownerless_pods_are_not_learned() -> None:
     learned = LearnedUsage()
     placed = {("ns", "new"): (WEB, NOW - 30.0), ("ns", "old"): ("ns/StatefulSet/db", NOW - 90.0)}
