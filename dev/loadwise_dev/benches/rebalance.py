@@ -254,13 +254,16 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--nodes", type=int, default=10)
-    parser.add_argument("--workloads", type=int, default=6)
+    parser.add_argument("--workloads", type=int, default=8)
     parser.add_argument("--duration", type=float, default=150.0)
     parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--verbose", action="store_true", help="log loadwise's decisions")
     parser.add_argument("--json", dest="json_path")
     parser.add_argument("--png", dest="png_path")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    if args.verbose:
+        logging.getLogger("loadwise.scheduler").setLevel(logging.INFO)
     runs = [r for r in args.runs.split(",") if r]
     unknown = set(runs) - set(RUNS)
     if unknown:

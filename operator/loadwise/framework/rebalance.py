@@ -2,11 +2,13 @@
 each would go, asked of the same scheduling cycle as every decision (`diagnose`, `conclude`,
 `select`), with the node it leaves taken out of the choice.
 
-A pod moves only if its replacement lands on a node that is cool now and stays under the
-policy's thresholds with the pod's estimate added (what a decision's `hot` says), by measured
-load; pods are taken by priority, then QoS class, then their measured share of what is over,
-until the node would be under its thresholds; if every movable pod together cannot do that,
-nothing moves. Replacements planned earlier count on their targets when the next is placed.
+A pod moves only if its replacement lands on a node that is cool now and stays at least
+TARGET_HEADROOM under each of the policy's hot thresholds with the pod's estimate added (its
+workload's learned use, raised to what the moving pods are measured to use now: a drifting
+workload's learned figure lags), by measured load; pods are taken by priority, then QoS
+class, then their measured share of what is over, until the node would be under its
+thresholds; if every movable pod together cannot do that, nothing moves. Replacements planned
+earlier count on their targets when the next is placed.
 
 Pure: the view (WhatIf) is edited and restored before returning.
 """
@@ -23,11 +25,14 @@ from ..usage.cache import NodeSample
 from .context import CycleContext
 from .cycle import Decision, conclude, diagnose
 from .profile import DEFAULT_PROFILE, Profile
-from .scoring import UsageProfiles
+from .scoring import UsageProfiles, pod_estimate
 from .types import PodInfo, controller_of
 from .view import WhatIf
 
 QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
+# A target must stay this far (utilisation fraction) under each hot threshold with the pod: a
+# target left exactly at its threshold turns hot at the next wobble and is relieved in turn.
+TARGET_HEADROOM = 0.05
 # Controllers that create a replacement for a pod that is evicted (a Deployment's through its
 # ReplicaSet). A Job's pod is not moved: the Job would count the eviction as a failure.
 RECREATING = ("ReplicaSet", "StatefulSet", "ReplicationController")
@@ -69,6 +74,7 @@ class Candidate:
     cpu: float
     memory: float
     grace: float = 30.0  # its termination grace period: its use leaves the node by then
+    used: tuple[int, int] = (0, 0)  # measured: cpu millicores, memory bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,33 @@ class Move:
     target: str
     decision: Decision
     grace: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class AtLeast:
+    """Learned estimates, raised for the moving pods' workloads to what those pods are measured
+    to use now (a drifting workload's learned figure lags behind its pods')."""
+
+    learned: UsageProfiles | None
+    floors: Mapping[str, tuple[int, int]]
+
+    def estimate(self, workload: str) -> tuple[int, int] | None:
+        floor = self.floors.get(workload)
+        if floor is not None:
+            return floor
+        return self.learned.estimate(workload) if self.learned is not None else None
+
+
+def at_least(candidate: Candidate, policy: Policy, learned: UsageProfiles | None) -> AtLeast:
+    """Estimates for placing this pod's replacement: for its workload, the larger of the
+    usual estimate and what the pod is measured to use."""
+    workload = candidate.pod.workload
+    if workload is None:
+        return AtLeast(learned, {})
+    spec = policy.spec
+    usual = pod_estimate(candidate.pod, (spec.placement_estimate, spec.memory_estimate), learned)
+    used = candidate.used
+    return AtLeast(learned, {workload: (int(max(usual[0], used[0])), int(max(usual[1], used[1])))})
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +196,16 @@ def plan_relief(
             replacement = replace(
                 candidate.pod, uid=f"{pod.uid}/replacement", node_name="", assumed=False
             )
-            decision = _place(replacement, node, view, policy, samples, now, rng, profile, learned)
+            estimates = at_least(candidate, policy, learned)
+            decision = _place(
+                replacement, node, view, policy, samples, now, rng, profile, estimates
+            )
             if isinstance(decision, str):
                 unplaced.append(f"{pod.name}: {decision}")
                 view.put_back(set_aside.pop())
                 continue
             moves.append(Move(pod, node, decision.node, decision, candidate.grace))
-            view.put_back(replace(replacement, node_name=decision.node, placed_at=now))
+            view.put_back(replace(replacement, node_name=decision.node, placed_at=now), placed=True)
             placed.append(replacement.uid)
             for resource in left:
                 left[resource] -= getattr(candidate, resource)
@@ -214,8 +250,17 @@ def _place(
     if not isinstance(decision, Decision):
         return decision.message
     chosen = decision.chosen
+    limits = policy.spec.hot_thresholds
     if decision.all_hot or chosen.hot:
         return "every node it fits on would be hot"
+    if (
+        chosen.cpu > limits.cpu / 100 - TARGET_HEADROOM
+        or chosen.memory > limits.memory / 100 - TARGET_HEADROOM
+    ):
+        return (
+            f"{chosen.node} would be within {TARGET_HEADROOM:.0%} of its hot thresholds with it "
+            f"(cpu {chosen.cpu:.0%} mem {chosen.memory:.0%})"
+        )
     if chosen.source != "metrics":
         return f"{chosen.node} has no fresh sample (a target must be measured cool)"
     return decision

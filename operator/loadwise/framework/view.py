@@ -136,6 +136,8 @@ class WhatIf(ClusterView, Protocol):
         """Take a placed pod off its node (its requests, ports, counts); returns it."""
         ...
 
-    def put_back(self, pod: PodInfo) -> None:
-        """Account a pod on `pod.node_name` again (or a nominated pod there for a while)."""
+    def put_back(self, pod: PodInfo, placed: bool = False) -> None:
+        """Account a pod on `pod.node_name` again (or a nominated pod there for a while);
+        `placed`: as placed at `pod.placed_at`, so its estimate counts on the node's load until
+        a sample covers that time (a replacement rebalancing plans there)."""
         ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -164,20 +165,35 @@ class Rebalancer:
         candidates, kept = await self._candidates(policy, node, cache.pod_usage, now)
         max_moves, limit = self._moves_left(policy, node, now)
         held_back = "; ".join(filter(None, (limit, kept)))
-        return plan_relief(
-            node,
-            sample,
-            candidates,
-            scheduler.state,
-            policy,
-            samples,
-            now,
-            scheduler.rng,
-            scheduler.profile,
-            scheduler.learned_for(policy),
-            max_moves,
-            held_back,
-        )
+        # Replacements that have room held but are not placed yet count on their targets, as
+        # placed pods do (their estimates), so a second hot node's plan does not pile onto one.
+        view = scheduler.state
+        held = [
+            dataclasses.replace(p, node_name=p.nominated_node, nominated_node="", assumed=True,
+                                placed_at=p.created)
+            for p in scheduler.preemption.nominated.values()
+            if p.uid.endswith("/replacement") and p.nominated_node in view.nodes
+        ]  # fmt: skip
+        for pod in held:
+            view.put_back(pod, placed=True)
+        try:
+            return plan_relief(
+                node,
+                sample,
+                candidates,
+                view,
+                policy,
+                samples,
+                now,
+                scheduler.rng,
+                scheduler.profile,
+                scheduler.learned_for(policy),
+                max_moves,
+                held_back,
+            )
+        finally:
+            for pod in held:
+                view.set_aside(pod.uid)
 
     def _moves_left(self, policy: Policy, node: str, now: float) -> tuple[int, str]:
         """How many evictions the node and cluster limits leave now, and which limit binds."""
@@ -242,7 +258,7 @@ class Rebalancer:
             qos = str((raw.get("status") or {}).get("qosClass") or "Burstable")
             grace = (raw.get("spec") or {}).get("terminationGracePeriodSeconds")
             grace = float(grace) if isinstance(grace, int | float) else 30.0
-            out.append(Candidate(pod, qos, used[0] / alloc_cpu, used[1] / alloc_mem, grace))
+            out.append(Candidate(pod, qos, used[0] / alloc_cpu, used[1] / alloc_mem, grace, used))
         said = "; ".join(f"{why} keeps {', '.join(pods)}" for why, pods in kept.items())
         return out, said
 

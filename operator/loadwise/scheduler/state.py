@@ -200,10 +200,10 @@ class ClusterState:
                 self._aside[uid] = since
         return pod
 
-    def put_back(self, pod: PodInfo) -> None:
+    def put_back(self, pod: PodInfo, placed: bool = False) -> None:
         """Undo set_aside, or hold a nominated pod on its node for a dry run; its placement
-        time is not logged again (no estimate changes)."""
-        self._account(pod, recent=False)
+        time is logged only if `placed` (then its estimate counts, see WhatIf)."""
+        self._account(pod, recent=placed)
         since = self._aside.pop(pod.uid, None)
         if since is not None:
             self.assumed[pod.uid] = since

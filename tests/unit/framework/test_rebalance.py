@@ -161,3 +161,37 @@ def test_a_replacement_too_big_for_every_cool_node_is_passed_over_for_the_next_p
     assert [m.pod.name for m in relief.moves] == ["a", "b"]
     # the second replacement is placed with the first counted on its target
     assert [m.target for m in relief.moves] == ["cool", "cool"]
+
+
+def test_a_target_must_keep_headroom_under_its_thresholds() -> None:
+    """A 500m pod (750m estimated: requests x placementEstimate 1.5) on a 4-core node at 60%
+    makes 79%: not hot, but within 5 points of 80%; the node at 20% is taken instead, and with
+    no such node nothing moves."""
+    pod = running("a", "hot")
+    state = cluster(pod)
+    usage = samples(hot=0.95, warm=0.60, cool=0.20)
+    relief = plan_relief(
+        "hot", usage["hot"], [candidate(pod, 0.30)], state, POLICY, usage, NOW, random.Random(1)
+    )
+    assert [m.target for m in relief.moves] == ["cool"]
+    usage = samples(hot=0.95, warm=0.60, cool=0.62)
+    relief = plan_relief(
+        "hot", usage["hot"], [candidate(pod, 0.30)], state, POLICY, usage, NOW, random.Random(1)
+    )
+    assert not relief.moves and "within 5% of its hot thresholds with it" in relief.refused
+
+
+def test_a_replacement_is_estimated_at_least_by_what_its_pod_uses_now() -> None:
+    """Its workload's learned figure lags a drift: the pod measured at 1.6 cores would push the
+    node at 45% to 85%, though requests x placementEstimate (750m) say 64%."""
+    pod = running("a", "hot")
+    state = cluster(pod)
+    usage = samples(hot=0.95, warm=0.90, cool=0.45)
+    small = Candidate(parse_pod(pod), "Burstable", 0.4, 0.05, used=(1600, 0))
+    relief = plan_relief("hot", usage["hot"], [small], state, POLICY, usage, NOW, random.Random(1))
+    assert not relief.moves and "every node it fits on would be hot" in relief.refused
+    guessed = Candidate(parse_pod(pod), "Burstable", 0.4, 0.05, used=(100, 0))
+    relief = plan_relief(
+        "hot", usage["hot"], [guessed], state, POLICY, usage, NOW, random.Random(1)
+    )
+    assert [m.target for m in relief.moves] == ["cool"]

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from loadwise.framework.types import parse_pod
+from loadwise.framework.types import Owner, parse_pod
 from loadwise.scheduler.binder import Binder
 from loadwise.scheduler.move_store import MoveStore
-from loadwise.scheduler.moves import EVICTED, EVICTING
+from loadwise.scheduler.moves import EVICTED, EVICTING, MoveRecord
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.rebalancer import Rebalancer
 from loadwise.scheduler.scheduler import Scheduler
@@ -342,3 +342,25 @@ async def test_evict_mode_only_reports_while_the_operator_may_not_evict() -> Non
     assert event["message"].endswith(
         "policy flink, dry run: the operator may not evict (its rebalance_evictions setting)"
     )
+
+
+async def test_room_held_for_a_replacement_counts_on_its_target_in_the_next_plan() -> None:
+    """A move off another node left 1.5 cores held on `cool`: planning `hot` now sees cool at
+    20% + 37.5% + tm-1's 1.2 cores, too much; without the hold it would take tm-1."""
+    setup = Setup()
+    setup.evict_policy()
+    setup.refresh(0.95)
+    policy = flink(setup)
+    now = time.time()
+    assert [m.target for m in (await setup.rebalancer.plan(policy, "hot", now)).moves] == ["cool"]
+    owner = Owner("apps/v1", "ReplicaSet", "other", "other")
+    setup.scheduler.moves.add(
+        MoveRecord(
+            uid="uid-x", namespace="default", name="x", owner=owner, policy="flink",
+            source="elsewhere", target="cool", at=now, gone_by=now, reserve_until=now + 120,
+            cool_until=now + 600, priority=0, requests={"cpu": 1500}, nonzero=(1500, 0),
+        )
+    )  # fmt: skip
+    relief = await setup.rebalancer.plan(policy, "hot", now)
+    assert not relief.moves and "cool" in relief.refused, relief.refused
+    assert "uid-x/replacement" not in setup.scheduler.state.pods  # the view is restored
