@@ -84,6 +84,7 @@ class Move:
     target: str
     decision: Decision
     grace: float = 30.0
+    used: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,16 +102,23 @@ class AtLeast:
         return self.learned.estimate(workload) if self.learned is not None else None
 
 
-def at_least(candidate: Candidate, policy: Policy, learned: UsageProfiles | None) -> AtLeast:
+def at_least(
+    candidate: Candidate,
+    policy: Policy,
+    learned: UsageProfiles | None,
+    moved: Mapping[str, tuple[int, int]],
+) -> AtLeast:
     """Estimates for placing this pod's replacement: for its workload, the larger of the
-    usual estimate and what the pod is measured to use."""
+    usual estimate and what the pod is measured to use; for the workloads of replacements
+    moved lately (`moved`, not yet in their targets' samples), what their pods used."""
     workload = candidate.pod.workload
     if workload is None:
-        return AtLeast(learned, {})
+        return AtLeast(learned, moved)
     spec = policy.spec
     usual = pod_estimate(candidate.pod, (spec.placement_estimate, spec.memory_estimate), learned)
     used = candidate.used
-    return AtLeast(learned, {workload: (int(max(usual[0], used[0])), int(max(usual[1], used[1])))})
+    floor = (int(max(usual[0], used[0])), int(max(usual[1], used[1])))
+    return AtLeast(learned, {**moved, workload: floor})
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +169,7 @@ def plan_relief(
     learned: UsageProfiles | None = None,
     max_moves: int | None = None,
     held_back: str = "",
+    moved: Mapping[str, tuple[int, int]] | None = None,
 ) -> Relief:
     """`max_moves`: what the rate limits leave for this node now (`held_back` says which
     limit, or which pods they keep from moving)."""
@@ -196,7 +205,7 @@ def plan_relief(
             replacement = replace(
                 candidate.pod, uid=f"{pod.uid}/replacement", node_name="", assumed=False
             )
-            estimates = at_least(candidate, policy, learned)
+            estimates = at_least(candidate, policy, learned, moved or {})
             decision = _place(
                 replacement, node, view, policy, samples, now, rng, profile, estimates
             )
@@ -204,7 +213,7 @@ def plan_relief(
                 unplaced.append(f"{pod.name}: {decision}")
                 view.put_back(set_aside.pop())
                 continue
-            moves.append(Move(pod, node, decision.node, decision, candidate.grace))
+            moves.append(Move(pod, node, decision.node, decision, candidate.grace, candidate.used))
             view.put_back(replace(replacement, node_name=decision.node, placed_at=now), placed=True)
             placed.append(replacement.uid)
             for resource in left:

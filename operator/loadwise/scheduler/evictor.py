@@ -65,6 +65,7 @@ class Evictor:
             requests=dict(pod.requests.amounts),
             nonzero=pod.requests.nonzero,
             labels=dict(pod.labels),
+            used=move.used,
         )
 
     async def move(self, policy: Policy, move: Move, over: Mapping[str, float], now: float) -> str:

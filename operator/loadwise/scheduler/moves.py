@@ -43,6 +43,7 @@ class MoveRecord:
     requests: Mapping[str, int] = field(default_factory=dict)
     nonzero: tuple[int, int] = (0, 0)
     labels: Mapping[str, str] = field(default_factory=dict)
+    used: tuple[int, int] = (0, 0)  # what the pod was measured to use: its replacement's floor
     state: str = EVICTING
     claimed_by: str = ""  # the replacement pod that took the room
 
@@ -78,6 +79,7 @@ class MoveRecord:
         data = dict(raw)
         data["owner"] = Owner(**data["owner"])
         data["nonzero"] = tuple(data.get("nonzero") or (0, 0))
+        data["used"] = tuple(data.get("used") or (0, 0))
         return cls(**data)
 
 

@@ -168,12 +168,18 @@ class Rebalancer:
         # Replacements that have room held but are not placed yet count on their targets, as
         # placed pods do (their estimates), so a second hot node's plan does not pile onto one.
         view = scheduler.state
+        # Not started at all: all of each one's estimate is still to come (placed now).
         held = [
             dataclasses.replace(p, node_name=p.nominated_node, nominated_node="", assumed=True,
-                                placed_at=p.created)
+                                placed_at=now)
             for p in scheduler.preemption.nominated.values()
             if p.uid.endswith("/replacement") and p.nominated_node in view.nodes
         ]  # fmt: skip
+        moved: dict[str, tuple[int, int]] = {}
+        for record in self.moves:
+            if record.reserve_until > now and record.used != (0, 0):
+                cpu, memory = moved.get(record.workload, (0, 0))
+                moved[record.workload] = (max(cpu, record.used[0]), max(memory, record.used[1]))
         for pod in held:
             view.put_back(pod, placed=True)
         try:
@@ -190,6 +196,7 @@ class Rebalancer:
                 scheduler.learned_for(policy),
                 max_moves,
                 held_back,
+                moved,
             )
         finally:
             for pod in held:
