@@ -45,12 +45,17 @@ class Scenario:
     backgrounds: tuple[float, ...]  # per node: CPU use that is no workload's
     workloads: tuple[Workload, ...]
     ramp: float  # seconds from the drift's start to its peak
+    # per workload, per replica: the node index its pod starts on (every run starts alike)
+    placement: tuple[tuple[int, ...], ...] = ()
 
 
-def scenario(seed: int, nodes: int = 10, workloads: int = 6, ramp: float = 10.0) -> Scenario:
+def scenario(seed: int, nodes: int = 10, workloads: int = 8, ramp: float = 2.0) -> Scenario:
+    """About 60% of the cluster's CPU in use after the drift (three workloads in eight grow),
+    so nodes where their pods met turn hot while others have room: what rebalancing is for.
+    The drift is a step (a burst of data reaching a TaskManager), over `ramp` seconds."""
     rng = random.Random(seed)
     backgrounds = tuple(round(rng.uniform(0.05, 0.3), 2) for _ in range(nodes))
-    drifting = set(rng.sample(range(workloads), workloads // 2))
+    drifting = set(rng.sample(range(workloads), max(1, workloads * 3 // 8)))
     budgeted = set(rng.sample(range(workloads), 2))
     high = rng.randrange(workloads)
     made = []
@@ -67,7 +72,19 @@ def scenario(seed: int, nodes: int = 10, workloads: int = 6, ramp: float = 10.0)
                 priority=1000 if i == high else 0,
             )
         )
-    return Scenario(seed, backgrounds, tuple(made), ramp)
+    # Where the pods start: any node with room for their requests, at random (seeded). Every
+    # node is cool then; where drifting pods happen to meet, it turns hot after the drift.
+    free = [NODE_CPU] * nodes
+    placement = []
+    for workload in made:
+        spots = []
+        for _ in range(workload.replicas):
+            fits = [n for n in range(nodes) if free[n] >= workload.request]
+            node = rng.choice(fits)
+            free[node] -= workload.request
+            spots.append(node)
+        placement.append(tuple(spots))
+    return Scenario(seed, backgrounds, tuple(made), ramp, tuple(placement))
 
 
 def use(workload: Workload, since_drift: float | None, ramp: float) -> int:

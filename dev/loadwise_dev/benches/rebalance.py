@@ -4,9 +4,11 @@ bench/rebalance [--seed S] [--nodes N] [--workloads W] [--duration SECONDS] [--r
                 [--json PATH] [--png PATH]
 Sets up its own control plane (with kube-controller-manager: ReplicaSets, PodDisruptionBudgets),
 KWOK running the pods, Prometheus and the exporter, and tears them down. Per run, fresh nodes
-and a namespace; ReplicaSets (some with a budget, one of higher priority) are placed while
-their pods use little, then half the workloads' use ramps to several times their requests
-(drift/scenario) and the nodes are watched for --duration seconds:
+and a namespace; ReplicaSets (some with a budget, one of higher priority) whose pods the
+harness binds where the seed says (every run starts from that one placement, all nodes cool),
+then the run's scheduler starts; three workloads in eight then use two to three times their
+requests (drift.scenario: about 60% of the cluster's CPU in use), and the nodes are watched for
+--duration seconds; the run's scheduler places every replacement:
 - loadwise: loadwise places, nothing rebalances;
 - loadwise-rebalance: the same with spec.rebalance Evict (hotRefreshes 3, coolRefreshes 3,
   the limits printed);
@@ -80,9 +82,6 @@ async def one_run(
     scheduler = "default-scheduler" if name == "descheduler-like" else "loadwise-scheduler"
     driver = drift.Driver(kube, cluster.exporter, ns, nodes, plan)
     async with contextlib.AsyncExitStack() as stack:
-        if scheduler != "default-scheduler":
-            await kube.create(POLICIES, policy)
-            await stack.enter_async_context(running_operator(config, cluster.cp.kubeconfig))
         driver.start()
         stack.push_async_callback(driver.stop)
         for workload in plan.workloads:
@@ -94,6 +93,13 @@ async def one_run(
                     drift.budget(ns, workload),
                 )
         wanted = sum(w.replicas for w in plan.workloads)
+        await place_as_planned(kube, ns, plan, nodes)
+        # Only now the run's scheduler starts: it places the replacements.
+        if scheduler == "default-scheduler":
+            start_kube_scheduler(cluster)
+        else:
+            await kube.create(POLICIES, policy)
+            await stack.enter_async_context(running_operator(config, cluster.cp.kubeconfig))
 
         async def all_running() -> bool:
             pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
@@ -132,6 +138,40 @@ async def one_run(
     row = drift.outcome(driver.world, evictions, lost, cool_down=1800)
     await cleanup(cluster, kube, ns, nodes, label)
     return row, driver.world.series, start
+
+
+async def place_as_planned(kube: Kube, ns: str, plan: drift.Scenario, nodes: list[str]) -> None:
+    """Bind every workload's first pods where the scenario says, before any scheduler runs,
+    so the three runs start from one placement (what differs is what happens after the
+    drift)."""
+    wanted = {w.name: w.replicas for w in plan.workloads}
+
+    async def created() -> dict[str, list[dict[str, Any]]] | None:
+        pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
+        by_job: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            by_job.setdefault(pod["metadata"]["labels"]["job"], []).append(pod)
+        if all(len(by_job.get(job, ())) >= n for job, n in wanted.items()):
+            return by_job
+        return None
+
+    by_job = await wait_for(created, 60, interval=0.5, what="the ReplicaSets' pods created")
+    for workload, spots in zip(plan.workloads, plan.placement, strict=True):
+        pods = sorted(by_job[workload.name], key=lambda p: p["metadata"]["name"])
+        for pod, spot in zip(pods, spots, strict=False):
+            name = pod["metadata"]["name"]
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": ns},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[spot]},
+            }
+            await kube.create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+
+
+def start_kube_scheduler(cluster: LocalCluster) -> None:
+    if "kube-scheduler" not in cluster.cp.processes:
+        cluster.cp.start_scheduler()
 
 
 async def ledger(kube: Kube, namespace: str, name: str) -> list[drift.Eviction]:
@@ -185,8 +225,6 @@ async def run_all(
         high = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                 "metadata": {"name": "rb-high"}, "value": 1000}  # fmt: skip
         await ignore_exists(kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", high))
-        if "descheduler-like" in runs:
-            cluster.cp.start_scheduler()
         results: dict[str, Any] = {}
         series: dict[str, Any] = {}
         for index, name in enumerate(runs):
