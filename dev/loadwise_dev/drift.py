@@ -264,9 +264,17 @@ class Eviction:
 
 
 def outcome(world: World, evictions: list[Eviction], lost: int, cool_down: float) -> dict[str, Any]:
-    """The run's row: hot node-seconds, evictions, replacements back on their source within
-    the cool-down, budgets violated, workloads short, the most disruptions of one workload."""
+    """The run's row: hot node-seconds, evictions, replacements back on a source, budgets
+    violated, workloads short, the most disruptions of one workload.
+
+    Back to source: an eviction's replacement (the next pod its ReplicaSet created) placed on
+    a node a pod of that workload was evicted from within `cool_down` before it; a pod bouncing
+    between two nodes counts from its second move on."""
     back = 0
+    moves = []
+    by_owner: defaultdict[str, list[Eviction]] = defaultdict(list)
+    for eviction in evictions:
+        by_owner[eviction.owner].append(eviction)
     for eviction in evictions:
         later = sorted(
             (
@@ -279,12 +287,21 @@ def outcome(world: World, evictions: list[Eviction], lost: int, cool_down: float
             key=lambda p: p.created,
         )
         replacement = next((p for p in later if p.node), None)
-        if (
-            replacement is not None
-            and replacement.node == eviction.source
-            and replacement.created - eviction.at <= cool_down
-        ):
-            back += 1
+        moves.append(
+            {
+                "workload": eviction.workload,
+                "from": eviction.source,
+                "to": replacement.node if replacement is not None else None,
+            }
+        )
+        if replacement is None:
+            continue
+        left = {
+            e.source
+            for e in by_owner[eviction.owner]
+            if replacement.created - cool_down <= e.at <= replacement.created + 1
+        }
+        back += replacement.node in left
     per_workload: defaultdict[str, int] = defaultdict(int)
     for eviction in evictions:
         per_workload[eviction.workload] += 1
@@ -295,4 +312,5 @@ def outcome(world: World, evictions: list[Eviction], lost: int, cool_down: float
         "pdb_violations": world.pdb_violations,
         "lost": lost,
         "max_disruptions_per_workload": max(per_workload.values(), default=0),
+        "moves": moves,
     }

@@ -294,3 +294,46 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
             local_cluster.exporter.remove_pod(uid)
         for job in ("tm", "jm"):
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/{job}")
+
+
+async def test_a_brief_spike_and_a_node_with_nowhere_to_go_are_left_alone(
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    kwok: Kwok,
+) -> None:
+    """Hysteresis: a few seconds hot is not hotRefreshes (12) refreshes in a row. No target:
+    while the only other node is hot too, nothing moves and the plan says why. Once it cools,
+    the node that stayed hot is relieved onto it."""
+    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
+    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
+    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
+    await kube.create(POLICIES, evicting(hotRefreshes=12))
+    exporter = local_cluster.exporter
+    async with operator(rebalance_evictions=True) as runtime:
+        await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
+        pod = await one_running(kube, ns, "tm")
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        assert pod["spec"]["nodeName"] == "kw-a"
+        exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
+        try:
+            exporter.set_usage("kw-a", 0.55, 0.1)  # hot (92%) for three seconds
+            await asyncio.sleep(3)
+            exporter.set_usage("kw-a", 0.1, 0.1)
+            await asyncio.sleep(15)
+            assert not await events(kube, ns, name, "Rebalanced")
+            exporter.set_usage("kw-b", 0.9, 0.1)  # now both stay hot
+            exporter.set_usage("kw-a", 0.55, 0.1)
+            await local_cluster.wait_metrics({"kw-a": 0.925, "kw-b": 0.9})
+            await asyncio.sleep(16)  # hotRefreshes and more
+            policy = runtime.scheduler.policies.policies()[0]
+            relief = await runtime.rebalancer.plan(policy, "kw-a", time.time())
+            assert "every node it fits on would be hot" in relief.refused, relief
+            assert not await events(kube, ns, name, "Rebalanced")
+            exporter.set_usage("kw-b", 0.2, 0.1)
+            event = await wait_event(kube, ns, name, "Rebalanced", timeout=30)
+            assert "its replacement has room held on kw-b" in event["message"]
+        finally:
+            exporter.remove_pod(uid)
+            await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
