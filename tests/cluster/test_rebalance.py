@@ -8,6 +8,7 @@ WouldEvict event naming the node a replacement would take, and evicts nothing;
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -161,6 +162,7 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
     ns: str,
     operator: OperatorFactory,
     kwok: Kwok,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Evict: the real Eviction API, the real ReplicaSet controller recreating the pod, KWOK
     completing the graceful deletion; the replacement is placed on the node the plan chose,
@@ -196,6 +198,13 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
             )
             assert f'"uid":"{uid}"' in ledger["data"]["moves.json"]
             assert '"state":"evicted"' in ledger["data"]["moves.json"]
+            monkeypatch.setenv("KUBECONFIG", str(local_cluster.cp.kubeconfig))
+            explained = await _explain("node/kw-a", runtime.config)
+            assert f"  moved {ns}/{name} off it to kw-b " in explained, explained
+            left = re.search(r"its workload stays off it for (\d+)s more", explained)
+            assert left is not None and 1600 < int(left.group(1)) < 1800, explained
+            explained = await _explain("node/kw-b", runtime.config)
+            assert f"  room for the replacement of {ns}/{name} (from kw-a, " in explained
         finally:
             local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")

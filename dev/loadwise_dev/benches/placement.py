@@ -1,8 +1,11 @@
 """Placement quality under a burst: loadwise vs kube-scheduler vs the naive scorer.
 
 bench/placement [--nodes N] [--pods M] [--seed S] [--policy default|cpu|pack]
-                [--scenario burst|workload-mix|gpu] [--schedulers a,b] [--json PATH] [--png PATH]
-Sets up its own control plane, Prometheus and nodes, and tears them down.
+                [--scenario burst|workload-mix|gpu] [--schedulers a,b] [--kwok]
+                [--json PATH] [--png PATH]
+Sets up its own control plane, Prometheus and nodes, and tears them down. --kwok: KWOK plays
+the nodes' kubelets (Leases, pods Running, graceful deletions); usage still comes from the
+exporter (what each pod declares), as without it.
 --policy: loadwise's SchedulingPolicy (default {}; cpu: weights cpu 1, memory 0; pack: Pack to
 70% cpu / 80% memory). --scenario workload-mix: pods of idle and hungry workloads, some placed
 first as history; loadwise with and without its learned estimate, and kube-scheduler.
@@ -120,9 +123,10 @@ def main() -> int:
         "--schedulers",
         help="comma-separated subset to run (default: all of the scenario's), e.g. loadwise",
     )
+    parser.add_argument("--kwok", action="store_true", help="KWOK runs the nodes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    cluster = LocalCluster().start()
+    cluster = LocalCluster(kwok=args.kwok).start()
     try:
         scenario, results, optimum = asyncio.run(
             placement.run_scenario(
@@ -140,6 +144,7 @@ def main() -> int:
     data = placement.as_json(
         results, args.nodes, args.pods, args.seed, args.policy, scenario, optimum
     )
+    data["fleet"] = "kwok" if args.kwok else "api-objects"
     print(table(data))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(data, indent=1))
