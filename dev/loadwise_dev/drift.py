@@ -56,8 +56,11 @@ def scenario(seed: int, nodes: int = 10, workloads: int = 8, ramp: float = 2.0) 
     rng = random.Random(seed)
     backgrounds = tuple(round(rng.uniform(0.05, 0.3), 2) for _ in range(nodes))
     drifting = set(rng.sample(range(workloads), max(1, workloads * 3 // 8)))
-    budgeted = set(rng.sample(range(workloads), 2))
-    high = rng.randrange(workloads)
+    steady = sorted(set(range(workloads)) - drifting)
+    # A budget on one drifting and one steady workload; the higher priority on a drifting one
+    # (its pods are moved last).
+    budgeted = {rng.choice(sorted(drifting)), rng.choice(steady or sorted(drifting))}
+    high = rng.choice(sorted(drifting))
     made = []
     for i in range(workloads):
         base = rng.randrange(150, 300, 10)
