@@ -5,10 +5,11 @@ each would go, asked of the same scheduling cycle as every decision (`diagnose`,
 A pod moves only if its replacement lands on a node that is cool now and stays at least
 TARGET_HEADROOM under each of the policy's hot thresholds with the pod's estimate added (its
 workload's learned use, raised to what the moving pods are measured to use now: a drifting
-workload's learned figure lags), by measured load; pods are taken by priority, then QoS
-class, then their measured share of what is over, until the node would be under its
-thresholds; if every movable pod together cannot do that, nothing moves. Replacements planned
-earlier count on their targets when the next is placed.
+workload's learned figure lags), by measured load. The pods of the lowest priority and QoS
+class are tried first, alone, then with the next tier, and so on; within what may move, the
+largest shares of what is over go first, until the node would be under its thresholds (a
+greedy choice, not a proven smallest set); if every movable pod together cannot do that,
+nothing moves. Replacements planned earlier count on their targets when the next is placed.
 
 Pure: the view (WhatIf) is edited and restored before returning.
 """
@@ -171,31 +172,67 @@ def plan_relief(
     held_back: str = "",
     moved: Mapping[str, tuple[int, int]] | None = None,
 ) -> Relief:
-    """`max_moves`: what the rate limits leave for this node now (`held_back` says which
-    limit, or which pods they keep from moving)."""
+    """Lower tiers first: pods of the lowest (priority, QoS class) may relieve the node alone,
+    else the next tier joins them, and so on; within the pods allowed, the largest shares of
+    what is over go first (the fewest evictions), so a high-priority pod moves only if the
+    others cannot do it, and one big pod rather than many small ones.
+    `max_moves`: what the rate limits leave for this node now (`held_back` says which limit,
+    or which pods they keep from moving)."""
     over = over_thresholds(policy, sample)
     if not over:
         return Relief(node, refused="not over its hot thresholds")
-    ordered = sorted(
-        candidates,
-        key=lambda c: (
-            c.pod.priority,
-            QOS_ORDER.get(c.qos, 1),
-            -sum(getattr(c, resource) for resource in over),
-        ),
-    )
-    if not ordered:
-        why = held_back or "no pod on it may be moved"
-        return Relief(node, refused=why, over=over)
+    pods = list(candidates)
+    if not pods:
+        return Relief(node, refused=held_back or "no pod on it may be moved", over=over)
     if max_moves is not None and max_moves <= 0:
         return Relief(node, refused=held_back, over=over)
+
+    def tier(c: Candidate) -> tuple[int, int]:
+        return c.pod.priority, QOS_ORDER.get(c.qos, 1)
+
+    refused = ""
+    for top in sorted({tier(c) for c in pods}):
+        pool = sorted(
+            (c for c in pods if tier(c) <= top),
+            key=lambda c: (-sum(getattr(c, r) for r in over), tier(c)),
+        )
+        moves, left, unplaced = _relieve(
+            node, pool, over, view, policy, samples, now, rng, profile, learned, moved or {}
+        )
+        if any(amount > 0 for amount in left.values()):
+            why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
+            why = f"{why}; {held_back}" if held_back else why
+            refused = f"moving what can move would leave it over its thresholds ({why})"
+        elif max_moves is not None and len(moves) > max_moves:
+            refused = f"it would take {len(moves)} evictions and {held_back}"
+        else:
+            return Relief(node, tuple(moves), over=over)
+    return Relief(node, refused=refused, over=over)
+
+
+def _relieve(
+    node: str,
+    pool: Sequence[Candidate],
+    over: Mapping[str, float],
+    view: WhatIf,
+    policy: Policy,
+    samples: Mapping[str, NodeSample],
+    now: float,
+    rng: random.Random,
+    profile: Profile,
+    learned: UsageProfiles | None,
+    moved: Mapping[str, tuple[int, int]],
+) -> tuple[list[Move], dict[str, float], list[str]]:
+    """Greedy over `pool` in its order: each pod's replacement is placed by the cycle, with
+    the replacements before it counted on their targets, until nothing is over. Returns the
+    moves, what is still over, and why pods could not move. The view is restored."""
     moves: list[Move] = []
     set_aside: list[PodInfo] = []
     placed: list[str] = []
     left = dict(over)
     unplaced: list[str] = []
     try:
-        for candidate in ordered:
+        for candidate in pool:
             if all(amount <= 0 for amount in left.values()):
                 break
             pod = view.set_aside(candidate.pod.uid)
@@ -205,7 +242,7 @@ def plan_relief(
             replacement = replace(
                 candidate.pod, uid=f"{pod.uid}/replacement", node_name="", assumed=False
             )
-            estimates = at_least(candidate, policy, learned, moved or {})
+            estimates = at_least(candidate, policy, learned, moved)
             decision = _place(
                 replacement, node, view, policy, samples, now, rng, profile, estimates
             )
@@ -223,21 +260,7 @@ def plan_relief(
             view.set_aside(uid)
         for pod in set_aside:
             view.put_back(pod)
-    if any(amount > 0 for amount in left.values()):
-        why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
-        why = f"{why}; {held_back}" if held_back else why
-        return Relief(
-            node,
-            refused=f"moving what can move would leave it over its thresholds ({why})",
-            over=over,
-        )
-    if max_moves is not None and len(moves) > max_moves:
-        return Relief(
-            node,
-            refused=f"it would take {len(moves)} evictions and {held_back}",
-            over=over,
-        )
-    return Relief(node, tuple(moves), over=over)
+    return moves, left, unplaced
 
 
 def _place(

@@ -195,3 +195,28 @@ def test_a_replacement_is_estimated_at_least_by_what_its_pod_uses_now() -> None:
         "hot", usage["hot"], [guessed], state, POLICY, usage, NOW, random.Random(1)
     )
     assert [m.target for m in relief.moves] == ["cool"]
+
+
+def test_a_higher_priority_pod_moves_only_when_the_others_cannot_relieve_the_node() -> None:
+    """Three small pods of priority 0 (6% each) cannot bring 95% under 80%: the one big pod of
+    priority 9 (30%) moves, alone, rather than the small ones and then it. When two small ones
+    together would do, they move and the big one stays."""
+    pods = [running(f"s{i}", "hot") for i in range(3)] + [running("vip", "hot", priority=9)]
+    state = cluster(*pods)
+    usage = samples(hot=0.95, warm=0.78, cool=0.2)
+    small = [candidate(p, 0.04) for p in pods[:3]]
+    relief = plan_relief(
+        "hot", usage["hot"], [*small, candidate(pods[3], 0.30)], state, POLICY, usage, NOW,
+        random.Random(1),
+    )  # fmt: skip
+    assert [m.pod.name for m in relief.moves] == ["vip"]
+    enough = [candidate(p, 0.08) for p in pods[:3]]
+    relief = plan_relief(
+        "hot", usage["hot"], [*enough, candidate(pods[3], 0.30)], state, POLICY, usage, NOW,
+        random.Random(1),
+    )  # fmt: skip
+    assert sorted(m.pod.name for m in relief.moves) == ["s0", "s1"]
+    assert plan_relief(
+        "hot", usage["hot"], [*small, candidate(pods[3], 0.30)], state, POLICY, usage, NOW,
+        random.Random(1), max_moves=0, held_back="limits.perNodePerHour leaves 0",
+    ).refused == "limits.perNodePerHour leaves 0"  # fmt: skip
