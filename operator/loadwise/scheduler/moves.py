@@ -24,6 +24,7 @@ from .state import ClusterState
 EVICTING = "evicting"  # asked for; the answer is not known (a leader may have died meanwhile)
 EVICTED = "evicted"
 KEEP_SECONDS = 3600.0  # rate limits look back an hour
+HELD = "/replacement"  # a placeholder's UID: the evicted pod's with this suffix
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class MoveRecord:
     def placeholder(self) -> PodInfo:
         """The replacement-to-be, nominated to the target: what holds its room."""
         return PodInfo(
-            uid=f"{self.uid}/replacement",
+            uid=f"{self.uid}{HELD}",
             namespace=self.namespace,
             name=f"{self.name} (replacement)",
             node_name="",
@@ -184,6 +185,10 @@ class Moves:
         self.state.moved_off.clear()
         self.state.moved_off.update(moved)
 
+    def held(self) -> list[PodInfo]:
+        """The placeholders holding room now (each nominated to its target)."""
+        return [p for uid, p in self.nominated.items() if uid.endswith(HELD)]
+
     def _unhold(self) -> None:
-        for uid in [u for u in self.nominated if u.endswith("/replacement")]:
-            del self.nominated[uid]
+        for pod in self.held():
+            del self.nominated[pod.uid]

@@ -172,8 +172,8 @@ class Rebalancer:
         held = [
             dataclasses.replace(p, node_name=p.nominated_node, nominated_node="", assumed=True,
                                 placed_at=now)
-            for p in scheduler.preemption.nominated.values()
-            if p.uid.endswith("/replacement") and p.nominated_node in view.nodes
+            for p in self.moves.held()
+            if p.nominated_node in view.nodes
         ]  # fmt: skip
         moved: dict[str, tuple[int, int]] = {}
         for record in self.moves:
