@@ -200,6 +200,7 @@ class Intercepted:
         self.inner = inner
         self.holds: dict[str, asyncio.Event] = {}  # path -> a request there waits for this
         self.answers: list[tuple[str, str, int]] = []  # (method, path, status)
+        self.waiting: set[str] = set()  # paths with a request held now
 
     async def request(
         self,
@@ -212,7 +213,11 @@ class Intercepted:
     ) -> tuple[int, bytes]:
         gate = self.holds.get(path)
         if gate is not None:
-            await gate.wait()
+            self.waiting.add(path)
+            try:
+                await gate.wait()
+            finally:
+                self.waiting.discard(path)
         status, data = await self.inner.request(method, path, body, params, content_type, timeout)
         self.answers.append((method, path, status))
         return status, data

@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -44,6 +45,17 @@ CNI_BIN = Path("/usr/lib/cni")
 # default, which the kubelet no longer lets one change (cAdvisor's --containerd flag is not
 # registered). Without an answer, cAdvisor's series carry only the cgroup `id`, no pod.
 CADVISOR_CONTAINERD = Path("/run/containerd/containerd.sock")
+
+
+def _answers(path: Path) -> bool:
+    """Whether something listens on the unix socket at `path` (following a symlink)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def _which(name: str) -> str:
@@ -80,6 +92,7 @@ class RealNode:
             for archive in self.images:
                 self.ctr("images", "import", str(archive))
             self._start_kubelet()
+            self._check_cadvisor()
         except BaseException:
             self.stop()
             raise
@@ -148,13 +161,28 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         keep naming this node's directory), unless another containerd answers there. With
         several real nodes only the first gets it: one kernel, one cAdvisor view anyway."""
         link = CADVISOR_CONTAINERD
-        if link.is_symlink() and not link.exists():
-            link.unlink()  # dangling: a node that did not stop cleanly
+        if link.is_symlink() and not _answers(link):
+            # Dangling, or naming the socket file of a containerd that is gone (a node that did
+            # not stop cleanly leaves both): cAdvisor would find no containerd there.
+            link.unlink()
         if link.exists() or link.is_symlink():
             return
         link.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             link.symlink_to(self.socket)
+
+    @property
+    def cadvisor_link(self) -> bool:
+        """Whether cAdvisor's containerd path is this node's (its series then name pods)."""
+        link = CADVISOR_CONTAINERD
+        return link.is_symlink() and Path(os.readlink(link)) == self.socket
+
+    def cadvisor_factory(self) -> str | None:
+        """The kubelet's line on registering cAdvisor's containerd factory, None before it."""
+        for line in self.log().splitlines():
+            if "Registration of the containerd container factory" in line:
+                return line
+        return None
 
     def _unlink_for_cadvisor(self) -> None:
         link = CADVISOR_CONTAINERD
@@ -214,6 +242,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 "--v=1",
             ],
         )
+
+    def _check_cadvisor(self) -> None:
+        """cAdvisor registers its containerd factory once, at the kubelet's start; if that
+        fails (containerd slow to answer on a busy machine), no series of this kubelet's
+        cAdvisor names a pod for its whole life. So: one restart of the kubelet, then an error
+        naming the kubelet's line."""
+        if not self.cadvisor_link:
+            return
+        for attempt in (1, 2):
+            self._wait(lambda: self.cadvisor_factory() is not None, 60, "cAdvisor's factories")
+            line = self.cadvisor_factory() or ""
+            if "successfully" in line:
+                return
+            if attempt == 2:
+                raise RuntimeError(f"{self.name}: cAdvisor cannot read containerd: {line}")
+            kubelet = self.processes.pop("kubelet")
+            terminate(kubelet)
+            (self.workdir / "kubelet.log").rename(self.workdir / "kubelet.1.log")
+            self._spawn("kubelet", [str(a) for a in kubelet.args])
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process

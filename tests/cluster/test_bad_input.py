@@ -132,6 +132,14 @@ async def test_pod_deleted_while_its_bind_is_in_flight(
 
         await create(kube, ns, "doomed", containers=[_container(cpu="800m")])
         await wait_for(lambda: _assumed(runtime.scheduler.state.pods, "doomed"), 10, what="assumed")
+
+        async def in_flight() -> bool:
+            return binding in held.waiting
+
+        # Assumed comes before the POST is sent: deleted in between, the bind may be dropped
+        # unsent and the held one never answers (the likely cause of one failure on a busy
+        # machine whose traceback was not kept). The test is about a bind already sent.
+        await wait_for(in_flight, 10, what="the bind held at the transport")
         await kube.delete_pod_now(ns, "doomed")
         await wait_for(lambda: _gone(runtime.scheduler.state.pods, "doomed"), 10, what="released")
         release.set()
