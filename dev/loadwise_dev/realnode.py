@@ -260,7 +260,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             kubelet = self.processes.pop("kubelet")
             terminate(kubelet)
             (self.workdir / "kubelet.log").rename(self.workdir / "kubelet.1.log")
-            self._spawn("kubelet", [str(a) for a in kubelet.args])
+            self._start_kubelet()
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
