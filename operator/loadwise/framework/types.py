@@ -104,6 +104,7 @@ class PodInfo:
     preempt_never: bool = False  # spec.preemptionPolicy: Never
     nominated_node: str = ""  # status.nominatedNodeName: room being made there for it
     start_time: str = ""  # status.startTime as written (RFC 3339, UTC): "" not started
+    ready_at: float = 0.0  # when it first turned Ready (wall clock; 0: not yet, or unknown)
     preempted: bool = False  # the DisruptionTarget condition, reason PreemptionByScheduler
     # What of the status an in-place resize changes (allocated and actual resources, the
     # PodResizePending condition): a change re-reads a placed pod (its generation does not move).
@@ -165,7 +166,8 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
         requests=PodRequests({}),
         generation=_int(meta.get("generation")),
         deleting=bool(meta.get("deletionTimestamp")),
-        placed_at=_scheduled_at(status),
+        placed_at=true_since(status, "PodScheduled"),
+        ready_at=true_since(status, "Ready"),
         owner=controller_of(meta),
         nominated_node=str(status.get("nominatedNodeName") or ""),
         start_time=str(status.get("startTime") or ""),
@@ -271,10 +273,11 @@ def preempted_by_scheduler(status: Mapping[str, Any]) -> bool:
     )
 
 
-def _scheduled_at(status: Mapping[str, Any]) -> float:
-    """When the API server recorded the binding (PodScheduled=True), else 0 (unknown)."""
+def true_since(status: Mapping[str, Any], kind: str) -> float:
+    """When the pod's condition `kind` turned True (PodScheduled: the API server recorded the
+    binding; Ready: its containers run and pass their probes), else 0 (not, or unknown)."""
     for condition in status.get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+        if condition.get("type") == kind and condition.get("status") == "True":
             stamp = condition.get("lastTransitionTime")
             return _timestamp(stamp) if stamp else 0.0
     return 0.0

@@ -16,6 +16,7 @@ from ..framework.types import (
     parse_pod,
     preempted_by_scheduler,
     resize_key,
+    true_since,
 )
 from .preemptor import Preemptor
 from .queue import SchedulingQueue
@@ -112,6 +113,8 @@ class ClusterEvents:
                 started = status.get("startTime") or ""
                 if started != known.start_time:
                     known.start_time = str(started)
+                if not known.ready_at:  # rebalancing: when its use starts to show
+                    known.ready_at = true_since(status, "Ready")
                 if known.deleting:
                     known.preempted = preempted_by_scheduler(status)
                 return

@@ -30,10 +30,11 @@ from ..framework.rebalance import (
     ineligible,
     plan_relief,
 )
-from ..framework.types import PodInfo, parse_pod
+from ..framework.types import PodInfo, is_terminal, parse_pod
 from ..kube.transport import Http
 from ..policies.policy import Policy
 from ..resources import CPU, MEMORY
+from ..usage.cache import NodeSample
 from .binder import Binder
 from .evictor import Evictor
 from .move_store import MoveStore, StoreError
@@ -162,7 +163,12 @@ class Rebalancer:
         cache = scheduler.caches.get(policy.spec.metrics.source)
         if sample is None or cache is None:
             return Relief(node, refused="no sample of it from the policy's source")
-        candidates, kept = await self._candidates(policy, node, cache.pod_usage, now)
+        candidates, kept, pods_use = await self._candidates(policy, node, cache.pod_usage, now)
+        # A saturated node's figure stops at 100%: what is over is judged at least by what
+        # its pods are measured to use (the node's own figure, when that is higher).
+        judged = dataclasses.replace(
+            sample, cpu=max(sample.cpu, pods_use[0]), memory=max(sample.memory, pods_use[1])
+        )
         max_moves, limit = self._moves_left(policy, node, now)
         held_back = "; ".join(filter(None, (limit, kept)))
         # Replacements that have room held but are not placed yet count on their targets, as
@@ -180,12 +186,19 @@ class Rebalancer:
             if record.reserve_until > now and record.used != (0, 0):
                 cpu, memory = moved.get(record.workload, (0, 0))
                 moved[record.workload] = (max(cpu, record.used[0]), max(memory, record.used[1]))
-        for pod in held:
+        # Replacements that took their room but whose use their target's sample does not show
+        # in full yet (not Ready, or Ready after what the sample covers): counted in full, as
+        # if placed now. The scorer's share by placement time would count too little of a pod
+        # that starts using late, and a second move onto that target could turn it hot.
+        arriving = self._arriving(samples)
+        for pod in arriving:
+            view.set_aside(pod.uid)
+        for pod in (*held, *(dataclasses.replace(p, placed_at=now) for p in arriving)):
             view.put_back(pod, placed=True)
         try:
             return plan_relief(
                 node,
-                sample,
+                judged,
                 candidates,
                 view,
                 policy,
@@ -199,8 +212,22 @@ class Rebalancer:
                 moved,
             )
         finally:
-            for pod in held:
+            for pod in (*held, *arriving):
                 view.set_aside(pod.uid)
+            for pod in arriving:
+                view.put_back(pod, placed=True)
+
+    def _arriving(self, samples: Mapping[str, NodeSample]) -> list[PodInfo]:
+        """Replacements on their targets whose use the target's sample does not cover yet."""
+        out = []
+        for record in self.moves:
+            pod = self.scheduler.state.pods.get(record.claimed_by) if record.claimed_by else None
+            if pod is None or pod.node_name != record.target or pod.assumed:
+                continue  # an assumed pod is placed now: its estimate counts in full already
+            sample = samples.get(record.target)
+            if not pod.ready_at or sample is None or sample.coverage < pod.ready_at:
+                out.append(pod)
+        return out
 
     def _moves_left(self, policy: Policy, node: str, now: float) -> tuple[int, str]:
         """How many evictions the node and cluster limits leave now, and which limit binds."""
@@ -234,14 +261,15 @@ class Rebalancer:
         node: str,
         usage: Mapping[tuple[str, str], tuple[int, int]],
         now: float,
-    ) -> tuple[list[Candidate], str]:
+    ) -> tuple[list[Candidate], str, tuple[float, float]]:
         """The node's pods this policy governs that may move and whose use was measured,
-        parsed in full (their replacements keep their constraints); and which of them the
-        limits or budgets keep back now, said in a few words."""
+        parsed in full (their replacements keep their constraints); which of them the limits
+        or budgets keep back now, said in a few words; and what all its pods are measured to
+        use (shares of allocatable CPU and memory)."""
         scheduler = self.scheduler
         info = scheduler.state.nodes.get(node)
         if info is None:
-            return [], ""
+            return [], "", (0.0, 0.0)
         listed = await self.transport.get_json(
             "/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"}
         )
@@ -249,13 +277,18 @@ class Rebalancer:
         alloc_mem = info.allocatable.get(MEMORY) or 0
         out = []
         kept: dict[str, list[str]] = {}
+        total = [0, 0]
         for raw in listed.get("items") or ():
+            meta = raw.get("metadata") or {}
+            used = usage.get((meta.get("namespace", ""), meta.get("name", "")))
+            if used is not None and not is_terminal(raw):
+                total[0] += used[0]
+                total[1] += used[1]
             if ineligible(raw, scheduler.name, policy.spec.rebalance.allow_local_storage):
                 continue
             pod = parse_pod(raw)
             namespace_labels = scheduler.state.namespaces.get(pod.namespace, {})
             governing = scheduler.policies.for_pod(pod.labels, namespace_labels, scheduler.name)
-            used = usage.get((pod.namespace, pod.name))
             if governing.name != policy.name or used is None or not alloc_cpu or not alloc_mem:
                 continue
             why = self._kept_back(policy, pod, now)
@@ -267,7 +300,10 @@ class Rebalancer:
             grace = float(grace) if isinstance(grace, int | float) else 30.0
             out.append(Candidate(pod, qos, used[0] / alloc_cpu, used[1] / alloc_mem, grace, used))
         said = "; ".join(f"{why} keeps {', '.join(pods)}" for why, pods in kept.items())
-        return out, said
+        measured = (
+            (total[0] / alloc_cpu, total[1] / alloc_mem) if alloc_cpu and alloc_mem else (0.0, 0.0)
+        )
+        return out, said, measured
 
     async def _report(self, policy: Policy, relief: Relief) -> None:
         """Say each plan once, not at every refresh: a changed plan is said again."""

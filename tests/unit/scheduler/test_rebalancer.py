@@ -364,3 +364,71 @@ async def test_room_held_for_a_replacement_counts_on_its_target_in_the_next_plan
     relief = await setup.rebalancer.plan(policy, "hot", now)
     assert not relief.moves and "cool" in relief.refused, relief.refused
     assert "uid-x/replacement" not in setup.scheduler.state.pods  # the view is restored
+
+
+def iso(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+@pytest.mark.parametrize("ready", [False, True])
+async def test_a_replacement_its_target_does_not_show_yet_counts_there_in_full(ready: bool) -> None:
+    """A replacement that took its room on `cool` a minute ago: until `cool`'s sample covers
+    it running (Ready before what the sample covers), its whole floor (1.5 cores, what its pod
+    used) counts there, whatever its placement time says: cool at 20% + 37.5% + tm-1's 30% is
+    too much. Once shown, the sample has it and tm-1 may go to cool."""
+    setup = Setup()
+    setup.evict_policy()
+    setup.refresh(0.95)
+    now = time.time()
+    owner = Owner("apps/v1", "ReplicaSet", "other", "other")
+    setup.scheduler.moves.add(
+        MoveRecord(
+            uid="uid-x", namespace="default", name="x", owner=owner, policy="flink",
+            source="elsewhere", target="cool", at=now - 60, gone_by=now - 30,
+            reserve_until=now + 60, cool_until=now + 600, priority=0, requests={"cpu": 500},
+            nonzero=(500, 0), used=(1500, 0), claimed_by="uid-rep",
+        )
+    )  # fmt: skip
+    raw = owned_by_replicaset(running("rep", "cool"), name="other")
+    conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(now - 60)}]
+    if ready:
+        conditions.append({"type": "Ready", "status": "True", "lastTransitionTime": iso(now - 50)})
+    raw["status"]["conditions"] = conditions
+    setup.scheduler.state.observe_bound(parse_pod(raw, placed=True), terminal=False)
+    relief = await setup.rebalancer.plan(flink(setup), "hot", now)
+    if ready:
+        assert [m.target for m in relief.moves] == ["cool"], relief.refused
+    else:
+        assert not relief.moves and "would be hot" in relief.refused, relief.refused
+    assert setup.scheduler.state.pods["uid-rep"].placed_at == pytest.approx(now - 60, abs=1)
+
+
+async def test_a_saturated_node_is_judged_by_what_its_pods_use() -> None:
+    """The node reads 100% (a figure cannot go higher) while its four pods use 30% each: it
+    is 40% over 80%, not 20%, and one pod (what the figure alone asks) would not do: two move."""
+    setup = Setup()
+    setup.pods += [running("tm-3", "hot"), running("tm-4", "hot")]
+    for raw in setup.pods[2:]:
+        setup.scheduler.state.observe_bound(parse_pod(raw, placed=True), terminal=False)
+    setup.scheduler.on_node_event("ADDED", manifests.node("cool2", cpu="4"))
+    setup.evict_policy()
+    setup.refresh(1.0)
+    now = time.time()
+    setup.cache.samples["cool2"] = NodeSample(0.1, 0.3, now)
+    setup.cache.pod_usage = {("default", f"tm-{i}"): (1200, 0) for i in range(1, 5)}
+    relief = await setup.rebalancer.plan(flink(setup), "hot", now)
+    assert relief.over["cpu"] == pytest.approx(0.4)
+    assert len(relief.moves) == 2, relief.refused
+
+
+def test_readiness_reaches_a_placed_pod_through_status_churn() -> None:
+    """Status-only events take the cheap path; the time a pod turned Ready still reaches it."""
+    setup = Setup()
+    raw = setup.pods[0]
+    assert setup.scheduler.state.pods["uid-tm-1"].ready_at == 0.0
+    at = time.time() - 5
+    raw["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": iso(at)}
+    ]
+    setup.scheduler.on_pod_event("MODIFIED", raw)
+    assert setup.scheduler.state.pods["uid-tm-1"].ready_at == pytest.approx(at, abs=1)
