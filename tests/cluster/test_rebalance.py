@@ -51,6 +51,14 @@ def replicaset(ns: str) -> dict[str, Any]:
     }
 
 
+async def two_nodes(kube: Kube, local_cluster: LocalCluster, kw_b: float = 0.2) -> None:
+    """Every test's two KWOK nodes: kw-a at 10% CPU (where the first pod goes) and kw-b, both
+    measured before the operator starts."""
+    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
+    await local_cluster.add_node(kube, "kw-b", cpu_usage=kw_b, kwok=True)
+    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": kw_b})
+
+
 async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is_evicted(
     kube: Kube,
     local_cluster: LocalCluster,
@@ -59,9 +67,7 @@ async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is
     kwok: Kwok,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
-    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
-    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
+    await two_nodes(kube, local_cluster)
     spec = {
         "podSelector": {"matchLabels": {"app": "flink"}},
         "rebalance": {"enabled": True, "hotRefreshes": 2, "coolRefreshes": 2},
@@ -167,9 +173,7 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
     """Evict: the real Eviction API, the real ReplicaSet controller recreating the pod, KWOK
     completing the graceful deletion; the replacement is placed on the node the plan chose,
     both nodes and the pod say so, and the ledger ConfigMap holds the move."""
-    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
-    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
-    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
+    await two_nodes(kube, local_cluster)
     await kube.create(POLICIES, evicting())
     async with operator(rebalance_evictions=True) as runtime:
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
@@ -220,9 +224,7 @@ async def test_a_disruption_budget_keeps_the_pod_where_it_is(
     """The Eviction API refuses (429) while the pod's PodDisruptionBudget allows no disruption:
     the pod stays and says why; nothing is held or kept off. (Run without preemption, so the
     operator does not read budgets itself and the API server is the one that refuses.)"""
-    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
-    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
-    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
+    await two_nodes(kube, local_cluster)
     await kube.create(POLICIES, evicting())
     budget = {
         "apiVersion": "policy/v1",
@@ -260,9 +262,7 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
     stops. kw-a stays hot and the second workload's pod could relieve it, but the next leader
     (on the same Lease) reads the ledger: the hour's one eviction from kw-a is spent, and the
     first workload is still kept off kw-a."""
-    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
-    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.7, kwok=True)
-    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.7})
+    await two_nodes(kube, local_cluster, kw_b=0.7)
     await kube.create(POLICIES, evicting(limits={"perNodePerHour": 1}))
     lease = local_cluster.operator_config().lease_name
     uids: list[str] = []
@@ -315,9 +315,7 @@ async def test_a_brief_spike_and_a_node_with_nowhere_to_go_are_left_alone(
     """Hysteresis: a few seconds hot is not hotRefreshes (12) refreshes in a row. No target:
     while the only other node is hot too, nothing moves and the plan says why. Once it cools,
     the node that stayed hot is relieved onto it."""
-    await local_cluster.add_node(kube, "kw-a", cpu_usage=0.1, kwok=True)
-    await local_cluster.add_node(kube, "kw-b", cpu_usage=0.2, kwok=True)
-    await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": 0.2})
+    await two_nodes(kube, local_cluster)
     await kube.create(POLICIES, evicting(hotRefreshes=12))
     exporter = local_cluster.exporter
     async with operator(rebalance_evictions=True) as runtime:
