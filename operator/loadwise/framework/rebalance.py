@@ -196,9 +196,8 @@ def plan_relief(
             (c for c in pods if tier(c) <= top),
             key=lambda c: (-sum(getattr(c, r) for r in over), tier(c)),
         )
-        moves, left, unplaced = _relieve(
-            node, pool, over, view, policy, samples, now, rng, profile, learned, moved or {}
-        )
+        trial = _Trial(view, policy, samples, now, rng, profile)
+        moves, left, unplaced = _relieve(node, pool, over, trial, learned, moved or {})
         if any(amount > 0 for amount in left.values()):
             why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
             why = f"{why}; {held_back}" if held_back else why
@@ -210,22 +209,59 @@ def plan_relief(
     return Relief(node, refused=refused, over=over)
 
 
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    """What every replacement of one plan is placed against: the edited view, the policy and
+    its samples, at one moment."""
+
+    view: WhatIf
+    policy: Policy
+    samples: Mapping[str, NodeSample]
+    now: float
+    rng: random.Random
+    profile: Profile
+
+    def place(
+        self, replacement: PodInfo, source: str, learned: UsageProfiles | None
+    ) -> Decision | str:
+        """The cycle's decision for the replacement among the nodes but `source`, or why it
+        would not go to a cool, measured node."""
+        ctx = CycleContext(
+            replacement, self.view, self.policy, self.samples, self.now, self.rng, learned
+        )
+        verdicts = [d for d in diagnose(ctx, self.profile) if d.node.name != source]
+        decision = conclude(ctx, verdicts, self.profile)
+        if not isinstance(decision, Decision):
+            return decision.message
+        chosen = decision.chosen
+        limits = self.policy.spec.hot_thresholds
+        if decision.all_hot or chosen.hot:
+            return "every node it fits on would be hot"
+        if (
+            chosen.cpu > limits.cpu / 100 - TARGET_HEADROOM
+            or chosen.memory > limits.memory / 100 - TARGET_HEADROOM
+        ):
+            return (
+                f"{chosen.node} would be within {TARGET_HEADROOM:.0%} of its hot thresholds "
+                f"with it (cpu {chosen.cpu:.0%} mem {chosen.memory:.0%})"
+            )
+        if chosen.source != "metrics":
+            return f"{chosen.node} has no fresh sample (a target must be measured cool)"
+        return decision
+
+
 def _relieve(
     node: str,
     pool: Sequence[Candidate],
     over: Mapping[str, float],
-    view: WhatIf,
-    policy: Policy,
-    samples: Mapping[str, NodeSample],
-    now: float,
-    rng: random.Random,
-    profile: Profile,
+    trial: _Trial,
     learned: UsageProfiles | None,
     moved: Mapping[str, tuple[int, int]],
 ) -> tuple[list[Move], dict[str, float], list[str]]:
     """Greedy over `pool` in its order: each pod's replacement is placed by the cycle, with
     the replacements before it counted on their targets, until nothing is over. Returns the
     moves, what is still over, and why pods could not move. The view is restored."""
+    view = trial.view
     moves: list[Move] = []
     set_aside: list[PodInfo] = []
     placed: list[str] = []
@@ -242,16 +278,15 @@ def _relieve(
             replacement = replace(
                 candidate.pod, uid=f"{pod.uid}/replacement", node_name="", assumed=False
             )
-            estimates = at_least(candidate, policy, learned, moved)
-            decision = _place(
-                replacement, node, view, policy, samples, now, rng, profile, estimates
-            )
+            estimates = at_least(candidate, trial.policy, learned, moved)
+            decision = trial.place(replacement, node, estimates)
             if isinstance(decision, str):
                 unplaced.append(f"{pod.name}: {decision}")
                 view.put_back(set_aside.pop())
                 continue
             moves.append(Move(pod, node, decision.node, decision, candidate.grace, candidate.used))
-            view.put_back(replace(replacement, node_name=decision.node, placed_at=now), placed=True)
+            placed_now = replace(replacement, node_name=decision.node, placed_at=trial.now)
+            view.put_back(placed_now, placed=True)
             placed.append(replacement.uid)
             for resource in left:
                 left[resource] -= getattr(candidate, resource)
@@ -261,41 +296,6 @@ def _relieve(
         for pod in set_aside:
             view.put_back(pod)
     return moves, left, unplaced
-
-
-def _place(
-    replacement: PodInfo,
-    source: str,
-    view: WhatIf,
-    policy: Policy,
-    samples: Mapping[str, NodeSample],
-    now: float,
-    rng: random.Random,
-    profile: Profile,
-    learned: UsageProfiles | None,
-) -> Decision | str:
-    """The cycle's decision for the replacement among the nodes but `source`, or why it
-    would not go to a cool, measured node."""
-    ctx = CycleContext(replacement, view, policy, samples, now, rng, learned)
-    verdicts = [d for d in diagnose(ctx, profile) if d.node.name != source]
-    decision = conclude(ctx, verdicts, profile)
-    if not isinstance(decision, Decision):
-        return decision.message
-    chosen = decision.chosen
-    limits = policy.spec.hot_thresholds
-    if decision.all_hot or chosen.hot:
-        return "every node it fits on would be hot"
-    if (
-        chosen.cpu > limits.cpu / 100 - TARGET_HEADROOM
-        or chosen.memory > limits.memory / 100 - TARGET_HEADROOM
-    ):
-        return (
-            f"{chosen.node} would be within {TARGET_HEADROOM:.0%} of its hot thresholds with it "
-            f"(cpu {chosen.cpu:.0%} mem {chosen.memory:.0%})"
-        )
-    if chosen.source != "metrics":
-        return f"{chosen.node} has no fresh sample (a target must be measured cool)"
-    return decision
 
 
 class HotStreaks:
