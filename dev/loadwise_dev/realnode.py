@@ -185,9 +185,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         return None
 
     def _unlink_for_cadvisor(self) -> None:
-        link = CADVISOR_CONTAINERD
-        if link.is_symlink() and Path(os.readlink(link)) == self.socket:
-            link.unlink()
+        if self.cadvisor_link:
+            CADVISOR_CONTAINERD.unlink()
 
     def _start_kubelet(self) -> None:
         pki = self.workdir / "pki"
@@ -369,9 +368,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         left += [f"cgroup {c}" for c in self._cgroup_dirs()]
         if self.workdir.exists() and not os.environ.get("LOADWISE_KEEP_LOGS"):
             left.append(f"directory {self.workdir}")
-        link = CADVISOR_CONTAINERD
-        if link.is_symlink() and Path(os.readlink(link)) == self.socket:
-            left.append(f"symlink {link}")
+        if self.cadvisor_link:
+            left.append(f"symlink {CADVISOR_CONTAINERD}")
         for tool in ("iptables-save", "ip6tables-save"):  # the kubelet makes none (config)
             if shutil.which(tool):
                 rules = subprocess.run([tool], capture_output=True, text=True).stdout
