@@ -7,9 +7,11 @@ and `c17-lw`); each copy's preemptor carries a nodeSelector on its copy's label,
 copy's nodes are unresolvable for it (never preemption candidates), and the spread constraints'
 default `nodeAffinityPolicy: Honor` counts its own copy's nodes only. One copy's preemptor is
 scheduled by kube-scheduler, the other by loadwise; the outcomes are read through the API:
-nominated node (`status.nominatedNodeName`) and victims (pods of the copy that got the
-DisruptionTarget/PreemptionByScheduler condition or a deletionTimestamp: victims carry a grace
-period and no kubelet runs, so they stay Terminating and the preemptor stays pending).
+nominated node (`status.nominatedNodeName`) and victims (pods of the copy on that node that got
+the DisruptionTarget/PreemptionByScheduler condition or a deletionTimestamp: victims carry a
+grace period and no kubelet runs, so they stay Terminating and the preemptor stays pending).
+Victims on another node, from an earlier preemption for the same pod, are kept apart: counted
+for kube-scheduler (it does this now and then), a disagreement for loadwise.
 
 Determinism: every pod gets `status.startTime` (kube-scheduler uses time.Now() for a missing one
 when ranking nodes) and, within a node, distinct ones; with distinct start times across the case
@@ -544,14 +546,18 @@ Kind = Literal["none", "preempted", "bound", "timeout", "error"]
 class Outcome:
     kind: Kind
     node: int | None = None  # the index of the nominated (or bound) node
-    victims: frozenset[str] = frozenset()
+    victims: frozenset[str] = frozenset()  # on that node
     message: str = ""  # the scheduler's PodScheduled message when it did not preempt
+    # Victims on other nodes: an earlier preemption for the same pod. kube-scheduler does this
+    # now and then (seen once in seed 7's twin case 20: p0 on node 0, then p4 on node 2).
+    elsewhere: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "node": self.node,
             "victims": sorted(self.victims),
+            "elsewhere": sorted(self.elsewhere),
             "message": self.message,
         }
 
@@ -569,6 +575,12 @@ def _node_index(name: str) -> int:
     return int(name.rsplit("-n", 1)[1])
 
 
+def _split(kind: Kind, node: str, marked: dict[str, str]) -> Outcome:
+    """The outcome on `node`: its victims, and those marked on other nodes apart."""
+    here = frozenset(name for name, on in marked.items() if on == node)
+    return Outcome(kind, _node_index(node), here, elsewhere=frozenset(marked) - here)
+
+
 async def observe(kube: Kube, ns: str, timeout: float = 30.0) -> Outcome:
     """Poll the copy until its scheduler has acted: nominated with a victim set unchanged for
     STABLE seconds, or Unschedulable with no nomination for NO_PREEMPTION_GRACE seconds."""
@@ -581,20 +593,22 @@ async def observe(kube: Kube, ns: str, timeout: float = 30.0) -> Outcome:
         pre = next((p for p in pods if p["metadata"]["name"] == "preemptor"), None)
         if pre is None:
             return Outcome("error", message="the preemptor is gone")
-        victims = frozenset(
-            p["metadata"]["name"] for p in pods if p["metadata"]["name"] != "preemptor"
-            and _is_victim(p)
-        )  # fmt: skip
+        marked = {
+            p["metadata"]["name"]: p["spec"].get("nodeName", "")
+            for p in pods
+            if p["metadata"]["name"] != "preemptor" and _is_victim(p)
+        }
+        victims = frozenset(marked)
         now = time.monotonic()
         if pre["spec"].get("nodeName"):
-            return Outcome("bound", _node_index(pre["spec"]["nodeName"]), victims)
+            return _split("bound", pre["spec"]["nodeName"], marked)
         nominated = (pre.get("status") or {}).get("nominatedNodeName") or ""
         if nominated:
             refused_at = None
             if last != (nominated, victims):
                 last, last_change = (nominated, victims), now
             elif victims and now - last_change >= STABLE:
-                return Outcome("preempted", _node_index(nominated), victims)
+                return _split("preempted", nominated, marked)
         elif manifests.marked_unschedulable(pre) and not victims:
             refused_at = refused_at or now
             if now - refused_at >= NO_PREEMPTION_GRACE:
@@ -732,6 +746,11 @@ class Verdict:
 
 
 async def compare(env: Env, case: Case, a: Outcome, b: Outcome) -> Verdict:
+    """`a` is kube-scheduler's. Its victims on a node it no longer nominates (a second
+    preemption for the same pod) are its own behaviour, counted in the report's mix, and its
+    last nomination is what is compared; loadwise evicting on two nodes is a disagreement."""
+    if b.elsewhere:
+        return Verdict(False, "victims on another node too")
     if a.kind == b.kind == "none":
         return Verdict(True, "none")
     if a.kind != "preempted" or b.kind != "preempted":
@@ -855,6 +874,8 @@ async def run(
         first = outcomes[0].kind
         report.mix["ks preempted" if first == "preempted" else f"ks {first}"] += 1
         report.mix.update(case.tags)
+        if outcomes[0].elsewhere:
+            report.mix["ks victims on two nodes"] += 1
         report.outcomes.append(
             {
                 "case": case.index,

@@ -10,11 +10,14 @@ from collections import Counter
 from loadwise_dev.benches.preemption import (
     Case,
     NodeSpec,
+    Outcome,
     PdbSpec,
     PodSpec,
     PreemptorSpec,
     _fits,
     _selects,
+    _split,
+    compare,
     generate,
     plausible,
     rank,
@@ -69,3 +72,17 @@ def test_rank_counts_violations_over_all_lower_priority_pods_in_importance_order
     assert not plausible(case, 0, frozenset())
     case.preemptor = PreemptorSpec("pe-mid", 3000, 128, "db", "a")  # `a` is not lower now
     assert not plausible(case, 0, frozenset({"a"}))
+
+
+async def test_victims_on_a_node_no_longer_nominated_are_kept_apart() -> None:
+    """Seed 7's twin case 20: kube-scheduler evicted p0 on node 0, then p4 on node 2 and
+    nominated node 2. Its answer is node 2 with p4; p0 is its earlier preemption. The same from
+    loadwise is a disagreement (env is not needed: nothing is run again)."""
+    [case] = [c for c in _cases(7, 21) if c.index == 20]
+    ks = _split("preempted", "c20-ks-n2", {"p0": "c20-ks-n0", "p4": "c20-ks-n2"})
+    assert (ks.node, ks.victims, ks.elsewhere) == (2, {"p4"}, {"p0"})
+    lw = Outcome("preempted", 2, frozenset({"p4"}))
+    assert (await compare(None, case, ks, lw)).agree  # type: ignore[arg-type]
+    twice = Outcome("preempted", 2, frozenset({"p4"}), elsewhere=frozenset({"p0"}))
+    verdict = await compare(None, case, lw, twice)  # type: ignore[arg-type]
+    assert (verdict.agree, verdict.how) == (False, "victims on another node too")
