@@ -23,11 +23,12 @@ from loadwise.policies.crd import build_crd
 from loadwise.resources import to_amount
 from loadwise.runtime import Runtime
 
-from . import images, manifests
+from . import images, kwok_usage, manifests
 from .controlplane import ControlPlane
 from .exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY, SIM_POD_MEMORY_QUERY, UsageExporter
 from .kube import Kube, KubeError
 from .kwok import Kwok, kwok_node
+from .kwok_usage import KwokUsage
 from .prometheus_server import SIM_CPU_QUERY, Prometheus
 from .realnode import NodeExporter, RealNode, scrape_configs
 
@@ -60,10 +61,12 @@ class LocalCluster:
         real_nodes: int = 0,
         kwok: bool = False,
         kwok_metrics: bool = False,
+        kwok_usage: bool = False,
     ) -> None:
         """`kwok`: run KWOK (kwok.py), which then plays the kubelet of every simulated node
         added (their pods run, graceful deletions complete); the tests' own nodes stay API
-        objects unless asked for (add_node's `kwok`)."""
+        objects unless asked for (add_node's `kwok`). `kwok_usage` (implies both): simulated
+        usage comes from KWOK through Prometheus (kwok_usage.py), not from the exporter."""
         self.real_node_names = [f"real-{i}" for i in range(1, real_nodes + 1)]
         # A ControlPlane makes its temporary directory when built: build one only if none is
         # given (a replaced one would leave its directory behind).
@@ -73,9 +76,12 @@ class LocalCluster:
         self._want_prometheus = prometheus
         self.real_nodes: list[RealNode] = []  # kubelets running real containers (realnode.py)
         self.node_exporter: NodeExporter | None = None
-        self._want_kwok = kwok
-        self._kwok_metrics = kwok_metrics  # KWOK serves its nodes' /metrics/resource
+        self._want_kwok = kwok or kwok_usage
+        # KWOK serves its nodes' /metrics/resource and cAdvisor series
+        self._kwok_metrics = kwok_metrics or kwok_usage
+        self._kwok_usage = kwok_usage
         self.kwok: Kwok | None = None
+        self.usage: KwokUsage | None = None  # with kwok_usage
 
     def start(self) -> LocalCluster:
         try:
@@ -90,6 +96,8 @@ class LocalCluster:
                 self.node_exporter = NodeExporter().start()
             if self._want_kwok:
                 self.kwok = Kwok(self.cp, metrics=self._kwok_metrics).start()
+                if self._kwok_usage:
+                    self.usage = KwokUsage(self.kwok, self.cp.workdir)
             if self._want_prometheus:
                 self.exporter.start()
                 extra = (
@@ -97,6 +105,8 @@ class LocalCluster:
                     if self.node_exporter is not None
                     else []
                 )
+                if self.usage is not None:
+                    extra.append(self.usage.scrape_config())
                 prefix = self.cp.with_hosts() if self.real_node_names else []
                 self.prometheus = Prometheus([self.exporter.address], "1s", extra, prefix).start()
         except BaseException:
@@ -117,6 +127,12 @@ class LocalCluster:
             self.kwok.stop()
         self.cp.stop()
 
+    @property
+    def cpu_query(self) -> str:
+        """What node CPU utilisation is read by: cAdvisor's series (KWOK usage) or
+        node-exporter's (the exporter)."""
+        return kwok_usage.CPU_QUERY if self.usage is not None else SIM_CPU_QUERY
+
     def kube(self, pool: int = 256) -> Kube:
         return Kube(self.cp.server, self.cp.token, self.cp.ca_file, pool)
 
@@ -124,7 +140,7 @@ class LocalCluster:
         values: dict[str, Any] = {
             "metrics_sources": ("prometheus",) if self.prometheus else (),
             "prometheus_url": self.prometheus.url if self.prometheus else "http://127.0.0.1:1",
-            "prometheus_cpu_query": SIM_CPU_QUERY,
+            "prometheus_cpu_query": self.cpu_query,
             # The simulated exporter's per-pod series (learned estimates) and its gpu and disk
             # dimensions, with the same short windows.
             "prometheus_pod_cpu_query": SIM_POD_CPU_QUERY,
@@ -138,6 +154,8 @@ class LocalCluster:
             # Election as in production, on a lease of its own: no operator waits for another's.
             "lease_name": f"loadwise-{os.getpid()}-{next(_leases)}",
         }
+        if self.usage is not None:
+            values["prometheus_memory_query"] = kwok_usage.MEMORY_QUERY
         values.update(overrides)
         return Config(**values)
 
@@ -167,22 +185,41 @@ class LocalCluster:
         kwok: bool | None = None,
         **spec: Any,
     ) -> dict[str, Any]:
-        """A simulated node, its usage published by the exporter; with `kwok` (by default when
-        the cluster runs KWOK), handed to KWOK (kwok.py), which plays its kubelet (Ready,
-        Lease, pods Running)."""
+        """A simulated node; with `kwok` (by default when the cluster runs KWOK), handed to
+        KWOK (kwok.py), which plays its kubelet (Ready, Lease, pods Running). Its background
+        usage: a pod of its own when usage comes from KWOK (kwok_usage.py), else published by
+        the exporter."""
         body = manifests.node(name, **spec)
-        if self.kwok is not None if kwok is None else kwok:
+        handed = self.kwok is not None if kwok is None else kwok
+        if handed:
             kwok_node(body)
-        capacity = body["status"]["capacity"]
-        self.exporter.set_usage(
-            name,
-            cpu_usage,
-            mem_usage,
-            to_amount("memory", capacity["memory"]),
-            to_amount("cpu", capacity["cpu"]),
-        )
+        if not (handed and self.usage is not None):
+            capacity = body["status"]["capacity"]
+            self.exporter.set_usage(
+                name,
+                cpu_usage,
+                mem_usage,
+                to_amount("memory", capacity["memory"]),
+                to_amount("cpu", capacity["cpu"]),
+            )
         created: dict[str, Any] = await kube.create("/api/v1/nodes", body)
+        if handed and self.usage is not None:
+            await self.usage.add(kube, body, cpu_usage, mem_usage)
         return created
+
+    def forget_node(self, name: str) -> None:
+        """Stop publishing or scraping the usage of a node deleted."""
+        self.exporter.remove(name)
+        if self.usage is not None:
+            self.usage.remove(name)
+
+    async def utilisation(self, kube: Kube) -> dict[str, tuple[float, float]]:
+        """The simulation's ground truth per node, (CPU, memory) 0..1: what every pod placed
+        uses, without the metrics' lag."""
+        truth = self.exporter.utilisation()
+        if self.usage is not None:
+            truth.update(await self.usage.truth(kube))
+        return truth
 
     async def wait_namespace(self, kube: Kube, namespace: str) -> None:
         """Pods need their namespace's `default` ServiceAccount, which the controller-manager
@@ -190,17 +227,32 @@ class LocalCluster:
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
         await wait_for(lambda: kube.exists(path), 30, what=f"ServiceAccount {namespace}/default")
 
-    async def wait_metrics(self, expected: dict[str, float], tolerance: float = 0.02) -> None:
+    async def wait_metrics(
+        self, expected: dict[str, float], tolerance: float = 0.02, timeout: float = 30
+    ) -> None:
         """Until Prometheus's CPU figure for each node is within tolerance of `expected`."""
         assert self.prometheus is not None
         prometheus = self.prometheus
 
-        async def settled() -> bool:
-            answer = await asyncio.to_thread(prometheus.query, SIM_CPU_QUERY)
-            seen = {r["metric"]["node"]: float(r["value"][1]) for r in answer["data"]["result"]}
-            return all(abs(seen.get(n, -1) - v) <= tolerance for n, v in expected.items())
+        off: dict[str, tuple[float, float]] = {}  # node -> (seen, expected), for the message
 
-        await wait_for(settled, 30, interval=0.5, what="Prometheus to see node usage")
+        async def settled() -> bool:
+            answer = await asyncio.to_thread(prometheus.query, self.cpu_query)
+            seen = {r["metric"]["node"]: float(r["value"][1]) for r in answer["data"]["result"]}
+            off.clear()
+            off.update(
+                (n, (seen.get(n, -1), v))
+                for n, v in expected.items()
+                if abs(seen.get(n, -1) - v) > tolerance
+            )
+            return not off
+
+        try:
+            await wait_for(settled, timeout, interval=0.5, what="Prometheus to see node usage")
+        except TimeoutError as exc:
+            worst = sorted(off.items(), key=lambda kv: -abs(kv[1][0] - kv[1][1]))[:5]
+            shown = ", ".join(f"{n} {a:.3f} not {b:.3f}" for n, (a, b) in worst)
+            raise TimeoutError(f"{exc}: {len(off)} nodes off ({shown})") from None
 
 
 @contextlib.asynccontextmanager

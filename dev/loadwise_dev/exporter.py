@@ -55,6 +55,9 @@ class _Node:
     pods_memory: int = 0  # bytes
     dimensions: dict[str, float] = field(default_factory=dict)  # name -> fraction busy
     disk_busy_seconds: float = 0.0
+    # A node whose CPU and memory come from elsewhere (KWOK, kwok_usage.py): only its extra
+    # dimensions are published here (KWOK simulates no GPU and no disk).
+    dimensions_only: bool = False
 
     @property
     def cpu_utilisation(self) -> float:
@@ -127,16 +130,19 @@ class UsageExporter:
             current.memory_total, current.cpu_millis = memory_total, cpu_millis
 
     def set_dimension(self, node: str, name: str, fraction: float) -> None:
-        """A known node's "gpu" or "disk" is this busy from now on (counters keep the past)."""
+        """A node's "gpu" or "disk" is this busy from now on (counters keep the past). A node
+        whose usage was never set here gets these series only."""
         if name not in SIM_DIMENSIONS:
             raise ValueError(f"unknown dimension {name!r}: one of {sorted(SIM_DIMENSIONS)}")
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"{name} utilisation {fraction} is not within 0..1")
         with self._lock:
+            now = time.time()
             target = self._nodes.get(node)
             if target is None:
-                raise KeyError(f"unknown node {node!r}: set its usage first")
-            self._advance(target, time.time())
+                target = _Node(0.0, 0.0, 1, 1, 0.0, now, dimensions_only=True)
+                self._nodes[node] = target
+            self._advance(target, now)
             target.dimensions[name] = fraction
 
     def clear_dimension(self, node: str, name: str) -> None:
@@ -205,7 +211,11 @@ class UsageExporter:
     def utilisation(self) -> dict[str, tuple[float, float]]:
         """Ground truth now: node -> (cpu, memory) utilisation."""
         with self._lock:
-            return {n: (v.cpu_utilisation, v.memory_utilisation) for n, v in self._nodes.items()}
+            return {
+                n: (v.cpu_utilisation, v.memory_utilisation)
+                for n, v in self._nodes.items()
+                if not v.dimensions_only
+            }
 
     def absolute_usage(self) -> dict[str, tuple[int, int]]:
         """Ground truth now: node -> (cpu millicores, memory bytes) in use."""
@@ -246,13 +256,14 @@ class UsageExporter:
             for name, node in self._nodes.items():
                 self._advance(node, now)
                 label = _quoted(name)
-                idle.append(
-                    f'node_cpu_seconds_total{{node={label},cpu="0",mode="idle"}} '
-                    f"{node.idle_seconds:.6f}"
-                )
-                total.append(f"node_memory_MemTotal_bytes{{node={label}}} {node.memory_total}")
-                free = int(node.memory_total * (1.0 - node.memory_utilisation))
-                available.append(f"node_memory_MemAvailable_bytes{{node={label}}} {free}")
+                if not node.dimensions_only:
+                    idle.append(
+                        f'node_cpu_seconds_total{{node={label},cpu="0",mode="idle"}} '
+                        f"{node.idle_seconds:.6f}"
+                    )
+                    total.append(f"node_memory_MemTotal_bytes{{node={label}}} {node.memory_total}")
+                    free = int(node.memory_total * (1.0 - node.memory_utilisation))
+                    available.append(f"node_memory_MemAvailable_bytes{{node={label}}} {free}")
                 if "disk" in node.dimensions:
                     disk.append(
                         f'node_disk_io_time_seconds_total{{node={label},device="{DISK_DEVICE}"}} '

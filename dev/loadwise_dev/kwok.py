@@ -18,7 +18,8 @@ real metrics-server reads it (metrics_server.py, `kwok=True`) through the node a
 series of the kubelet's `/metrics/cadvisor` that Prometheus stacks read (the containers' CPU
 counters and working sets, `machine_cpu_cores`, `machine_memory_bytes`) at
 `/metrics/nodes/NAME/metrics/cadvisor`, for the real Prometheus (`cadvisor_scrape_config`).
-Most tests still publish simulated usage through the harness's own exporter (exporter.py).
+bench/placement and its test read all their usage that way (kwok_usage.py); the other tests
+and benches still publish simulated usage through the harness's own exporter (exporter.py).
 
 On Debian's etcd 3.4.23 KWOK was slow: its informers ask for streaming lists (watch-list),
 which the API server refused there ("the required storage feature RequestWatchProgress is
@@ -124,6 +125,7 @@ class Kwok:
         self.port = free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="loadwise-kwok-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self._args: list[str] = []
 
     def start(self) -> Kwok:
         here = binary_dir()
@@ -145,7 +147,23 @@ class Kwok:
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 "--enable-crds=Metric,ClusterResourceUsage,ResourceUsage",
             ]
-        log = open(self.workdir / "kwok.log", "wb")  # noqa: SIM115 - lives with the process
+        self._args = extra
+        self._spawn()
+        return self
+
+    def restart(self) -> None:
+        """A new KWOK process on the same port, which lists every object afresh. Its pod
+        watch forgets pods deleted while it re-lists (its informer's Replace sends no Deleted,
+        sigs.k8s.io/kwok v0.8.0 pkg/utils/informer), and then serves their usage for ever: a
+        restart is the only way to forget them."""
+        if self.process is not None:
+            terminate(self.process)
+        self._spawn()
+
+    def _spawn(self) -> None:
+        here = binary_dir()
+        extra = self._args
+        log = open(self.workdir / "kwok.log", "ab")  # noqa: SIM115 - lives with the process
         self.process = subprocess.Popen(
             [
                 str(here / "kwok"),
@@ -164,7 +182,6 @@ class Kwok:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        return self
 
     def cadvisor_scrape_config(self, nodes: list[str]) -> dict[str, Any]:
         """A Prometheus job scraping KWOK's cAdvisor series of these nodes as

@@ -263,7 +263,8 @@ def summarise(
     )
 
 
-async def _settled(kube: Kube, pods: int) -> tuple[Counter[str], int] | None:
+async def _settled(kube: Kube) -> tuple[Counter[str], int]:
+    """Burst pods bound per node, and how many are marked unschedulable."""
     placed: Counter[str] = Counter()
     unschedulable = 0
     for pod in await kube.list(
@@ -274,7 +275,7 @@ async def _settled(kube: Kube, pods: int) -> tuple[Counter[str], int] | None:
             placed[node] += 1
         elif manifests.marked_unschedulable(pod):
             unschedulable += 1
-    return (placed, unschedulable) if sum(placed.values()) + unschedulable == pods else None
+    return placed, unschedulable
 
 
 def _pod_body(
@@ -313,8 +314,14 @@ async def _create_pods(kube: Kube, bodies: Sequence[dict[str, Any]]) -> None:
     await asyncio.gather(*(create(b) for b in bodies))
 
 
-async def _fed(cluster: LocalCluster, feeder: UsageFeeder, count: int) -> None:
-    """Until the feeder has seen every binding: the exporter carries `count` pods."""
+async def _fed(cluster: LocalCluster, kube: Kube, feeder: UsageFeeder | None, count: int) -> None:
+    """Until the usage of every binding is published: with KWOK, until Prometheus serves what
+    the pods declare (KWOK started them); else until the exporter carries `count` pods."""
+    if feeder is None:
+        assert cluster.usage is not None
+        truth = await cluster.usage.truth(kube, capped=False)  # as KWOK serves it
+        await cluster.wait_metrics({n: cpu for n, (cpu, _) in truth.items()})
+        return
 
     def fed() -> bool:
         feeder.check()
@@ -330,19 +337,36 @@ async def _fed(cluster: LocalCluster, feeder: UsageFeeder, count: int) -> None:
 async def burst(
     cluster: LocalCluster,
     kube: Kube,
-    feeder: UsageFeeder,
+    feeder: UsageFeeder | None,
     scheduler_name: str,
     scenario: Scenario,
     owners: Mapping[str, str],
+    run: int = 0,
 ) -> tuple[Counter[str], int, float]:
-    bodies = [_pod_body(p, "burst", scheduler_name, scenario, owners) for p in scenario.burst]
+    """Each run's pods get names of their own (`r{run}-`): KWOK finishes a deletion by name,
+    now and then twice, and would take a later pod of the same name with it."""
+    bodies = [
+        _pod_body(replace(p, name=f"r{run}-{p.name}"), "burst", scheduler_name, scenario, owners)
+        for p in scenario.burst
+    ]
     started = time.monotonic()
     await _create_pods(kube, bodies)
-    placed, unschedulable = await wait_for(
-        lambda: _settled(kube, len(bodies)), 300, interval=0.5, what="burst settled"
-    )
+    seen = (0, 0)  # bound, unschedulable: for the message if it never settles
+
+    async def settled() -> tuple[Counter[str], int] | None:
+        nonlocal seen
+        placed, unschedulable = await _settled(kube)
+        seen = (sum(placed.values()), unschedulable)
+        return (placed, unschedulable) if sum(seen) == len(bodies) else None
+
+    try:
+        placed, unschedulable = await wait_for(settled, 300, interval=0.5, what="burst settled")
+    except TimeoutError as exc:
+        raise TimeoutError(
+            f"{exc} ({scheduler_name}): {seen[0]} bound, {seen[1]} unschedulable"
+        ) from None
     seconds = time.monotonic() - started
-    await _fed(cluster, feeder, sum(placed.values()) + len(scenario.warmup))
+    await _fed(cluster, kube, feeder, sum(placed.values()) + len(scenario.warmup))
     return placed, unschedulable, seconds
 
 
@@ -361,12 +385,27 @@ async def clear(
 
     async def one(name: str) -> None:
         async with sem:
-            await kube.delete_pod_now(NS, name)
+            if cluster.kwok is None:  # no kubelet would finish it
+                await kube.delete_pod_now(NS, name)
+                return
+            with contextlib.suppress(KubeError):  # KWOK finishes it, as a kubelet does
+                await kube.delete(f"/api/v1/namespaces/{NS}/pods/{name}")
+
+    async def gone() -> bool:
+        return not await kube.list(
+            f"/api/v1/namespaces/{NS}/pods", labelSelector=f"{PHASE_LABEL}=burst"
+        )
 
     pods = await kube.list(f"/api/v1/namespaces/{NS}/pods", labelSelector=f"{PHASE_LABEL}=burst")
     await asyncio.gather(*(one(p["metadata"]["name"]) for p in pods))
-    await wait_for(_async(lambda: cluster.exporter.pod_count() == kept), 60, what="pods gone")
-    await cluster.wait_metrics({n: cpu for n, (cpu, _) in before.items()})
+    await wait_for(gone, 120, interval=0.5, what="burst pods gone")
+    if cluster.usage is None:
+        await wait_for(_async(lambda: cluster.exporter.pod_count() == kept), 60, what="pods gone")
+    if cluster.usage is not None:
+        # KWOK may go on serving pods it missed the deletion of (Kwok.restart says why).
+        assert cluster.kwok is not None
+        await asyncio.to_thread(cluster.kwok.restart)
+    await cluster.wait_metrics({n: cpu for n, (cpu, _) in before.items()}, timeout=120)
 
 
 async def set_policy(kube: Kube, spec: dict[str, Any] | None) -> None:
@@ -439,7 +478,7 @@ async def _dimension_served(
 async def _warm_up(
     cluster: LocalCluster,
     kube: Kube,
-    feeder: UsageFeeder,
+    feeder: UsageFeeder | None,
     scenario: Scenario,
     owners: Mapping[str, str],
 ) -> None:
@@ -463,7 +502,7 @@ async def _warm_up(
 
         await wait_for(bound, 120, interval=0.5, what="warm-up pods bound")
         bound_at = time.monotonic()
-    await _fed(cluster, feeder, len(bodies))
+    await _fed(cluster, kube, feeder, len(bodies))
     await _pod_usage_served(cluster, scenario.warmup)
     config = cluster.operator_config()
     assert config.metrics_lag is not None  # the harness sets it (its queries' 5 s window)
@@ -533,8 +572,10 @@ async def run_scenario(
         for name, (cpu, mem) in backgrounds_.items():
             await cluster.add_node(kube, name, cpu_usage=cpu, mem_usage=mem, cpu="8", memory="32Gi")
         owners = await _workload_owners(kube, scenario.workloads)
-        feeder = UsageFeeder(kube, cluster.exporter)
-        await feeder.start()
+        # Usage from KWOK needs no feeder: KWOK reads the pods' annotations itself.
+        feeder = UsageFeeder(kube, cluster.exporter) if cluster.usage is None else None
+        if feeder is not None:
+            await feeder.start()
         try:
             for node, busy in scenario.gpu.items():
                 cluster.exporter.set_dimension(node, "gpu", busy)
@@ -543,20 +584,20 @@ async def run_scenario(
             # The state every burst starts from: background plus the history pods.
             before = backgrounds_
             if scenario.warmup:
-                now = cluster.exporter.utilisation()
+                now = await cluster.utilisation(kube)
                 before = {n: now[n] for n in backgrounds_}
                 await cluster.wait_metrics({n: cpu for n, (cpu, _) in before.items()})
             cpu_before = {n: cpu for n, (cpu, _) in before.items()}
             optimum, level = optimum_stddev(cpu_before, scenario.burst, NODE_CPU_MILLIS)
             if scenario.gpu:
                 await _dimension_served(cluster, "gpu", scenario.gpu, list(backgrounds_))
-            for scheduler in schedulers:
+            for run, scheduler in enumerate(schedulers):
                 spec = loadwise_spec(scheduler, policy, scenario)
                 if scheduler == "kube-scheduler":
                     cluster.cp.start_scheduler(qps=5000, burst=5000)
                     try:
                         placed, unschedulable, seconds = await burst(
-                            cluster, kube, feeder, "default-scheduler", scenario, owners
+                            cluster, kube, feeder, "default-scheduler", scenario, owners, run
                         )
                     finally:
                         cluster.cp.stop_process("kube-scheduler")
@@ -564,11 +605,11 @@ async def run_scenario(
                     await set_policy(kube, spec)
                     async with running_operator(cluster.operator_config(), cluster.cp.kubeconfig):
                         placed, unschedulable, seconds = await burst(
-                            cluster, kube, feeder, "loadwise-scheduler", scenario, owners
+                            cluster, kube, feeder, "loadwise-scheduler", scenario, owners, run
                         )
                 else:
                     raise ValueError(f"unknown scheduler {scheduler!r}")
-                after = cluster.exporter.utilisation()
+                after = await cluster.utilisation(kube)
                 results[scheduler] = summarise(
                     before,
                     after,
@@ -583,7 +624,8 @@ async def run_scenario(
         finally:
             for node in scenario.gpu:
                 cluster.exporter.clear_dimension(node, "gpu")
-            await feeder.stop()
+            if feeder is not None:
+                await feeder.stop()
     figures = {
         "cpu_stddev": optimum,
         "cpu_level": level,

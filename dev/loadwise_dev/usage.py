@@ -16,13 +16,16 @@ from loadwise.resources import to_amount
 
 from .exporter import UsageExporter
 from .kube import Kube
+from .kwok import USAGE_CPU, USAGE_MEMORY
 
 CPU_ANNOTATION = "sim.loadwise.io/cpu"
 MEMORY_ANNOTATION = "sim.loadwise.io/memory"
 
 
 def usage_annotations(cpu: str, memory: str) -> dict[str, str]:
-    return {CPU_ANNOTATION: cpu, MEMORY_ANNOTATION: memory}
+    """What a pod uses, for whichever simulates usage: the feeder below, or KWOK on its nodes
+    (kwok_usage.py)."""
+    return {CPU_ANNOTATION: cpu, MEMORY_ANNOTATION: memory, USAGE_CPU: cpu, USAGE_MEMORY: memory}
 
 
 def declared_usage(pod: Mapping[str, Any]) -> tuple[int, int] | None:

@@ -55,7 +55,7 @@ async def clean(kube: Kube, local_cluster: LocalCluster) -> None:
             await kube.delete(f"{POLICIES}/{name}")
     for node in await kube.list("/api/v1/nodes"):
         await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
-        local_cluster.exporter.remove(node["metadata"]["name"])
+        local_cluster.forget_node(node["metadata"]["name"])
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ herds the burst onto the node that looked idlest."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from loadwise_dev import placement
@@ -14,12 +16,37 @@ from loadwise_dev.cluster import LocalCluster
 pytestmark = pytest.mark.cluster
 
 
+@pytest.fixture(scope="module")
+def kwok_cluster() -> Iterator[LocalCluster]:
+    """As bench/placement runs by default: KWOK nodes, usage from KWOK through Prometheus."""
+    cluster = LocalCluster(kwok_usage=True).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 async def test_burst_keeps_nodes_out_of_the_hot_zone_without_herding(
+    kwok_cluster: LocalCluster,
+) -> None:
+    """Usage from KWOK, read with kube-prometheus-stack's queries."""
+    _, results, _ = await placement.run_scenario(
+        kwok_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
+    )
+    _check(results)
+
+
+async def test_the_same_with_usage_from_the_exporter(
     local_cluster: LocalCluster, clean: None
 ) -> None:
+    """API-object nodes, usage from the harness's exporter (node-exporter's series)."""
     _, results, _ = await placement.run_scenario(
         local_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
     )
+    _check(results)
+
+
+def _check(results: dict[str, placement.Outcome]) -> None:
     ours, naive = results["loadwise"], results["naive"]
     assert ours.unschedulable == 0 and naive.unschedulable == 0
     assert ours.new_hot_nodes == 0, ours

@@ -2,11 +2,15 @@
 
 bench/placement [--nodes N] [--pods M] [--seed S] [--policy default|cpu|pack]
                 [--scenario burst|workload-mix|gpu] [--schedulers a,b] [--no-kwok]
-                [--json PATH] [--png PATH]
+                [--usage kwok|exporter] [--json PATH] [--png PATH]
 Sets up its own control plane, Prometheus and nodes, and tears them down. KWOK plays the
 nodes' kubelets (Leases, pods Running, graceful deletions); --no-kwok: the nodes are API objects
-only (as before 2026-11-26: the same figures within run-to-run noise, docs/benchmarks.md). Usage
-comes from the exporter (what each pod declares) either way.
+only (as before 2026-11-26: the same figures within run-to-run noise, docs/benchmarks.md).
+Usage is what each pod declares, and a node's background; --usage kwok (the default on KWOK):
+KWOK serves it as the kubelet's cAdvisor series, read with kube-prometheus-stack's preset
+queries (kwok_usage.py; a background is a pod); --usage exporter: the harness's exporter
+publishes node-exporter-shaped series (the only choice with --no-kwok). GPU utilisation comes
+from the exporter either way (KWOK simulates no GPU).
 --policy: loadwise's SchedulingPolicy (default {}; cpu: weights cpu 1, memory 0; pack: Pack to
 70% cpu / 80% memory). --scenario workload-mix: pods of idle and hungry workloads, some placed
 first as history; loadwise with and without its learned estimate, and kube-scheduler.
@@ -130,9 +134,17 @@ def main() -> int:
         default=True,
         help="KWOK runs the nodes (the default); --no-kwok: API objects only",
     )
+    parser.add_argument(
+        "--usage",
+        choices=("kwok", "exporter"),
+        help="where simulated usage comes from (default: kwok on KWOK nodes, else exporter)",
+    )
     args = parser.parse_args()
+    usage = args.usage or ("kwok" if args.kwok else "exporter")
+    if usage == "kwok" and not args.kwok:
+        parser.error("--usage kwok needs KWOK nodes (drop --no-kwok)")
     logging.basicConfig(level=logging.WARNING)
-    cluster = LocalCluster(kwok=args.kwok).start()
+    cluster = LocalCluster(kwok=args.kwok, kwok_usage=usage == "kwok").start()
     try:
         scenario, results, optimum = asyncio.run(
             placement.run_scenario(
@@ -151,6 +163,7 @@ def main() -> int:
         results, args.nodes, args.pods, args.seed, args.policy, scenario, optimum
     )
     data["fleet"] = "kwok" if args.kwok else "api-objects"
+    data["usage"] = usage
     print(table(data))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(data, indent=1))

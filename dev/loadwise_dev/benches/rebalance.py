@@ -212,7 +212,7 @@ async def cleanup(cluster: LocalCluster, kube: Kube, ns: str, nodes: list[str], 
     for node in nodes:
         with contextlib.suppress(KubeError):
             await kube.delete(f"/api/v1/nodes/{node}")
-        cluster.exporter.remove(node)
+        cluster.forget_node(node)
 
 
 async def run_all(

@@ -97,7 +97,16 @@ def test_dimension_names_and_ranges_are_checked(exporter: UsageExporter) -> None
         exporter.set_dimension("n1", "network", 0.5)
     with pytest.raises(ValueError, match=r"within 0\.\.1"):
         exporter.set_dimension("n1", "gpu", 1.5)
-    with pytest.raises(KeyError):
-        exporter.set_dimension("n9", "gpu", 0.5)
     assert set(SIM_DIMENSIONS) == {"gpu", "disk"}
     assert all("node" in query for query in SIM_DIMENSIONS.values())
+
+
+def test_a_node_whose_usage_comes_from_elsewhere_gets_its_dimensions_only(
+    exporter: UsageExporter,
+) -> None:
+    """KWOK nodes (kwok_usage.py): KWOK publishes CPU and memory; no GPU, so that is here."""
+    exporter.set_dimension("n9", "gpu", 0.5)
+    samples = scrape(exporter)
+    assert samples['DCGM_FI_DEV_GPU_UTIL{node="n9",gpu="0"}'] == pytest.approx(50)
+    assert not [s for s in samples if 'node="n9"' in s and not s.startswith("DCGM")]
+    assert "n9" not in exporter.utilisation()
