@@ -193,7 +193,8 @@ class LocalCluster:
         handed = self.kwok is not None if kwok is None else kwok
         if handed:
             kwok_node(body)
-        if not (handed and self.usage is not None):
+        by_kwok = handed and self.usage is not None
+        if not by_kwok:
             capacity = body["status"]["capacity"]
             self.exporter.set_usage(
                 name,
@@ -203,7 +204,8 @@ class LocalCluster:
                 to_amount("cpu", capacity["cpu"]),
             )
         created: dict[str, Any] = await kube.create("/api/v1/nodes", body)
-        if handed and self.usage is not None:
+        if by_kwok:
+            assert self.usage is not None
             await self.usage.add(kube, body, cpu_usage, mem_usage)
         return created
 

@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .controlplane import (
     ControlPlane,
@@ -126,6 +126,7 @@ class Kwok:
         self.workdir = Path(tempfile.mkdtemp(prefix="loadwise-kwok-"))
         self.process: subprocess.Popen[bytes] | None = None
         self._args: list[str] = []
+        self._log: IO[bytes] | None = None
 
     def start(self) -> Kwok:
         here = binary_dir()
@@ -162,8 +163,9 @@ class Kwok:
 
     def _spawn(self) -> None:
         here = binary_dir()
-        extra = self._args
-        log = open(self.workdir / "kwok.log", "ab")  # noqa: SIM115 - lives with the process
+        if self._log is not None:
+            self._log.close()
+        self._log = open(self.workdir / "kwok.log", "ab")  # noqa: SIM115 - lives with the process
         self.process = subprocess.Popen(
             [
                 str(here / "kwok"),
@@ -175,9 +177,9 @@ class Kwok:
                 f"--node-port={self.port}",
                 f"--server-address=127.0.0.1:{self.port}",
                 "--node-lease-duration-seconds=40",
-                *extra,
+                *self._args,
             ],
-            stdout=log,
+            stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
@@ -225,4 +227,7 @@ class Kwok:
         if self.process is not None:
             terminate(self.process)
             self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         shutil.rmtree(self.workdir, ignore_errors=True)

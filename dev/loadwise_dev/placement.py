@@ -391,17 +391,18 @@ async def clear(
             with contextlib.suppress(KubeError):  # KWOK finishes it, as a kubelet does
                 await kube.delete(f"/api/v1/namespaces/{NS}/pods/{name}")
 
-    async def gone() -> bool:
-        return not await kube.list(
-            f"/api/v1/namespaces/{NS}/pods", labelSelector=f"{PHASE_LABEL}=burst"
-        )
+    async def burst_pods() -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{NS}/pods"
+        return await kube.list(path, labelSelector=f"{PHASE_LABEL}=burst")
 
-    pods = await kube.list(f"/api/v1/namespaces/{NS}/pods", labelSelector=f"{PHASE_LABEL}=burst")
-    await asyncio.gather(*(one(p["metadata"]["name"]) for p in pods))
+    async def gone() -> bool:
+        return not await burst_pods()
+
+    await asyncio.gather(*(one(p["metadata"]["name"]) for p in await burst_pods()))
     await wait_for(gone, 120, interval=0.5, what="burst pods gone")
     if cluster.usage is None:
         await wait_for(_async(lambda: cluster.exporter.pod_count() == kept), 60, what="pods gone")
-    if cluster.usage is not None:
+    else:
         # KWOK may go on serving pods it missed the deletion of (Kwok.restart says why).
         assert cluster.kwok is not None
         await asyncio.to_thread(cluster.kwok.restart)
