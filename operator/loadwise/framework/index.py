@@ -110,12 +110,17 @@ class ScoreIndex:
     ) -> Decision:
         """The cycle's own `select` over candidate nodes (heap items) known to hold the best
         two, with their cached load scores; `hot` counts every feasible hot node."""
-        load = [shape.entries[item.node].score for item in items]
+        load = []
+        for item in items:
+            score = shape.entries[item.node].score
+            # Only a feasible entry has a heap item; dropping one would misalign nodes and scores.
+            assert score is not None, f"heap item of infeasible node {item.node}"
+            load.append(score)
         nodes = ctx.state.nodes
         return select(
             ctx,
             [nodes[item.node] for item in items],
-            [s for s in load if s is not None],
+            load,
             self.profile,
             hot_feasible=hot,
             scores=scores or [],

@@ -30,6 +30,10 @@ from .scoring import UsageProfiles, pod_estimate
 from .types import PodInfo, controller_of
 from .view import WhatIf
 
+# A replacement's UID in a plan, and its placeholder's once the room is held (scheduler/moves.py):
+# the evicted pod's with this suffix.
+HELD = "/replacement"
+
 QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
 # A target must stay this far (utilisation fraction) under each hot threshold with the pod: a
 # target left exactly at its threshold turns hot at the next wobble and is relieved in turn.
@@ -276,7 +280,7 @@ def _relieve(
                 continue
             set_aside.append(pod)
             replacement = replace(
-                candidate.pod, uid=f"{pod.uid}/replacement", node_name="", assumed=False
+                candidate.pod, uid=f"{pod.uid}{HELD}", node_name="", assumed=False
             )
             estimates = at_least(candidate, trial.policy, learned, moved)
             decision = trial.place(replacement, node, estimates)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..framework.rebalance import HELD
 from ..framework.types import Owner, PodInfo
 from ..resources import PodRequests
 from .state import ClusterState
@@ -24,7 +25,6 @@ from .state import ClusterState
 EVICTING = "evicting"  # asked for; the answer is not known (a leader may have died meanwhile)
 EVICTED = "evicted"
 KEEP_SECONDS = 3600.0  # rate limits look back an hour
-HELD = "/replacement"  # a placeholder's UID: the evicted pod's with this suffix
 
 
 @dataclass(frozen=True, slots=True)
