@@ -1,8 +1,11 @@
 """`loadwise demo`: the whole product on a local control plane, in about half a minute.
 
-Starts etcd, kube-apiserver, kube-controller-manager and Prometheus on loopback, installs the
-CRD and a SchedulingPolicy, creates six simulated nodes with uneven real load, runs the operator,
+Starts etcd, kube-apiserver, kube-controller-manager, KWOK and Prometheus on loopback, installs
+the CRD and a SchedulingPolicy, creates six simulated nodes with uneven load, runs the operator,
 submits pods with `schedulerName: loadwise-scheduler`, and prints where each landed and why.
+KWOK plays the nodes' kubelets and serves their usage as cAdvisor series (a node's background is
+a pod of its own: kwok_usage.py), which Prometheus scrapes and loadwise reads with the
+kube-prometheus-stack preset.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ async def _demo(cluster: LocalCluster, keep: bool) -> None:
             f"created {len(NODES)} simulated nodes (4 cpu, 16Gi each; KWOK plays their kubelets);"
             " waiting for Prometheus"
         )
-        await cluster.wait_metrics({name: cpu for name, (cpu, _) in NODES.items()})
+        await cluster.wait_metrics({name: cpu for name, (cpu, _) in NODES.items()}, timeout=60)
         await cluster.wait_namespace(kube, "default")
         async with running_operator(cluster.operator_config(), cluster.cp.kubeconfig):
             _say(f"operator running; submitting {PODS} pods (500m cpu, 1Gi) for loadwise-scheduler")
@@ -143,7 +146,7 @@ def main(keep: bool = False) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _say("starting etcd, kube-apiserver, kube-controller-manager, KWOK and Prometheus on 127.0.0.1")
     started = time.monotonic()
-    cluster = LocalCluster(kwok=True).start()
+    cluster = LocalCluster(kwok_usage=True).start()
     _say(f"control plane ready in {time.monotonic() - started:.1f}s at {cluster.cp.server}")
     try:
         asyncio.run(_demo(cluster, keep))

@@ -7,12 +7,13 @@ CRD and a policy) plus `loadwise run` as a real process, and keeps it all up. Wh
 the repository, so `down` works from any shell, even after the supervisor was killed. In the
 foreground, Ctrl-C runs `down`; with `-d`, `up` returns once the operator leads.
 
-Simulated nodes have no kubelet and no node-exporter: their usage is what their annotations say
-(`sim.loadwise.io/cpu-load`, `sim.loadwise.io/memory-load`, percent), published as node-exporter
-series; `loadwise dev load NODE CPU [MEMORY]` sets them, and so does `kubectl annotate`. A node
-without them has no metrics (it is scored by requests, as a node without node-exporter would be).
-Pods that declare their usage (`sim.loadwise.io/cpu`, `sim.loadwise.io/memory` annotations) add
-it to their node once bound.
+Simulated nodes are KWOK's (it plays their kubelets: pods run, deletions complete). Their usage
+is KWOK's too (kwok_usage.py): each pod uses what its `kwok.x-k8s.io/usage-cpu` / `-memory`
+annotations say, served as the kubelet's cAdvisor series and read through Prometheus with
+kube-prometheus-stack's preset queries. A node's background use (what other schedulers' and
+system pods use) is its annotations (`sim.loadwise.io/cpu-load`, `sim.loadwise.io/memory-load`,
+percent), carried by a background pod on it; `loadwise dev load NODE CPU [MEMORY]` sets them, and
+so does `kubectl annotate`. A KWOK node without them uses only what its pods use.
 """
 
 from __future__ import annotations
@@ -33,18 +34,15 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from loadwise.resources import to_amount
-
 from . import manifests
 from .cluster import LocalCluster, wait_for
 from .controlplane import free_port, k8s_bin_dir
 from .demo import NODES, POLICY
-from .exporter import UsageExporter
 from .kube import Kube
-from .kwok import kwok_node
+from .kwok import ANNOTATION, kwok_node
+from .kwok_usage import BACKGROUND_NS, KwokUsage
 from .metrics_server import MetricsServer
 from .realnode import sweep
-from .usage import UsageFeeder
 
 STATE_VARIABLE = "LOADWISE_DEV_STATE"
 CPU_LOAD = "sim.loadwise.io/cpu-load"
@@ -176,7 +174,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, stop_now)
         signal.signal(signal.SIGINT, stop_now)
         try:
-            self.cluster = LocalCluster(real_nodes=self.real_nodes, kwok=True)
+            self.cluster = LocalCluster(real_nodes=self.real_nodes, kwok_usage=True)
             self.record(dirs=[str(self.cluster.cp.workdir)])
             self.cluster.start()
             for node in self.cluster.real_nodes:
@@ -242,22 +240,22 @@ class Supervisor:
                 self.record(dirs=[*self.state["dirs"], str(self.metrics_server.workdir)])
                 await self.metrics_server.register(kube)
             await kube.create(POLICY, manifests.policy("default", cpu=2, memory=1))
+            usage = cluster.usage
+            assert usage is not None
             for name, (cpu, mem) in NODES.items():
                 body = kwok_node(manifests.node(name))  # KWOK plays its kubelet: pods run
                 body["metadata"]["annotations"].update(
                     {CPU_LOAD: f"{cpu * 100:g}", MEMORY_LOAD: f"{mem * 100:g}"}
                 )
                 await kube.create("/api/v1/nodes", body)
-            await apply_loads(kube, cluster.exporter)
+            applied = await apply_loads(kube, usage)
             # Until Prometheus's rate window is full, a young counter's rate is far off (a 5%
             # node showed 70%): the first pods a user submits must see the real figures.
-            await cluster.wait_metrics({name: cpu for name, (cpu, _) in NODES.items()})
+            await cluster.wait_metrics({name: cpu for name, (cpu, _) in NODES.items()}, timeout=60)
             await cluster.wait_namespace(kube, "default")
             self._start_operator(cluster)
             await self._wait_leader(kube)
-            feeder = UsageFeeder(kube, cluster.exporter)
-            await feeder.start()
-            loads = asyncio.create_task(self._follow_loads(kube, cluster.exporter))
+            loads = asyncio.create_task(self._follow_loads(kube, usage, applied))
             self.record(ready=True)
             try:
                 while True:
@@ -268,7 +266,6 @@ class Supervisor:
                 loads.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await loads
-                await feeder.stop()
 
     def _start_operator(self, cluster: LocalCluster) -> None:
         # HTTPS /metrics on a free port, not 10259; plain HTTP too, for a local curl.
@@ -322,38 +319,53 @@ class Supervisor:
             proc.wait()
 
     @staticmethod
-    async def _follow_loads(kube: Kube, exporter: UsageExporter) -> None:
+    async def _follow_loads(
+        kube: Kube, usage: KwokUsage, applied: dict[str, tuple[float, float]]
+    ) -> None:
         while True:
             await asyncio.sleep(1.0)
             with contextlib.suppress(Exception):  # the API server restarting: next second
-                await apply_loads(kube, exporter)
+                applied = await apply_loads(kube, usage, applied)
 
 
-async def apply_loads(kube: Kube, exporter: UsageExporter) -> None:
-    """Each node's load annotations into the exporter; nodes without them (or gone) leave it."""
-    nodes = await kube.list("/api/v1/nodes")
-    published = set()
-    for node in nodes:
-        name = node["metadata"]["name"]
-        annotations = node["metadata"].get("annotations") or {}
-        if CPU_LOAD not in annotations:
+def load_of(node: dict[str, Any]) -> tuple[float, float] | None:
+    """A node's background (CPU, memory) 0..1 from its load annotations; None without them,
+    or where they are not numbers."""
+    annotations = node["metadata"].get("annotations") or {}
+    try:
+        cpu = float(annotations.get(CPU_LOAD, "0")) / 100
+        memory = float(annotations.get(MEMORY_LOAD, "0")) / 100
+    except ValueError:
+        return None
+    return min(max(cpu, 0.0), 1.0), min(max(memory, 0.0), 1.0)
+
+
+async def apply_loads(
+    kube: Kube, usage: KwokUsage, applied: dict[str, tuple[float, float]] | None = None
+) -> dict[str, tuple[float, float]]:
+    """Every KWOK node scraped, with its load annotations as its background pod's use; a node
+    gone is no longer scraped. `applied`: what the last call applied (it returns this one's),
+    so an unchanged load is not patched again."""
+    applied = dict(applied or {})
+    present = set()
+    for node in await kube.list("/api/v1/nodes"):
+        meta = node["metadata"]
+        if (meta.get("annotations") or {}).get(ANNOTATION) != "fake":
+            continue  # a real node: its kubelet's own series
+        name = meta["name"]
+        present.add(name)
+        load = load_of(node)
+        if load is None or applied.get(name) == load:
             continue
-        try:
-            cpu = float(annotations[CPU_LOAD]) / 100
-            memory = float(annotations.get(MEMORY_LOAD, "0")) / 100
-            capacity = (node.get("status") or {}).get("capacity") or {}
-            exporter.set_usage(
-                name,
-                min(max(cpu, 0.0), 1.0),
-                min(max(memory, 0.0), 1.0),
-                to_amount("memory", capacity.get("memory", "16Gi")),
-                to_amount("cpu", capacity.get("cpu", "4")),
-            )
-        except ValueError:
-            continue  # an annotation that is not a number: no metrics for that node
-        published.add(name)
-    for name in set(exporter.utilisation()) - published:
-        exporter.remove(name)
+        if name in usage.capacity:
+            await usage.set_background(kube, name, *load)
+        else:
+            await usage.add(kube, node, *load)
+        applied[name] = load
+    for name in set(usage.capacity) - present:
+        usage.remove(name)
+        applied.pop(name, None)
+    return applied
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -566,7 +578,7 @@ async def _nodes_table(state: dict[str, Any]) -> str:
     placed: dict[str, int] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        if node:
+        if node and pod["metadata"].get("namespace") != BACKGROUND_NS:  # the load is shown
             placed[node] = placed.get(node, 0) + 1
     lines = [f"\n{'NODE':<20} {'CPU LOAD':>8} {'MEM LOAD':>8} {'PODS':>5}"]
     for node in nodes:

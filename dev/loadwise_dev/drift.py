@@ -1,11 +1,13 @@
 """bench/rebalance's world: workloads whose real use drifts after placement (a Flink
-TaskManager's grows with its data), fed to the exporter per running pod, and the observer that
-measures what the nodes went through.
+TaskManager's grows with its data), set per running pod, and the observer that measures what
+the nodes went through.
 
 Pods are real: ReplicaSets (the real controller recreates an evicted pod), run by KWOK (a
 graceful deletion completes), placed by the scheduler under test. Their use is the harness's:
 every workload's pods use `base` millicores until the drift, then ramp to `peak` (drifting
-workloads) or stay (the others); a replacement uses what its workload uses then.
+workloads) or stay (the others); a replacement uses what its workload uses then. Where that use
+shows: in the pod's KWOK usage annotations, which KWOK serves as cAdvisor series (KwokPodUsage,
+the default), or in the harness's exporter (ExporterPodUsage).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .exporter import UsageExporter
 from .kube import Kube
+from .kwok import USAGE_CPU, USAGE_MEMORY
+from .kwok_usage import KwokUsage
 
 HOT_CPU = 0.8  # the policy's default hot threshold (percent CPU / 100)
 HOT_MEMORY = 0.9
@@ -99,6 +103,16 @@ def use(workload: Workload, since_drift: float | None, ramp: float) -> int:
     return int(workload.base + share * (workload.peak - workload.base))
 
 
+def throttled(wanted: int, total: int, room: int) -> int:
+    """Millicores a pod that wants `wanted` gets on a node whose pods want `total` together with
+    `room` left by its background: all of it while they fit, else a share in proportion to what
+    it wants (a saturated node runs at 100%, as a real one throttles; the kernel divides by CPU
+    weights, which follow requests: dividing by demand is this simulation's simplification)."""
+    if total <= room:
+        return wanted
+    return max(1, wanted * max(room, 0) // total)
+
+
 def replicaset(ns: str, workload: Workload, scheduler: str, label: str = "rb") -> dict[str, Any]:
     labels = {"app": label, "job": workload.name}
     spec: dict[str, Any] = {
@@ -124,9 +138,72 @@ def replicaset(ns: str, workload: Workload, scheduler: str, label: str = "rb") -
         "spec": {
             "replicas": workload.replicas,
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": spec},
+            "template": {
+                # A new pod uses the base from its start (KWOK reads these; the drift patches
+                # them); the exporter ignores them.
+                "metadata": {"labels": labels, "annotations": kwok_annotations(workload.base)},
+                "spec": spec,
+            },
         },
     }
+
+
+def kwok_annotations(millicores: int) -> dict[str, str]:
+    return {USAGE_CPU: f"{millicores}m", USAGE_MEMORY: str(MEMORY)}
+
+
+class PodUsage(Protocol):
+    """Where a running pod's use shows, and the ground truth per node (CPU, memory 0..1)."""
+
+    async def place(self, pod: dict[str, Any], node: str, millicores: int) -> None: ...
+
+    def keep_only(self, uids: set[str]) -> None: ...
+
+    async def truth(self) -> dict[str, tuple[float, float]]: ...
+
+
+class KwokPodUsage:
+    """The pod's KWOK usage annotations, patched when its use changes: KWOK serves them as the
+    kubelet's cAdvisor series. Truth: what started pods declare (kwok_usage.KwokUsage)."""
+
+    def __init__(self, kube: Kube, usage: KwokUsage) -> None:
+        self.kube = kube
+        self.usage = usage
+
+    async def place(self, pod: dict[str, Any], node: str, millicores: int) -> None:
+        wanted = kwok_annotations(millicores)
+        annotations = pod["metadata"].get("annotations") or {}
+        if any(annotations.get(key) != value for key, value in wanted.items()):
+            await self.usage.set_pod(self.kube, pod, millicores, MEMORY)
+
+    def keep_only(self, uids: set[str]) -> None:
+        """Nothing to forget: KWOK stops serving a pod when it is gone."""
+
+    async def truth(self) -> dict[str, tuple[float, float]]:
+        return await self.usage.truth(self.kube, started_only=True)
+
+
+class ExporterPodUsage:
+    """The harness's exporter's per-pod series; its ground truth."""
+
+    def __init__(self, exporter: UsageExporter) -> None:
+        self.exporter = exporter
+        self._placed: set[str] = set()  # uids: the exporter may carry others' pods
+
+    async def place(self, pod: dict[str, Any], node: str, millicores: int) -> None:
+        meta = pod["metadata"]
+        self._placed.add(meta["uid"])
+        self.exporter.place_pod(
+            meta["uid"], node, millicores, MEMORY, namespace=meta["namespace"], name=meta["name"]
+        )
+
+    def keep_only(self, uids: set[str]) -> None:
+        for uid in self._placed - uids:
+            self.exporter.remove_pod(uid)
+        self._placed &= uids
+
+    async def truth(self) -> dict[str, tuple[float, float]]:
+        return self.exporter.utilisation()
 
 
 def budget(ns: str, workload: Workload) -> dict[str, Any]:
@@ -160,27 +237,33 @@ class World:
 
 
 class Driver:
-    """Feeds the exporter each running pod's use (every half second) and measures the nodes
-    (every second): hot node-seconds by the ground truth, PodDisruptionBudgets violated."""
+    """Sets each running pod's use (every half second; throttled where a node's pods want more
+    than it has) and measures the nodes (every second): hot node-seconds by the ground truth,
+    PodDisruptionBudgets violated."""
 
     def __init__(
         self,
         kube: Kube,
-        exporter: UsageExporter,
+        usage: PodUsage,
         ns: str,
         nodes: list[str],
         plan: Scenario,
     ) -> None:
         self.kube = kube
-        self.exporter = exporter
+        self.usage = usage
         self.ns = ns
         self.nodes = nodes
         self.plan = plan
         self.by_name = {w.name: w for w in plan.workloads}
+        # Per node, the millicores its background leaves to the workloads' pods.
+        self.room = {
+            node: NODE_CPU - round(background * NODE_CPU)
+            for node, background in zip(nodes, plan.backgrounds, strict=True)
+        }
         self.world = World()
         self.drift_at: float | None = None
         self.measuring = False
-        self._placed: set[str] = set()
+        self._last_truth: dict[str, tuple[float, float]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -191,9 +274,7 @@ class Driver:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for uid in self._placed:
-            self.exporter.remove_pod(uid)
-        self._placed.clear()
+        self.usage.keep_only(set())
 
     async def _feed(self) -> None:
         while True:
@@ -205,6 +286,7 @@ class Driver:
         pods = await self.kube.list(f"/api/v1/namespaces/{self.ns}/pods")
         since = None if self.drift_at is None else now - self.drift_at
         present = set()
+        wanted: list[tuple[dict[str, Any], str, int]] = []  # (pod, node, millicores it wants)
         for pod in pods:
             meta, spec = pod["metadata"], pod["spec"]
             uid, job = meta["uid"], meta.get("labels", {}).get("job", "")
@@ -216,20 +298,26 @@ class Driver:
             if workload is None or pod["status"].get("phase") != "Running" or not seen.node:
                 continue
             present.add(uid)
-            used = use(workload, since, self.plan.ramp)
-            self.exporter.place_pod(
-                uid, seen.node, used, MEMORY, namespace=self.ns, name=meta["name"]
-            )
-        for uid in self._placed - present:
-            self.exporter.remove_pod(uid)
-        self._placed = present
+            wanted.append((pod, seen.node, use(workload, since, self.plan.ramp)))
+        demand: defaultdict[str, int] = defaultdict(int)
+        for _, node, millicores in wanted:
+            demand[node] += millicores
+        for pod, node, millicores in wanted:
+            served = throttled(millicores, demand[node], self.room.get(node, NODE_CPU))
+            with contextlib.suppress(Exception):  # gone meanwhile: the next list says so
+                await self.usage.place(pod, node, served)
+        self.usage.keep_only(present)
 
     async def _measure(self) -> None:
         last = time.time()
         while True:
             await asyncio.sleep(1.0)
             now = time.time()
-            truth = self.exporter.utilisation()
+            try:
+                truth = await self.usage.truth()
+            except Exception:  # a failed list: count this second as the last
+                truth = self._last_truth
+            self._last_truth = truth
             hot = 0
             for node in self.nodes:
                 cpu, memory = truth.get(node, (0.0, 0.0))

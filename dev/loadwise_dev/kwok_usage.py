@@ -84,29 +84,65 @@ class KwokUsage:
         body = manifests.pod(
             f"background-{name}",
             namespace=BACKGROUND_NS,
-            annotations=usage_annotations(
-                f"{max(1, round(cpu * millis))}m", str(max(1 << 20, round(memory * size)))
-            ),
+            annotations=self._background(cpu, memory, millis, size),
         )
         spec = body["spec"]
         spec["nodeName"] = name  # bound by whoever runs it, as a DaemonSet's pod is
         spec["tolerations"] = [{"operator": "Exists"}]
         del spec["containers"][0]["resources"]
-        await kube.create(f"/api/v1/namespaces/{BACKGROUND_NS}/pods", body)
+        try:
+            await kube.create(f"/api/v1/namespaces/{BACKGROUND_NS}/pods", body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            await self.set_background(kube, name, cpu, memory)  # there from an earlier add
+
+    async def set_background(self, kube: Kube, name: str, cpu: float, memory: float) -> None:
+        """A node's background use from now on (0..1 of its capacity): its background pod's
+        annotations, which KWOK reads at every scrape."""
+        millis, size = self.capacity[name]
+        path = f"/api/v1/namespaces/{BACKGROUND_NS}/pods/background-{name}"
+        body = {"metadata": {"annotations": self._background(cpu, memory, millis, size)}}
+        await kube.merge_patch(path, body)
+
+    async def set_pod(self, kube: Kube, pod: Mapping[str, Any], cpu: int, memory: int) -> None:
+        """What a pod uses from now on (millicores, bytes), in its KWOK usage annotations; the
+        UID pins the pod (a new pod of the same name is refused, not patched)."""
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        annotations = usage_annotations(f"{cpu}m", str(memory))
+        await kube.merge_patch(path, {"metadata": {"uid": meta["uid"], "annotations": annotations}})
+
+    async def forget(self, kube: Kube, name: str) -> None:
+        """A node deleted: no longer scraped, and its background pod goes (no kubelet is left
+        to finish a graceful deletion)."""
+        self.remove(name)
+        with contextlib.suppress(KubeError):  # 404: gone already
+            await kube.delete_pod_now(BACKGROUND_NS, f"background-{name}")
+
+    @staticmethod
+    def _background(cpu: float, memory: float, millis: int, size: int) -> dict[str, str]:
+        return usage_annotations(
+            f"{max(1, round(cpu * millis))}m", str(max(1 << 20, round(memory * size)))
+        )
 
     def remove(self, name: str) -> None:
         if self.capacity.pop(name, None) is not None:
             self._write()
 
-    async def truth(self, kube: Kube, capped: bool = True) -> dict[str, tuple[float, float]]:
+    async def truth(
+        self, kube: Kube, capped: bool = True, started_only: bool = False
+    ) -> dict[str, tuple[float, float]]:
         """Per node, (CPU, memory) utilisation from what its pods declare: what KWOK serves
-        once every pod is started, without the metrics' lag. KWOK serves the sum even above
-        capacity, where a real node is full (`capped`: at most 1, as the exporter's)."""
+        once every pod is started (`started_only`: what it serves now), without the metrics'
+        lag. KWOK serves the sum even above capacity, where a real node is full (`capped`: at
+        most 1, as the exporter's)."""
         top = 1.0 if capped else float("inf")
         used = {name: [0, 0] for name in self.capacity}
         for pod in await kube.list("/api/v1/pods"):
             node = pod["spec"].get("nodeName")
-            if node in used and not pod["metadata"].get("deletionTimestamp"):
+            started = not started_only or (pod.get("status") or {}).get("phase") == "Running"
+            if node in used and started and not pod["metadata"].get("deletionTimestamp"):
                 cpu, memory = declared(pod)
                 used[node][0] += cpu
                 used[node][1] += memory

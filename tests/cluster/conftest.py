@@ -54,8 +54,7 @@ async def clean(kube: Kube, local_cluster: LocalCluster) -> None:
         with contextlib.suppress(KubeError):
             await kube.delete(f"{POLICIES}/{name}")
     for node in await kube.list("/api/v1/nodes"):
-        await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
-        local_cluster.forget_node(node["metadata"]["name"])
+        await local_cluster.remove_node(kube, node["metadata"]["name"])
 
 
 @pytest.fixture

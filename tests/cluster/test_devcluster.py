@@ -20,7 +20,7 @@ import pytest
 
 from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.devcluster import alive, read_state, start_time, supervisor_of
-from loadwise_dev.prometheus_server import SIM_CPU_QUERY
+from loadwise_dev.kwok_usage import CPU_QUERY
 from loadwise_dev.realnode import pids_naming
 
 pytestmark = pytest.mark.cluster
@@ -85,7 +85,7 @@ def assert_all_gone(processes: dict[str, tuple[int, str | None]], dirs: list[str
 
 
 def prometheus_cpu(url: str) -> dict[str, float]:
-    query = url + "/api/v1/query?" + urllib.parse.urlencode({"query": SIM_CPU_QUERY})
+    query = url + "/api/v1/query?" + urllib.parse.urlencode({"query": CPU_QUERY})
     with urllib.request.urlopen(query, timeout=5) as resp:
         answer: Any = json.loads(resp.read())
     return {r["metric"]["node"]: float(r["value"][1]) for r in answer["data"]["result"]}

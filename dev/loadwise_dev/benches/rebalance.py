@@ -1,20 +1,24 @@
 """Keeping nodes cool after placement: drifting load, three ways on the same seed.
 
 bench/rebalance [--seed S] [--nodes N] [--workloads W] [--duration SECONDS] [--runs a,b,c]
-                [--json PATH] [--png PATH]
+                [--usage kwok|exporter] [--json PATH] [--png PATH]
 Sets up its own control plane (with kube-controller-manager: ReplicaSets, PodDisruptionBudgets),
-KWOK running the pods, Prometheus and the exporter, and tears them down. Per run, fresh nodes
-and a namespace; ReplicaSets (some with a budget, one of higher priority) whose pods the
-harness binds where the seed says (every run starts from that one placement, all nodes cool),
-then the run's scheduler starts; three workloads in eight then use two to three times their
-requests (drift.scenario: about 60% of the cluster's CPU in use), and the nodes are watched for
---duration seconds; the run's scheduler places every replacement:
+KWOK running the pods and Prometheus, and tears them down. Usage (--usage kwok, the default):
+each pod's KWOK usage annotations, which the drift patches, served by KWOK as cAdvisor series
+and read with kube-prometheus-stack's preset queries; a node's background is a pod of its own
+(kwok_usage.py). --usage exporter: the harness's exporter publishes the same (as before).
+Per run, fresh nodes and a namespace; ReplicaSets (some with a budget, one of higher priority)
+whose pods the harness binds where the seed says (every run starts from that one placement, all
+nodes cool), then the run's scheduler starts; three workloads in eight then use two to three
+times their requests (drift.scenario: about 60% of the cluster's CPU in use), and the nodes are
+watched for --duration seconds; the run's scheduler places every replacement:
 - loadwise: loadwise places, nothing rebalances;
 - loadwise-rebalance: the same with spec.rebalance Evict (hotRefreshes 3, coolRefreshes 3,
   the limits printed);
 - descheduler-like: kube-scheduler places by requests and a simulation of the descheduler's
   LowNodeUtilization with real metrics (lownode.py) evicts one pod per hot node per cycle.
-hot node-s: node-seconds above the hot threshold (80% CPU) by the exporter's ground truth;
+hot node-s: node-seconds above the hot threshold (80% CPU) by the ground truth (what the
+started pods use, without the metrics' lag);
 back: replacements placed on the node their pod was evicted from (within the cool-down);
 pdb: budgets seen below desiredHealthy; lost: workloads with fewer ready replicas than wanted
 after the run settles (60 s, rebalancing off); max/workload: most evictions of one workload.
@@ -35,7 +39,6 @@ from loadwise_dev import drift
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.lownode import LowNodeUtilization
-from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 
 RUNS = ("loadwise", "loadwise-rebalance", "descheduler-like")
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
@@ -80,7 +83,12 @@ async def one_run(
         "spec": {"podSelector": {"matchLabels": {"app": label}}, "rebalance": rebalance},
     }
     scheduler = "default-scheduler" if name == "descheduler-like" else "loadwise-scheduler"
-    driver = drift.Driver(kube, cluster.exporter, ns, nodes, plan)
+    usage: drift.PodUsage = (
+        drift.KwokPodUsage(kube, cluster.usage)
+        if cluster.usage is not None
+        else drift.ExporterPodUsage(cluster.exporter)
+    )
+    driver = drift.Driver(kube, usage, ns, nodes, plan)
     async with contextlib.AsyncExitStack() as stack:
         driver.start()
         stack.push_async_callback(driver.stop)
@@ -115,7 +123,7 @@ async def one_run(
             prometheus = cluster.prometheus
 
             def measured() -> dict[str, float]:
-                answer = prometheus.query(SIM_CPU_QUERY)["data"]["result"]
+                answer = prometheus.query(cluster.cpu_query)["data"]["result"]
                 cpu = {r["metric"]["node"]: float(r["value"][1]) for r in answer}
                 return {n: cpu[n] for n in nodes if n in cpu}
 
@@ -207,12 +215,23 @@ async def cleanup(cluster: LocalCluster, kube: Kube, ns: str, nodes: list[str], 
         await kube.delete(f"{POLICIES}/{label}")
     for rs in await kube.list(f"/apis/apps/v1/namespaces/{ns}/replicasets"):
         await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/{rs['metadata']['name']}")
-    await kube.delete_all_pods(ns)
+    for pod in await kube.list(f"/api/v1/namespaces/{ns}/pods"):
+        with contextlib.suppress(KubeError):  # KWOK finishes the deletion, as a kubelet does
+            await kube.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}")
+
+    async def gone() -> bool:
+        return not await kube.list(f"/api/v1/namespaces/{ns}/pods")
+
+    await wait_for(gone, 120, interval=0.5, what=f"the pods of {ns} gone")
     await kube.delete(f"/api/v1/namespaces/{ns}")
     for node in nodes:
         with contextlib.suppress(KubeError):
             await kube.delete(f"/api/v1/nodes/{node}")
         cluster.forget_node(node)
+    if cluster.usage is not None:
+        # KWOK may go on serving pods it missed the deletion of (Kwok.restart says why).
+        assert cluster.kwok is not None
+        await asyncio.to_thread(cluster.kwok.restart)
 
 
 async def run_all(
@@ -295,6 +314,12 @@ def main() -> int:
     parser.add_argument("--workloads", type=int, default=8)
     parser.add_argument("--duration", type=float, default=150.0)
     parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument(
+        "--usage",
+        choices=("kwok", "exporter"),
+        default="kwok",
+        help="where simulated usage comes from (default: KWOK's usage annotations)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log loadwise's decisions")
     parser.add_argument("--json", dest="json_path")
     parser.add_argument("--png", dest="png_path")
@@ -306,13 +331,14 @@ def main() -> int:
     unknown = set(runs) - set(RUNS)
     if unknown:
         parser.error(f"unknown runs {sorted(unknown)}: choose from {', '.join(RUNS)}")
-    cluster = LocalCluster(kwok=True).start()
+    cluster = LocalCluster(kwok=True, kwok_usage=args.usage == "kwok").start()
     try:
         data = asyncio.run(
             run_all(cluster, args.seed, args.nodes, args.workloads, args.duration, runs)
         )
     finally:
         cluster.stop()
+    data["usage"] = args.usage
     print(table(data))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(data, indent=1))
