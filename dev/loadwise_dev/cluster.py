@@ -154,7 +154,8 @@ class LocalCluster:
             # Election as in production, on a lease of its own: no operator waits for another's.
             "lease_name": f"loadwise-{os.getpid()}-{next(_leases)}",
         }
-        if self.usage is not None:
+        if self.usage is not None:  # kube-prometheus-stack's, with the harness's 5 s window
+            values["prometheus_preset"] = "kube-prometheus-stack"
             values["prometheus_memory_query"] = kwok_usage.MEMORY_QUERY
         values.update(overrides)
         return Config(**values)

@@ -45,6 +45,8 @@ from .metrics_server import MetricsServer
 from .realnode import sweep
 
 STATE_VARIABLE = "LOADWISE_DEV_STATE"
+# On the real nodes: pods must opt in (hostNetwork, and this toleration).
+REAL = {"key": "loadwise.io/real-node", "value": "true", "effect": "NoSchedule"}
 CPU_LOAD = "sim.loadwise.io/cpu-load"
 MEMORY_LOAD = "sim.loadwise.io/memory-load"
 LEASE = "loadwise-scheduler"
@@ -233,12 +235,16 @@ class Supervisor:
             loop.add_signal_handler(sig, task.cancel)
         async with cluster.kube() as kube:
             await cluster.install_crd(kube)
-            if cluster.real_nodes:  # `kubectl top` for them: the real metrics-server
-                self.metrics_server = MetricsServer(cluster.cp).start()
-                assert self.metrics_server.process is not None
-                self.record_process("metrics-server", self.metrics_server.process.pid)
-                self.record(dirs=[*self.state["dirs"], str(self.metrics_server.workdir)])
-                await self.metrics_server.register(kube)
+            # `kubectl top`: the real metrics-server, for the real and the KWOK nodes
+            self.metrics_server = MetricsServer(cluster.cp).start()
+            assert self.metrics_server.process is not None
+            self.record_process("metrics-server", self.metrics_server.process.pid)
+            self.record(dirs=[*self.state["dirs"], str(self.metrics_server.workdir)])
+            await self.metrics_server.register(kube)
+            for node in cluster.real_nodes:
+                # Only hostNetwork pods run there (no pod network without a private range):
+                # the others would fail to start, so only pods that tolerate this go there.
+                await kube.merge_patch(f"/api/v1/nodes/{node.name}", {"spec": {"taints": [REAL]}})
             await kube.create(POLICY, manifests.policy("default", cpu=2, memory=1))
             usage = cluster.usage
             assert usage is not None

@@ -1,13 +1,17 @@
 """The real metrics-server (v0.8.0, built from its Go module by hack/ensure-tools) behind the
 real API server's aggregation layer, for the real nodes (realnode.py).
 
-It scrapes each kubelet's /metrics/resource at the node's Hostname address and port (in the
-control plane's hosts namespace, so the name is 127.0.0.1), verifying the kubelet's serving
-certificate with the control plane's CA and presenting the API server's kubelet client
-certificate; it authenticates the aggregator's requests by the front-proxy CA. The Service is an
-ExternalName pointing at localhost (Endpoints may not hold loopback addresses). With `kwok=True`
-it reads KWOK's nodes instead (kwok.py, metrics=True); Node objects without any kubelet have
-nothing to scrape: metrics-server logs them as failures and serves the others.
+It scrapes each kubelet's /metrics/resource at the node's first address of InternalIP, Hostname
+and its status port, verifying the serving certificate with the control plane's CA and
+presenting the API server's kubelet client certificate; it authenticates the aggregator's
+requests by the front-proxy CA. A real node publishes only its Hostname (resolved to 127.0.0.1
+in the control plane's hosts namespace; its certificate names it). KWOK's nodes (kwok.py,
+metrics=True) have InternalIP 127.0.0.1 and the path in their
+`metrics.k8s.io/resource-metrics-path` annotation; KWOK serves them with the API server's
+certificate, which names 127.0.0.1. So one metrics-server serves both kinds, as on a cluster with
+a real and a KWOK pool. Node objects without any kubelet have nothing to scrape: metrics-server
+logs them as failures and serves the others. The Service is an ExternalName pointing at
+localhost (Endpoints may not hold loopback addresses).
 """
 
 from __future__ import annotations
@@ -85,11 +89,7 @@ def binary() -> Path:
 
 
 class MetricsServer:
-    def __init__(self, cp: ControlPlane, kwok: bool = False) -> None:
-        """`kwok`: for KWOK's nodes (kwok.py, metrics=True): their InternalIP (127.0.0.1) and
-        port, the annotation's path, and KWOK's certificate not verified (it is the API
-        server's, not one for the node's name), as kwokctl runs it."""
-        self.kwok = kwok
+    def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
         self.port = free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="loadwise-metrics-server-"))
@@ -110,14 +110,8 @@ class MetricsServer:
                 f"--authentication-kubeconfig={config}",
                 f"--authorization-kubeconfig={config}",
                 "--kubelet-use-node-status-port",
-                *(
-                    ["--kubelet-preferred-address-types=InternalIP", "--kubelet-insecure-tls"]
-                    if self.kwok
-                    else [
-                        "--kubelet-preferred-address-types=Hostname",
-                        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-                    ]
-                ),
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
                 f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
                 f"--kubelet-client-key={pki / 'kubelet-client.key'}",
                 "--metric-resolution=10s",

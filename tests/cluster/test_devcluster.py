@@ -255,6 +255,7 @@ spec:
   hostNetwork: true
   terminationGracePeriodSeconds: 10
   nodeSelector: {loadwise.io/real-node: "true"}
+  tolerations: [{key: loadwise.io/real-node, operator: Exists}]
   containers:
   - name: burn
     image: localhost/loadwise/burn:dev
@@ -265,10 +266,14 @@ spec:
 """
 
 
+PLAIN = '{"spec": {"schedulerName": "loadwise-scheduler"}}'
+
+
 def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_path: Path) -> None:
     """`loadwise dev up --real-nodes 1`: a kubelet and containerd run a real container placed
-    by loadwise; `down` stops kubelet, containerd and the container and leaves no process,
-    mount or directory behind, with the container still running when it is called."""
+    by loadwise, a pod that does not opt in to the real node goes to a KWOK node, `kubectl top
+    node` shows every node; `down` stops kubelet, containerd and the container and leaves no
+    process, mount or directory behind, with the container still running when it is called."""
     state_dir = tmp_path / "state"
     env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir))
     env.pop("KUBECONFIG", None)
@@ -295,19 +300,31 @@ def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_pa
         assert "Successfully assigned default/real to real-1" in described
         shims = [p for p in _pids_naming(node_dir) if p not in {v[0] for v in processes.values()}]
         assert shims, "the container's shim runs beside kubelet and containerd"
+        # A pod that does not opt in goes to a KWOK node: the real one is tainted (it could
+        # not start a pod that needs a pod network).
+        kubectl("run", "plain", "--image=nginx", "--overrides", PLAIN, env=user)
         deadline = time.monotonic() + 60
-        top = ""
-        while "real-1" not in top:  # the real metrics-server scrapes the real kubelet
-            assert time.monotonic() < deadline, "kubectl top node never showed real-1"
+        node = ""
+        while not node:
+            assert time.monotonic() < deadline, kubectl("describe", "pod", "plain", env=user)
+            node = kubectl("get", "pod", "plain", "-o", "jsonpath={.spec.nodeName}", env=user)
+            time.sleep(0.5)
+        assert node.startswith("node-"), node
+        deadline = time.monotonic() + 90
+        rows: dict[str, list[str]] = {}
+        # The real metrics-server scrapes the real kubelet and KWOK, which plays the others.
+        while not rows or any("<unknown>" in row for row in rows.values()):
+            assert time.monotonic() < deadline, f"kubectl top node: {rows}"
             done = subprocess.run(
-                [str(k8s_bin_dir() / "kubectl"), "top", "node", "real-1"],
+                [str(k8s_bin_dir() / "kubectl"), "top", "node"],
                 env=user,
                 capture_output=True,
                 text=True,
                 timeout=30,
             )
-            top = done.stdout
+            rows = {r.split()[0]: r.split()[1:] for r in done.stdout.splitlines()[1:]}
             time.sleep(1)
+        assert {"real-1", "node-1", "node-6"} <= set(rows), rows
     finally:
         down = loadwise("dev", "down", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr

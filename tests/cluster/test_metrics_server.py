@@ -48,7 +48,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def metrics_server(cluster: LocalCluster) -> Iterator[MetricsServer]:
-    server = MetricsServer(cluster.cp, kwok=True).start()
+    server = MetricsServer(cluster.cp).start()
     try:
         yield server
     finally:
