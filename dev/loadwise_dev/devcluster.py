@@ -420,7 +420,10 @@ def _up(directory: Path, detach: bool, real_nodes: int = 0) -> int:
         down(directory, quiet=True)
     directory.mkdir(parents=True, mode=0o700, exist_ok=True)  # kept: LOADWISE_KEEP_LOGS
     extra = f", {real_nodes} real node(s) (kubelet + containerd)" if real_nodes else ""
-    _say(f"starting etcd, kube-apiserver, kube-controller-manager{extra}, Prometheus and loadwise")
+    _say(
+        f"starting etcd, kube-apiserver, kube-controller-manager{extra}, KWOK, Prometheus,"
+        " metrics-server and loadwise"
+    )
     started = time.monotonic()
     log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - lives with the process
     env = dict(os.environ, **{STATE_VARIABLE: str(directory)})
