@@ -1,4 +1,5 @@
-"""LocalCluster: control plane + usage exporter + Prometheus, and the operator run in-process.
+"""LocalCluster: control plane, Prometheus, simulated usage (the harness's exporter, or KWOK's:
+kwok_usage.py), KWOK and real nodes when asked, and the operator run in-process.
 
 Shared by the test suite, `loadwise demo` and the benchmarks, so all three exercise the same
 real parts.
@@ -220,8 +221,11 @@ class LocalCluster:
     async def remove_node(self, kube: Kube, name: str) -> None:
         """Delete a node and forget its usage: what it published, what was scraped, its
         background pod."""
-        with contextlib.suppress(KubeError):  # 404: gone already
+        try:
             await kube.delete(f"/api/v1/nodes/{name}")
+        except KubeError as exc:
+            if exc.status != 404:  # gone already is fine; a node left behind is not
+                raise
         self.exporter.remove(name)
         if self.usage is not None:
             await self.usage.forget(kube, name)
@@ -235,8 +239,10 @@ class LocalCluster:
         usage = self._by_kwok(name)
         if usage is not None:
             await usage.set_background(kube, name, cpu, memory)
+        elif self.usage is not None:
+            raise ValueError(f"node {name}: usage comes from KWOK here, and it is not a KWOK node")
         else:
-            self.exporter.set_usage(name, cpu, memory)
+            self.exporter.set_usage(name, cpu, memory, *self.exporter.totals(name))
 
     async def set_pod_usage(
         self, kube: Kube, pod: dict[str, Any], millicores: int, memory: int
@@ -258,7 +264,8 @@ class LocalCluster:
             )
 
     def forget_pod_usage(self, uid: str) -> None:
-        """The exporter stops counting a pod (KWOK stops by itself once the pod is gone)."""
+        """The exporter stops counting a pod. (KWOK stops once the pod is gone, unless it
+        missed the deletion: Kwok.restart says when.)"""
         self.exporter.remove_pod(uid)
 
     async def utilisation(self, kube: Kube) -> dict[str, tuple[float, float]]:

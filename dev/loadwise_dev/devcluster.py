@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import math
 import os
 import shlex
 import shutil
@@ -38,7 +39,7 @@ from . import manifests
 from .cluster import LocalCluster, wait_for
 from .controlplane import free_port, k8s_bin_dir
 from .demo import NODES, POLICY
-from .kube import Kube
+from .kube import Kube, KubeError
 from .kwok import ANNOTATION, kwok_node
 from .kwok_usage import BACKGROUND_NS, KwokUsage
 from .metrics_server import MetricsServer
@@ -325,51 +326,65 @@ class Supervisor:
             proc.wait()
 
     @staticmethod
-    async def _follow_loads(
-        kube: Kube, usage: KwokUsage, applied: dict[str, tuple[float, float]]
-    ) -> None:
+    async def _follow_loads(kube: Kube, usage: KwokUsage, applied: Applied) -> None:
         while True:
             await asyncio.sleep(1.0)
-            with contextlib.suppress(Exception):  # the API server restarting: next second
+            try:
                 applied = await apply_loads(kube, usage, applied)
+            except Exception as exc:  # the API server restarting: the next second
+                _say(f"node loads not applied ({exc}); trying again")
+
+
+Applied = dict[str, tuple[str, tuple[float, float]]]  # node -> (its UID, the load applied)
 
 
 def load_of(node: dict[str, Any]) -> tuple[float, float] | None:
-    """A node's background (CPU, memory) 0..1 from its load annotations; None without them,
-    or where they are not numbers."""
+    """A node's background (CPU, memory) 0..1 from its load annotations (0 without them); None
+    where they are not finite numbers."""
     annotations = node["metadata"].get("annotations") or {}
     try:
         cpu = float(annotations.get(CPU_LOAD, "0")) / 100
         memory = float(annotations.get(MEMORY_LOAD, "0")) / 100
     except ValueError:
         return None
+    if not (math.isfinite(cpu) and math.isfinite(memory)):
+        return None
     return min(max(cpu, 0.0), 1.0), min(max(memory, 0.0), 1.0)
 
 
-async def apply_loads(
-    kube: Kube, usage: KwokUsage, applied: dict[str, tuple[float, float]] | None = None
-) -> dict[str, tuple[float, float]]:
+async def apply_loads(kube: Kube, usage: KwokUsage, applied: Applied | None = None) -> Applied:
     """Every KWOK node scraped, with its load annotations as its background pod's use; a node
-    gone is no longer scraped. `applied`: what the last call applied (it returns this one's),
-    so an unchanged load is not patched again."""
+    gone is no longer scraped and its background pod goes. `applied`: what the last call applied
+    (it returns this one's), so an unchanged load is not patched again; a node re-created under
+    the same name is a new one. A node that fails is said and tried again at the next call; the
+    others go on."""
     applied = dict(applied or {})
     present = set()
     for node in await kube.list("/api/v1/nodes"):
         meta = node["metadata"]
         if (meta.get("annotations") or {}).get(ANNOTATION) != "fake":
             continue  # a real node: its kubelet's own series
-        name = meta["name"]
+        name, uid = meta["name"], meta["uid"]
         present.add(name)
         load = load_of(node)
-        if load is None or applied.get(name) == load:
+        if load is None or applied.get(name) == (uid, load):
             continue
-        if name in usage.capacity:
-            await usage.set_background(kube, name, *load)
-        else:
-            await usage.add(kube, node, *load)
-        applied[name] = load
+        try:
+            if name in usage.capacity and applied.get(name, ("",))[0] == uid:
+                await usage.set_background(kube, name, *load)
+            else:
+                await usage.add(kube, node, *load)
+        except KubeError as exc:
+            if exc.status != 404:
+                _say(f"node {name}: load not applied ({exc})")
+                continue
+            await usage.add(kube, node, *load)  # its background pod was deleted: a new one
+        except (KeyError, ValueError) as exc:  # a Node without a usable capacity
+            _say(f"node {name}: load not applied ({exc!r})")
+            continue
+        applied[name] = (uid, load)
     for name in set(usage.capacity) - present:
-        usage.remove(name)
+        await usage.forget(kube, name)
         applied.pop(name, None)
     return applied
 
@@ -646,7 +661,8 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         metavar="N",
         help="also N real nodes: kubelets with containerd running real containers on this "
-        "machine (pods on them need hostNetwork: true and imagePullPolicy: Never; images "
+        "machine, tainted loadwise.io/real-node=true:NoSchedule (pods on them need that "
+        "toleration, hostNetwork: true and imagePullPolicy: Never; images "
         "localhost/loadwise/burn:dev and the pause image are loaded)",
     )
     sub.add_parser("down", help="stop every process and remove every temporary directory")

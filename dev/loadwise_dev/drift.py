@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .exporter import UsageExporter
-from .kube import Kube
+from .kube import Kube, KubeError
 from .kwok import USAGE_CPU, USAGE_MEMORY
 from .kwok_usage import KwokUsage
 
@@ -233,6 +233,9 @@ class World:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # node -> (t, cpu)
     hot_node_seconds: float = 0.0
     pdb_violations: int = 0
+    # The harness's own failures (a list, a patch, a truth not read): a run with many is suspect
+    # (its pods may not have drifted, or its hot seconds gone uncounted), so the row shows them.
+    harness_errors: int = 0
     _violating: set[str] = field(default_factory=set)
 
 
@@ -278,8 +281,10 @@ class Driver:
 
     async def _feed(self) -> None:
         while True:
-            with contextlib.suppress(Exception):  # a failed list: the next one
+            try:
                 await self.feed_once(time.time())
+            except Exception:  # a failed list: the next one
+                self.world.harness_errors += 1
             await asyncio.sleep(0.5)
 
     async def feed_once(self, now: float) -> None:
@@ -304,8 +309,12 @@ class Driver:
             demand[node] += millicores
         for pod, node, millicores in wanted:
             served = throttled(millicores, demand[node], self.room.get(node, NODE_CPU))
-            with contextlib.suppress(Exception):  # gone meanwhile: the next list says so
+            try:
                 await self.usage.place(pod, node, served)
+            except KubeError as exc:
+                # Gone meanwhile (404, or 409: its UID is another pod's now): the next list
+                # says so. Anything else is the harness failing.
+                self.world.harness_errors += exc.status not in (404, 409)
         self.usage.keep_only(present)
 
     async def _measure(self) -> None:
@@ -316,6 +325,7 @@ class Driver:
             try:
                 truth = await self.usage.truth()
             except Exception:  # a failed list: count this second as the last
+                self.world.harness_errors += 1
                 truth = self._last_truth
             self._last_truth = truth
             hot = 0
@@ -325,8 +335,10 @@ class Driver:
                 hot += cpu > HOT_CPU or memory > HOT_MEMORY
             if self.measuring:
                 self.world.hot_node_seconds += hot * (now - last)
-                with contextlib.suppress(Exception):
+                try:
                     await self._budgets()
+                except Exception:
+                    self.world.harness_errors += 1
             last = now
 
     async def _budgets(self) -> None:
@@ -403,5 +415,6 @@ def outcome(world: World, evictions: list[Eviction], lost: int, cool_down: float
         "pdb_violations": world.pdb_violations,
         "lost": lost,
         "max_disruptions_per_workload": max(per_workload.values(), default=0),
+        "harness_errors": world.harness_errors,
         "moves": moves,
     }

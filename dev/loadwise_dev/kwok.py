@@ -13,13 +13,14 @@ own objects (the module's files, see hack/ensure-tools): its CRDs are installed,
 plane's serving certificate), and the ClusterResourceUsage `usage-from-annotation` makes each
 pod use what its `kwok.x-k8s.io/usage-cpu` and `kwok.x-k8s.io/usage-memory` annotations say
 (1m and 1Mi without them). A node uses what its pods use: one without pods has no figure. The
-real metrics-server reads it (metrics_server.py, `kwok=True`) through the node annotation
+real metrics-server reads it (metrics_server.py) through the node annotation
 `metrics.k8s.io/resource-metrics-path`. A Metric of our own, `loadwise-cadvisor`, serves the
 series of the kubelet's `/metrics/cadvisor` that Prometheus stacks read (the containers' CPU
 counters and working sets, `machine_cpu_cores`, `machine_memory_bytes`) at
 `/metrics/nodes/NAME/metrics/cadvisor`, for the real Prometheus (`cadvisor_scrape_config`).
-bench/placement and its test read all their usage that way (kwok_usage.py); the other tests
-and benches still publish simulated usage through the harness's own exporter (exporter.py).
+LocalCluster(kwok_usage=True) reads all its usage that way (kwok_usage.py: the demo,
+`loadwise dev up`, bench/placement, bench/rebalance and their tests); the others still publish
+simulated usage through the harness's own exporter (exporter.py).
 
 On Debian's etcd 3.4.23 KWOK was slow: its informers ask for streaming lists (watch-list),
 which the API server refused there ("the required storage feature RequestWatchProgress is

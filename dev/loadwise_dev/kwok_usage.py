@@ -78,8 +78,6 @@ class KwokUsage:
         name = node["metadata"]["name"]
         capacity = node["status"]["capacity"]
         millis, size = to_amount("cpu", capacity["cpu"]), to_amount("memory", capacity["memory"])
-        self.capacity[name] = (millis, size)
-        self._write()
         await self._namespace(kube)
         body = manifests.pod(
             f"background-{name}",
@@ -95,7 +93,12 @@ class KwokUsage:
         except KubeError as exc:
             if exc.status != 409:
                 raise
-            await self.set_background(kube, name, cpu, memory)  # there from an earlier add
+            path = f"/api/v1/namespaces/{BACKGROUND_NS}/pods/background-{name}"
+            patch = {"metadata": {"annotations": self._background(cpu, memory, millis, size)}}
+            await kube.merge_patch(path, patch)  # there from an earlier add
+        # Known only once its background runs: a failed add is tried again whole.
+        self.capacity[name] = (millis, size)
+        self._write()
 
     async def set_background(self, kube: Kube, name: str, cpu: float, memory: float) -> None:
         """A node's background use from now on (0..1 of its capacity): its background pod's
@@ -117,8 +120,7 @@ class KwokUsage:
         """A node deleted: no longer scraped, and its background pod goes (no kubelet is left
         to finish a graceful deletion)."""
         self.remove(name)
-        with contextlib.suppress(KubeError):  # 404: gone already
-            await kube.delete_pod_now(BACKGROUND_NS, f"background-{name}")
+        await kube.delete_pod_now(BACKGROUND_NS, f"background-{name}")  # a 404 is fine there
 
     @staticmethod
     def _background(cpu: float, memory: float, millis: int, size: int) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """The real metrics-server (v0.8.0, built from its Go module by hack/ensure-tools) behind the
-real API server's aggregation layer, for the real nodes (realnode.py).
+real API server's aggregation layer, for real nodes (realnode.py) and KWOK's.
 
 It scrapes each kubelet's /metrics/resource at the node's first address of InternalIP, Hostname
 and its status port, verifying the serving certificate with the control plane's CA and

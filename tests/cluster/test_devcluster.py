@@ -102,8 +102,8 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
         assert f"export PATH={k8s_bin_dir()}:$PATH" in up.stdout
         processes = started_processes(state_dir)
         assert set(processes) == {
-            "etcd", "kube-apiserver", "kube-controller-manager", "prometheus", "kwok", "operator",
-            "supervisor",
+            "etcd", "kube-apiserver", "kube-controller-manager", "prometheus", "kwok",
+            "metrics-server", "operator", "supervisor",
         }  # fmt: skip
         state = read_state(state_dir)
         assert state is not None

@@ -6,7 +6,8 @@ Sets up its own control plane (with kube-controller-manager: ReplicaSets, PodDis
 KWOK running the pods and Prometheus, and tears them down. Usage (--usage kwok, the default):
 each pod's KWOK usage annotations, which the drift patches, served by KWOK as cAdvisor series
 and read with kube-prometheus-stack's preset queries; a node's background is a pod of its own
-(kwok_usage.py). --usage exporter: the harness's exporter publishes the same (as before).
+(kwok_usage.py). --usage exporter: the harness's exporter publishes the same (as up to
+10e2209, but throttled now as the KWOK usage is: drift.throttled).
 Per run, fresh nodes and a namespace; ReplicaSets (some with a budget, one of higher priority)
 whose pods the harness binds where the seed says (every run starts from that one placement, all
 nodes cool), then the run's scheduler starts; three workloads in eight then use two to three
@@ -225,9 +226,7 @@ async def cleanup(cluster: LocalCluster, kube: Kube, ns: str, nodes: list[str], 
     await wait_for(gone, 120, interval=0.5, what=f"the pods of {ns} gone")
     await kube.delete(f"/api/v1/namespaces/{ns}")
     for node in nodes:
-        with contextlib.suppress(KubeError):
-            await kube.delete(f"/api/v1/nodes/{node}")
-        cluster.forget_node(node)
+        await cluster.remove_node(kube, node)
     if cluster.usage is not None:
         # KWOK may go on serving pods it missed the deletion of (Kwok.restart says why).
         assert cluster.kwok is not None
@@ -275,6 +274,9 @@ def table(data: dict[str, Any]) -> str:
     for name, row in runs.items():
         cells = "".join(f"{fmt.format(row[key]):>14}" for key, _, fmt in COLUMNS)
         lines.append(f"{name:<20}{cells}")
+    for name, row in runs.items():
+        if row.get("harness_errors"):  # a suspect row: say so beside it
+            lines.append(f"{name}: {row['harness_errors']} harness errors (lists, patches failed)")
     base = runs.get("loadwise", {}).get("hot_node_seconds")
     moved = runs.get("loadwise-rebalance", {}).get("hot_node_seconds")
     if base and moved is not None:

@@ -113,8 +113,8 @@ class ScoreIndex:
         load = []
         for item in items:
             score = shape.entries[item.node].score
-            # Only a feasible entry has a heap item; dropping one would misalign nodes and scores.
-            assert score is not None, f"heap item of infeasible node {item.node}"
+            if score is None:  # only a feasible entry has a heap item: nodes and scores align
+                raise RuntimeError(f"score index: a heap item for infeasible node {item.node}")
             load.append(score)
         nodes = ctx.state.nodes
         return select(
