@@ -25,7 +25,7 @@ from loadwise_dev.kube import Kube
 from loadwise_dev.kwok import Kwok
 
 from .conftest import POLICIES, OperatorFactory
-from .util import events, wait_event
+from .util import events, wait_event, wait_operator_metrics
 
 pytestmark = pytest.mark.cluster
 
@@ -110,7 +110,8 @@ async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is
     }
     policy = {"apiVersion": "loadwise.io/v1alpha1", "kind": "SchedulingPolicy"}
     await kube.create(POLICIES, {**policy, "metadata": {"name": "flink"}, "spec": spec})
-    async with operator():
+    async with operator() as runtime:
+        await wait_operator_metrics(runtime, {"kw-a": 0.1, "kw-b": 0.2})
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", replicaset(ns))
 
         async def running() -> dict[str, Any] | None:
@@ -211,6 +212,7 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
     await two_nodes(kube, local_cluster)
     await kube.create(POLICIES, evicting())
     async with operator(rebalance_evictions=True) as runtime:
+        await wait_operator_metrics(runtime, {"kw-a": 0.1, "kw-b": 0.2})
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
@@ -267,9 +269,11 @@ async def test_a_disruption_budget_keeps_the_pod_where_it_is(
     }
     await kube.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", budget)
     async with operator(preemption=False, rebalance_evictions=True) as runtime:
+        await wait_operator_metrics(runtime, {"kw-a": 0.1, "kw-b": 0.2})
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        assert pod["spec"]["nodeName"] == "kw-a"  # the cooler node when it was placed
         await local_cluster.set_node_usage(kube, "kw-a", 0.55, 0.1)
         await local_cluster.set_pod_usage(kube, pod, 1500, 256 << 20)
         try:
@@ -298,7 +302,8 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
     await kube.create(POLICIES, evicting(limits={"perNodePerHour": 1}))
     lease = local_cluster.operator_config().lease_name
     try:
-        async with operator(lease_name=lease, rebalance_evictions=True):
+        async with operator(lease_name=lease, rebalance_evictions=True) as first:
+            await wait_operator_metrics(first, {"kw-a": 0.1, "kw-b": 0.7})
             for job in ("tm", "jm"):
                 await kube.create(
                     f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, job, cpu="100m")
@@ -342,6 +347,7 @@ async def test_a_brief_spike_and_a_node_with_nowhere_to_go_are_left_alone(
     await two_nodes(kube, local_cluster)
     await kube.create(POLICIES, evicting(hotRefreshes=12))
     async with operator(rebalance_evictions=True) as runtime:
+        await wait_operator_metrics(runtime, {"kw-a": 0.1, "kw-b": 0.2})
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
         pod = await one_running(kube, ns, "tm")
         name = pod["metadata"]["name"]
