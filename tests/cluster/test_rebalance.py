@@ -3,18 +3,13 @@ real controller-manager, placed by loadwise, run by KWOK) is placed on the coole
 node then turns hot after placement (its background load and the pod's own use rise, as a
 Flink TaskManager's does with its data). After `hotRefreshes` refreshes the leader posts a
 WouldEvict event naming the node a replacement would take, and evicts nothing;
-`loadwise explain node/NAME` says the same.
-
-The nodes' usage is KWOK's, read through Prometheus with kube-prometheus-stack's preset queries
-(kwok_usage.py): a node's background is a pod of its own, a pod's use is its KWOK usage
-annotations. This module runs its own control plane for that."""
+`loadwise explain node/NAME` says the same."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -28,37 +23,6 @@ from .conftest import POLICIES, OperatorFactory
 from .util import events, wait_event, wait_operator_metrics
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def local_cluster() -> Iterator[LocalCluster]:
-    """This module's cluster: KWOK nodes whose usage comes from KWOK through Prometheus."""
-    cluster = LocalCluster(kwok_usage=True).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-async def kube(local_cluster: LocalCluster) -> AsyncIterator[Kube]:
-    async with local_cluster.kube() as client:
-        await local_cluster.install_crd(client)
-        yield client
-
-
-@pytest.fixture(scope="module")
-def kwok(local_cluster: LocalCluster) -> Kwok:
-    assert local_cluster.kwok is not None
-    return local_cluster.kwok
-
-
-@pytest.fixture(autouse=True)
-async def kwok_forgets(kwok: Kwok) -> AsyncIterator[None]:
-    """After each test, KWOK restarts: it can miss a deletion and serve the pod's usage for
-    ever (Kwok.restart), which the next test's kw-a or kw-b would show."""
-    yield
-    await asyncio.to_thread(kwok.restart)
 
 
 def replicaset(ns: str) -> dict[str, Any]:
@@ -123,8 +87,8 @@ async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         assert pod["spec"]["nodeName"] == "kw-a"  # the cooler node when it was placed
         # Then its data grows: the pod uses 1.5 cores and the node's other load rises.
-        await local_cluster.set_node_usage(kube, "kw-a", 0.55, 0.1)
-        await local_cluster.set_pod_usage(kube, pod, 1500, 256 << 20)
+        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
+        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
         try:
             event = await wait_event(kube, ns, name, "WouldEvict", timeout=60)
             assert event["message"].startswith("would evict from kw-a to relieve it (cpu ")
@@ -144,6 +108,7 @@ async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is
             output = await _explain("node/kw-b", config)
             assert "node kw-b, policy flink: cpu 2" in output and "not relieved" in output, output
         finally:
+            local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/taskmanager")
 
 
@@ -217,12 +182,13 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         assert pod["spec"]["nodeName"] == "kw-a"
-        await local_cluster.set_node_usage(kube, "kw-a", 0.55, 0.1)
-        await local_cluster.set_pod_usage(kube, pod, 1500, 256 << 20)
+        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
+        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
         try:
             event = await wait_event(kube, ns, name, "Rebalanced", timeout=60)
             assert event["message"].startswith("evicted from kw-a to relieve it (cpu ")
             assert "its replacement has room held on kw-b" in event["message"]
+            local_cluster.exporter.remove_pod(uid)
             replacement = await one_running(kube, ns, "tm", other_than=uid)
             assert replacement["spec"]["nodeName"] == "kw-b"  # the room held for it
             gone = await kube.list(f"/api/v1/namespaces/{ns}/pods", labelSelector="job=tm")
@@ -246,6 +212,7 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
             explained = await _explain("node/kw-b", runtime.config)
             assert f"  room for the replacement of {ns}/{name} (from kw-a, " in explained
         finally:
+            local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
 
 
@@ -274,8 +241,8 @@ async def test_a_disruption_budget_keeps_the_pod_where_it_is(
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         assert pod["spec"]["nodeName"] == "kw-a"  # the cooler node when it was placed
-        await local_cluster.set_node_usage(kube, "kw-a", 0.55, 0.1)
-        await local_cluster.set_pod_usage(kube, pod, 1500, 256 << 20)
+        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
+        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
         try:
             event = await wait_event(kube, ns, name, "EvictionBlocked", timeout=60)
             assert "PodDisruptionBudget allows no disruption now" in event["message"]
@@ -284,6 +251,7 @@ async def test_a_disruption_budget_keeps_the_pod_where_it_is(
             assert not runtime.scheduler.state.moved_off
             assert not runtime.scheduler.preemption.nominated
         finally:
+            local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
 
 
@@ -301,6 +269,7 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
     await two_nodes(kube, local_cluster, kw_b=0.7)
     await kube.create(POLICIES, evicting(limits={"perNodePerHour": 1}))
     lease = local_cluster.operator_config().lease_name
+    uids: list[str] = []
     try:
         async with operator(lease_name=lease, rebalance_evictions=True) as first:
             await wait_operator_metrics(first, {"kw-a": 0.1, "kw-b": 0.7})
@@ -310,12 +279,17 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
                 )
             tm, jm = await one_running(kube, ns, "tm"), await one_running(kube, ns, "jm")
             assert tm["spec"]["nodeName"] == jm["spec"]["nodeName"] == "kw-a"
-            await local_cluster.set_node_usage(kube, "kw-b", 0.2, 0.1)
-            await local_cluster.set_node_usage(kube, "kw-a", 0.3, 0.1)
+            uids = [tm["metadata"]["uid"], jm["metadata"]["uid"]]
+            local_cluster.exporter.set_usage("kw-b", 0.2, 0.1)
+            local_cluster.exporter.set_usage("kw-a", 0.3, 0.1)
             for pod, millis in ((tm, 1500), (jm, 1000)):
-                await local_cluster.set_pod_usage(kube, pod, millis, 128 << 20)
+                meta = pod["metadata"]
+                local_cluster.exporter.place_pod(
+                    meta["uid"], "kw-a", millis, 128 << 20, namespace=ns, name=meta["name"]
+                )
             await wait_event(kube, ns, tm["metadata"]["name"], "Rebalanced", timeout=60)
-            await local_cluster.set_node_usage(kube, "kw-a", 0.6, 0.1)  # and kw-a stays hot
+            local_cluster.exporter.remove_pod(uids[0])
+            local_cluster.exporter.set_usage("kw-a", 0.6, 0.1)  # and kw-a stays hot
         async with operator(lease_name=lease, rebalance_evictions=True) as second:
 
             async def led() -> bool | None:
@@ -330,6 +304,8 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
             assert "limits.perNodePerHour leaves 0" in relief.refused, relief
             assert not await events(kube, ns, jm["metadata"]["name"], "Rebalanced")  # not repeated
     finally:
+        for uid in uids:
+            local_cluster.exporter.remove_pod(uid)
         for job in ("tm", "jm"):
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/{job}")
 
@@ -346,31 +322,31 @@ async def test_a_brief_spike_and_a_node_with_nowhere_to_go_are_left_alone(
     the node that stayed hot is relieved onto it."""
     await two_nodes(kube, local_cluster)
     await kube.create(POLICIES, evicting(hotRefreshes=12))
+    exporter = local_cluster.exporter
     async with operator(rebalance_evictions=True) as runtime:
         await wait_operator_metrics(runtime, {"kw-a": 0.1, "kw-b": 0.2})
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
         pod = await one_running(kube, ns, "tm")
-        name = pod["metadata"]["name"]
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         assert pod["spec"]["nodeName"] == "kw-a"
-        await local_cluster.set_pod_usage(kube, pod, 1500, 256 << 20)
+        exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
         try:
-            await local_cluster.set_node_usage(
-                kube, "kw-a", 0.55, 0.1
-            )  # hot (92%) for three seconds
+            exporter.set_usage("kw-a", 0.55, 0.1)  # hot (92%) for three seconds
             await asyncio.sleep(3)
-            await local_cluster.set_node_usage(kube, "kw-a", 0.1, 0.1)
+            exporter.set_usage("kw-a", 0.1, 0.1)
             await asyncio.sleep(15)
             assert not await events(kube, ns, name, "Rebalanced")
-            await local_cluster.set_node_usage(kube, "kw-b", 0.9, 0.1)  # now both stay hot
-            await local_cluster.set_node_usage(kube, "kw-a", 0.55, 0.1)
+            exporter.set_usage("kw-b", 0.9, 0.1)  # now both stay hot
+            exporter.set_usage("kw-a", 0.55, 0.1)
             await local_cluster.wait_metrics({"kw-a": 0.925, "kw-b": 0.9})
             await asyncio.sleep(16)  # hotRefreshes and more
             policy = runtime.scheduler.policies.policies()[0]
             relief = await runtime.rebalancer.plan(policy, "kw-a", time.time())
             assert "every node it fits on would be hot" in relief.refused, relief
             assert not await events(kube, ns, name, "Rebalanced")
-            await local_cluster.set_node_usage(kube, "kw-b", 0.2, 0.1)
+            exporter.set_usage("kw-b", 0.2, 0.1)
             event = await wait_event(kube, ns, name, "Rebalanced", timeout=30)
             assert "its replacement has room held on kw-b" in event["message"]
         finally:
+            exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
