@@ -22,8 +22,7 @@ from typing import Any, Protocol
 
 from .exporter import UsageExporter
 from .kube import Kube, KubeError
-from .kwok import USAGE_CPU, USAGE_MEMORY
-from .kwok_usage import KwokUsage
+from .kwok_usage import KwokUsage, usage_annotations
 
 HOT_CPU = 0.8  # the policy's default hot threshold (percent CPU / 100)
 HOT_MEMORY = 0.9
@@ -149,7 +148,7 @@ def replicaset(ns: str, workload: Workload, scheduler: str, label: str = "rb") -
 
 
 def kwok_annotations(millicores: int) -> dict[str, str]:
-    return {USAGE_CPU: f"{millicores}m", USAGE_MEMORY: str(MEMORY)}
+    return usage_annotations(f"{millicores}m", str(MEMORY))
 
 
 class PodUsage(Protocol):

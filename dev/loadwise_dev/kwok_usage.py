@@ -93,9 +93,7 @@ class KwokUsage:
         except KubeError as exc:
             if exc.status != 409:
                 raise
-            path = f"/api/v1/namespaces/{BACKGROUND_NS}/pods/background-{name}"
-            patch = {"metadata": {"annotations": self._background(cpu, memory, millis, size)}}
-            await kube.merge_patch(path, patch)  # there from an earlier add
+            await self._patch_background(kube, name, cpu, memory, millis, size)  # an earlier add's
         # Known only once its background runs: a failed add is tried again whole.
         self.capacity[name] = (millis, size)
         self._write()
@@ -103,7 +101,11 @@ class KwokUsage:
     async def set_background(self, kube: Kube, name: str, cpu: float, memory: float) -> None:
         """A node's background use from now on (0..1 of its capacity): its background pod's
         annotations, which KWOK reads at every scrape."""
-        millis, size = self.capacity[name]
+        await self._patch_background(kube, name, cpu, memory, *self.capacity[name])
+
+    async def _patch_background(
+        self, kube: Kube, name: str, cpu: float, memory: float, millis: int, size: int
+    ) -> None:
         path = f"/api/v1/namespaces/{BACKGROUND_NS}/pods/background-{name}"
         body = {"metadata": {"annotations": self._background(cpu, memory, millis, size)}}
         await kube.merge_patch(path, body)
