@@ -230,44 +230,6 @@ class LocalCluster:
         if self.usage is not None:
             await self.usage.forget(kube, name)
 
-    def _by_kwok(self, node: str) -> KwokUsage | None:
-        return self.usage if self.usage is not None and node in self.usage.capacity else None
-
-    async def set_node_usage(self, kube: Kube, name: str, cpu: float, memory: float) -> None:
-        """A simulated node's background use from now on (0..1 of its capacity): its background
-        pod's annotations (usage by KWOK), else the exporter's figures."""
-        usage = self._by_kwok(name)
-        if usage is not None:
-            await usage.set_background(kube, name, cpu, memory)
-        elif self.usage is not None:
-            raise ValueError(f"node {name}: usage comes from KWOK here, and it is not a KWOK node")
-        else:
-            self.exporter.set_usage(name, cpu, memory, *self.exporter.totals(name))
-
-    async def set_pod_usage(
-        self, kube: Kube, pod: dict[str, Any], millicores: int, memory: int
-    ) -> None:
-        """What a bound pod uses from now on: its KWOK usage annotations (usage by KWOK), else
-        the exporter's per-pod and node figures."""
-        meta, node = pod["metadata"], pod["spec"]["nodeName"]
-        usage = self._by_kwok(node)
-        if usage is not None:
-            await usage.set_pod(kube, pod, millicores, memory)
-        else:
-            self.exporter.place_pod(
-                meta["uid"],
-                node,
-                millicores,
-                memory,
-                namespace=meta["namespace"],
-                name=meta["name"],
-            )
-
-    def forget_pod_usage(self, uid: str) -> None:
-        """The exporter stops counting a pod. (KWOK stops once the pod is gone, unless it
-        missed the deletion: Kwok.restart says when.)"""
-        self.exporter.remove_pod(uid)
-
     async def utilisation(self, kube: Kube) -> dict[str, tuple[float, float]]:
         """The simulation's ground truth per node, (CPU, memory) 0..1: what every pod placed
         uses, without the metrics' lag."""

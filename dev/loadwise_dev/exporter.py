@@ -129,12 +129,6 @@ class UsageExporter:
             current.cpu, current.memory = cpu, memory
             current.memory_total, current.cpu_millis = memory_total, cpu_millis
 
-    def totals(self, node: str) -> tuple[int, int]:
-        """(memory bytes, millicores) a node was published with (16Gi and 4 cores if never)."""
-        with self._lock:
-            current = self._nodes.get(node)
-        return (current.memory_total, current.cpu_millis) if current else (16 << 30, 4000)
-
     def set_dimension(self, node: str, name: str, fraction: float) -> None:
         """A node's "gpu" or "disk" is this busy from now on (counters keep the past). A node
         whose usage was never set here gets these series only."""
