@@ -196,6 +196,8 @@ class LocalCluster:
         if handed:
             kwok_node(body)
         by_kwok = handed and self.usage is not None
+        if self.usage is not None and not by_kwok and (cpu_usage or mem_usage):
+            raise ValueError(f"node {name}: usage is KWOK's here, and it is not a KWOK node")
         if not by_kwok:
             capacity = body["status"]["capacity"]
             self.exporter.set_usage(

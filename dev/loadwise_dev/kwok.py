@@ -33,10 +33,13 @@ random delays of KWOK's own general pod Stages), a graceful delete (3 s grace) g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -161,6 +164,21 @@ class Kwok:
         if self.process is not None:
             terminate(self.process)
         self._spawn()
+        self._wait_serving()
+
+    def _wait_serving(self, timeout: float = 20) -> None:
+        """Until the new process listens (it has read its config and started its informers):
+        a deletion in the moments before would be the one it misses."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"KWOK exited ({self.process.returncode}): {self.workdir}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"KWOK not serving on port {self.port} after {timeout}s")
+            time.sleep(0.1)
 
     def _spawn(self) -> None:
         here = binary_dir()

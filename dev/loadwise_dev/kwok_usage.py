@@ -8,7 +8,7 @@ kube-prometheus-stack's kubelet job labels them (`node`). loadwise reads them wi
 preset queries, their window shortened to the harness's 5 s (1 s scrapes).
 
 A node's usage is its pods' (KWOK knows nothing else), so a node's background load is a pod:
-one per node in BACKGROUND_NS, bound directly, requesting nothing, using the background (what
+one per node in BACKGROUND_NS, bound directly, requesting zero, using the background (what
 other schedulers' and system pods use on a real node). Only a pod that KWOK has started counts:
 KWOK's pod Stages start a pod 1-6 s after it is bound, as a kubelet takes a moment too.
 """
@@ -87,7 +87,12 @@ class KwokUsage:
         spec = body["spec"]
         spec["nodeName"] = name  # bound by whoever runs it, as a DaemonSet's pod is
         spec["tolerations"] = [{"operator": "Exists"}]
-        del spec["containers"][0]["resources"]
+        # Zero, not absent: a container without requests counts as 100m and 200Mi placed
+        # (kube-scheduler's non-zero defaults), and loadwise would add that estimate to the
+        # node's measured load until the metrics lag has passed since KWOK started the pod,
+        # though the background is measured from the start. It stands for load that was
+        # already there, placed by no scheduler.
+        spec["containers"][0]["resources"] = {"requests": {"cpu": "0", "memory": "0"}}
         try:
             await kube.create(f"/api/v1/namespaces/{BACKGROUND_NS}/pods", body)
         except KubeError as exc:

@@ -1,8 +1,10 @@
-"""A session-wide real control plane (etcd + kube-apiserver + controller-manager on loopback) with
-a real Prometheus scraping the simulated nodes' usage; the operator runs in-process per test."""
+"""A session-wide real control plane (etcd + kube-apiserver + controller-manager on loopback), KWOK
+playing the kubelet of its simulated nodes and serving their usage as cAdvisor series, and a real
+Prometheus scraping them; the operator runs in-process per test."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,22 +23,18 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[LocalCluster]:
-    cluster = LocalCluster().start()
+    cluster = LocalCluster(kwok_usage=True).start()
     try:
         yield cluster
     finally:
         cluster.stop()
 
 
-@pytest.fixture(scope="module")
-def kwok(local_cluster: LocalCluster) -> Iterator[Kwok]:
-    """KWOK playing the kubelet of the session cluster's nodes added with `kwok=True`, for the
-    modules that ask for it."""
-    runner = Kwok(local_cluster.cp).start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
+@pytest.fixture(scope="session")
+def kwok(local_cluster: LocalCluster) -> Kwok:
+    """KWOK playing the kubelet of the session cluster's simulated nodes (add_node)."""
+    assert local_cluster.kwok is not None
+    return local_cluster.kwok
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +51,14 @@ async def clean(kube: Kube, local_cluster: LocalCluster) -> None:
         name = policy["metadata"]["name"]
         with contextlib.suppress(KubeError):
             await kube.delete(f"{POLICIES}/{name}")
-    for node in await kube.list("/api/v1/nodes"):
+    nodes = await kube.list("/api/v1/nodes")
+    for node in nodes:
         await local_cluster.remove_node(kube, node["metadata"]["name"])
+    if nodes and local_cluster.kwok is not None:
+        # A new KWOK: its usage counters are per pod *name* and outlive the pod (a background
+        # pod made again for a node of the same name would start with a jump of the whole
+        # time between), and it can miss a deletion (Kwok.restart).
+        await asyncio.to_thread(local_cluster.kwok.restart)
 
 
 @pytest.fixture
@@ -63,7 +67,8 @@ async def ns(kube: Kube, local_cluster: LocalCluster, clean: None) -> AsyncItera
     await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
     await local_cluster.wait_namespace(kube, name)
     yield name
-    # No kubelet finishes graceful deletion: force-delete the pods, then the namespace.
+    # Pods on a node that is only an API object have no kubelet to finish a graceful deletion:
+    # force-delete the pods, then the namespace.
     await kube.delete_all_pods(name)
     await kube.delete(f"/api/v1/namespaces/{name}")
 

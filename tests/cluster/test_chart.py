@@ -131,6 +131,8 @@ async def install(cluster: LocalCluster, *sets: str) -> str:
         "serviceMonitor.prometheusServiceAccount.name=scraper",
         *sets,
     ]
+    if cluster.usage is not None:  # KWOK's cAdvisor series, as that stack scrapes them
+        values.append("metrics.preset=kube-prometheus-stack")
     args = [a for v in values for a in ("--set", v)]
     return await helm(
         cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",

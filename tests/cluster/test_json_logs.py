@@ -13,7 +13,6 @@ import pytest
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster
 from loadwise_dev.kube import Kube
-from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 from loadwise_dev.replicas import Replica
 
 from .conftest import POLICIES
@@ -28,10 +27,13 @@ async def test_every_line_is_json_and_the_decision_has_its_fields(
     assert local_cluster.prometheus is not None
     await local_cluster.add_node(kube, "n1", cpu_usage=0.1)
     await kube.create(POLICIES, manifests.policy("logged"))
+    config = local_cluster.operator_config()  # the session cluster's queries
     settings = {
         "LOADWISE_METRICS_SOURCES": "prometheus",
         "LOADWISE_PROMETHEUS_URL": local_cluster.prometheus.url,
-        "LOADWISE_PROMETHEUS_CPU_QUERY": SIM_CPU_QUERY,
+        "LOADWISE_PROMETHEUS_PRESET": config.prometheus_preset,
+        "LOADWISE_PROMETHEUS_CPU_QUERY": config.prometheus_cpu_query,
+        "LOADWISE_PROMETHEUS_MEMORY_QUERY": config.prometheus_memory_query,
         "LOADWISE_METRICS_LAG": "6",
         "LOADWISE_LEADER_ELECT": "false",
         "LOADWISE_LOG_FORMAT": "json",

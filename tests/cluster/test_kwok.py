@@ -1,6 +1,6 @@
 """KWOK plays the kubelet of simulated nodes (loadwise_dev.kwok): the node turns Ready and
 renews its Lease, a pod loadwise places there runs, and a graceful delete completes without a
-force delete. The usage of such nodes still comes from the harness's exporter. KWOK's general
+force delete. KWOK serves the usage of such nodes too (loadwise_dev.kwok_usage). KWOK's general
 pod Stages wait a random 1-5 s per step (see loadwise_dev.kwok for what was measured)."""
 
 from __future__ import annotations

@@ -3,7 +3,11 @@ real controller-manager, placed by loadwise, run by KWOK) is placed on the coole
 node then turns hot after placement (its background load and the pod's own use rise, as a
 Flink TaskManager's does with its data). After `hotRefreshes` refreshes the leader posts a
 WouldEvict event naming the node a replacement would take, and evicts nothing;
-`loadwise explain node/NAME` says the same."""
+`loadwise explain node/NAME` says the same.
+
+The nodes' usage is KWOK's, read through Prometheus with kube-prometheus-stack's preset queries
+(loadwise_dev.kwok_usage): a node's background is a pod of its own, a pod's use is its KWOK usage
+annotations."""
 
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ from typing import Any
 import pytest
 
 from loadwise.explain import _explain
+from loadwise.runtime import Runtime
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube
 from loadwise_dev.kwok import Kwok
+from loadwise_dev.kwok_usage import KwokUsage
 
 from .conftest import POLICIES, OperatorFactory
 from .util import events, wait_event, wait_operator_metrics
@@ -59,6 +65,40 @@ async def two_nodes(kube: Kube, local_cluster: LocalCluster, kw_b: float = 0.2) 
     await local_cluster.wait_metrics({"kw-a": 0.1, "kw-b": kw_b})
 
 
+def kwok_usage(local_cluster: LocalCluster) -> KwokUsage:
+    assert local_cluster.usage is not None, "the session cluster's usage is KWOK's"
+    return local_cluster.usage
+
+
+async def hot(kube: Kube, local_cluster: LocalCluster, pod: dict[str, Any]) -> None:
+    """The TaskManager's data grows: it uses 1.5 cores and kw-a's other load rises to 55%,
+    92.5% of kw-a's 4 cores in all."""
+    usage = kwok_usage(local_cluster)
+    await usage.set_background(kube, "kw-a", 0.55, 0.1)
+    await usage.set_pod(kube, pod, 1500, 256 << 20)
+
+
+async def wait_event_or_why(
+    kube: Kube, runtime: Runtime, ns: str, pod: str, reason: str, timeout: float = 60
+) -> Any:
+    """The event, or a failure that says what the operator saw and planned meanwhile (a full
+    CI run once timed out here, with nothing to tell why)."""
+    try:
+        return await wait_event(kube, ns, pod, reason, timeout=timeout)
+    except TimeoutError as exc:
+        samples = runtime.scheduler.caches["prometheus"].samples
+        seen = {n: (round(s.cpu, 3), round(s.memory, 3)) for n, s in samples.items()}
+        plans = [
+            await runtime.rebalancer.plan(policy, "kw-a", time.time())
+            for policy in runtime.scheduler.policies.policies()
+        ]
+        posted = [(e["reason"], e["message"]) for e in await events(kube, ns)]
+        raise AssertionError(
+            f"{exc}; leading {runtime.leading}; samples {seen}; plans for kw-a {plans}; "
+            f"events in {ns} {posted}"
+        ) from None
+
+
 async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is_evicted(
     kube: Kube,
     local_cluster: LocalCluster,
@@ -87,10 +127,9 @@ async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         assert pod["spec"]["nodeName"] == "kw-a"  # the cooler node when it was placed
         # Then its data grows: the pod uses 1.5 cores and the node's other load rises.
-        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
-        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
+        await hot(kube, local_cluster, pod)
         try:
-            event = await wait_event(kube, ns, name, "WouldEvict", timeout=60)
+            event = await wait_event_or_why(kube, runtime, ns, name, "WouldEvict")
             assert event["message"].startswith("would evict from kw-a to relieve it (cpu ")
             assert (
                 "over its hot thresholds for 2 refreshes): a replacement would go to kw-b"
@@ -108,7 +147,6 @@ async def test_a_node_hot_after_placement_gets_a_would_evict_plan_and_nothing_is
             output = await _explain("node/kw-b", config)
             assert "node kw-b, policy flink: cpu 2" in output and "not relieved" in output, output
         finally:
-            local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/taskmanager")
 
 
@@ -182,13 +220,11 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         assert pod["spec"]["nodeName"] == "kw-a"
-        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
-        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
+        await hot(kube, local_cluster, pod)
         try:
-            event = await wait_event(kube, ns, name, "Rebalanced", timeout=60)
+            event = await wait_event_or_why(kube, runtime, ns, name, "Rebalanced")
             assert event["message"].startswith("evicted from kw-a to relieve it (cpu ")
             assert "its replacement has room held on kw-b" in event["message"]
-            local_cluster.exporter.remove_pod(uid)
             replacement = await one_running(kube, ns, "tm", other_than=uid)
             assert replacement["spec"]["nodeName"] == "kw-b"  # the room held for it
             gone = await kube.list(f"/api/v1/namespaces/{ns}/pods", labelSelector="job=tm")
@@ -212,7 +248,6 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
             explained = await _explain("node/kw-b", runtime.config)
             assert f"  room for the replacement of {ns}/{name} (from kw-a, " in explained
         finally:
-            local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
 
 
@@ -241,17 +276,15 @@ async def test_a_disruption_budget_keeps_the_pod_where_it_is(
         pod = await one_running(kube, ns, "tm")
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         assert pod["spec"]["nodeName"] == "kw-a"  # the cooler node when it was placed
-        local_cluster.exporter.set_usage("kw-a", 0.55, 0.1)
-        local_cluster.exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
+        await hot(kube, local_cluster, pod)
         try:
-            event = await wait_event(kube, ns, name, "EvictionBlocked", timeout=60)
+            event = await wait_event_or_why(kube, runtime, ns, name, "EvictionBlocked")
             assert "PodDisruptionBudget allows no disruption now" in event["message"]
             now = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
             assert now["metadata"]["uid"] == uid and not now["metadata"].get("deletionTimestamp")
             assert not runtime.scheduler.state.moved_off
             assert not runtime.scheduler.preemption.nominated
         finally:
-            local_cluster.exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
 
 
@@ -269,7 +302,7 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
     await two_nodes(kube, local_cluster, kw_b=0.7)
     await kube.create(POLICIES, evicting(limits={"perNodePerHour": 1}))
     lease = local_cluster.operator_config().lease_name
-    uids: list[str] = []
+    usage = kwok_usage(local_cluster)
     try:
         async with operator(lease_name=lease, rebalance_evictions=True) as first:
             await wait_operator_metrics(first, {"kw-a": 0.1, "kw-b": 0.7})
@@ -279,17 +312,12 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
                 )
             tm, jm = await one_running(kube, ns, "tm"), await one_running(kube, ns, "jm")
             assert tm["spec"]["nodeName"] == jm["spec"]["nodeName"] == "kw-a"
-            uids = [tm["metadata"]["uid"], jm["metadata"]["uid"]]
-            local_cluster.exporter.set_usage("kw-b", 0.2, 0.1)
-            local_cluster.exporter.set_usage("kw-a", 0.3, 0.1)
+            await usage.set_background(kube, "kw-b", 0.2, 0.1)
+            await usage.set_background(kube, "kw-a", 0.3, 0.1)
             for pod, millis in ((tm, 1500), (jm, 1000)):
-                meta = pod["metadata"]
-                local_cluster.exporter.place_pod(
-                    meta["uid"], "kw-a", millis, 128 << 20, namespace=ns, name=meta["name"]
-                )
-            await wait_event(kube, ns, tm["metadata"]["name"], "Rebalanced", timeout=60)
-            local_cluster.exporter.remove_pod(uids[0])
-            local_cluster.exporter.set_usage("kw-a", 0.6, 0.1)  # and kw-a stays hot
+                await usage.set_pod(kube, pod, millis, 128 << 20)
+            await wait_event_or_why(kube, first, ns, tm["metadata"]["name"], "Rebalanced")
+            await usage.set_background(kube, "kw-a", 0.6, 0.1)  # and kw-a stays hot
         async with operator(lease_name=lease, rebalance_evictions=True) as second:
 
             async def led() -> bool | None:
@@ -304,8 +332,6 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
             assert "limits.perNodePerHour leaves 0" in relief.refused, relief
             assert not await events(kube, ns, jm["metadata"]["name"], "Rebalanced")  # not repeated
     finally:
-        for uid in uids:
-            local_cluster.exporter.remove_pod(uid)
         for job in ("tm", "jm"):
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/{job}")
 
@@ -322,31 +348,30 @@ async def test_a_brief_spike_and_a_node_with_nowhere_to_go_are_left_alone(
     the node that stayed hot is relieved onto it."""
     await two_nodes(kube, local_cluster)
     await kube.create(POLICIES, evicting(hotRefreshes=12))
-    exporter = local_cluster.exporter
+    usage = kwok_usage(local_cluster)
     async with operator(rebalance_evictions=True) as runtime:
         await wait_operator_metrics(runtime, {"kw-a": 0.1, "kw-b": 0.2})
         await kube.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", workload(ns, "tm"))
         pod = await one_running(kube, ns, "tm")
-        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        name = pod["metadata"]["name"]
         assert pod["spec"]["nodeName"] == "kw-a"
-        exporter.place_pod(uid, "kw-a", 1500, 256 << 20, namespace=ns, name=name)
+        await usage.set_pod(kube, pod, 1500, 256 << 20)
         try:
-            exporter.set_usage("kw-a", 0.55, 0.1)  # hot (92%) for three seconds
+            await usage.set_background(kube, "kw-a", 0.55, 0.1)  # hot (92%) for three seconds
             await asyncio.sleep(3)
-            exporter.set_usage("kw-a", 0.1, 0.1)
+            await usage.set_background(kube, "kw-a", 0.1, 0.1)
             await asyncio.sleep(15)
             assert not await events(kube, ns, name, "Rebalanced")
-            exporter.set_usage("kw-b", 0.9, 0.1)  # now both stay hot
-            exporter.set_usage("kw-a", 0.55, 0.1)
+            await usage.set_background(kube, "kw-b", 0.9, 0.1)  # now both stay hot
+            await usage.set_background(kube, "kw-a", 0.55, 0.1)
             await local_cluster.wait_metrics({"kw-a": 0.925, "kw-b": 0.9})
             await asyncio.sleep(16)  # hotRefreshes and more
             policy = runtime.scheduler.policies.policies()[0]
             relief = await runtime.rebalancer.plan(policy, "kw-a", time.time())
             assert "every node it fits on would be hot" in relief.refused, relief
             assert not await events(kube, ns, name, "Rebalanced")
-            exporter.set_usage("kw-b", 0.2, 0.1)
-            event = await wait_event(kube, ns, name, "Rebalanced", timeout=30)
+            await usage.set_background(kube, "kw-b", 0.2, 0.1)
+            event = await wait_event_or_why(kube, runtime, ns, name, "Rebalanced", timeout=30)
             assert "its replacement has room held on kw-b" in event["message"]
         finally:
-            exporter.remove_pod(uid)
             await kube.delete(f"/apis/apps/v1/namespaces/{ns}/replicasets/tm")
