@@ -12,7 +12,10 @@ unchanged against a real Prometheus scraping it:
   integrating the pod's usage since it was placed) and `container_memory_working_set_bytes`,
   with `namespace`, `pod` and `container="main"`: what learned per-workload estimates read.
 
-It serves from a thread, so scrapes never depend on a test's event loop.
+It serves from a thread, so scrapes never depend on a test's event loop. Where usage is KWOK's
+(kwok_usage.py) it serves only the GPU and disk dimensions, which KWOK does not simulate;
+bench/throughput and the simulated node beside a real one (the default preset reads
+node-exporter series, which KWOK has not) still take node usage from it.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ series of the kubelet's `/metrics/cadvisor` that Prometheus stacks read (the con
 counters and working sets, `machine_cpu_cores`, `machine_memory_bytes`) at
 `/metrics/nodes/NAME/metrics/cadvisor`, for the real Prometheus (`cadvisor_scrape_config`).
 LocalCluster(kwok_usage=True) reads all its usage that way (kwok_usage.py: the demo,
-`loadwise dev up`, bench/placement, bench/rebalance and their tests); the others still publish
-simulated usage through the harness's own exporter (exporter.py).
+`loadwise dev up`, bench/placement, bench/rebalance, bench/faults, the cluster tests);
+bench/throughput still publishes simulated usage through the harness's own exporter
+(exporter.py).
 
 On Debian's etcd 3.4.23 KWOK was slow: its informers ask for streaming lists (watch-list),
 which the API server refused there ("the required storage feature RequestWatchProgress is

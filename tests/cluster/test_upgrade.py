@@ -60,8 +60,8 @@ def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    """A control plane without the CRD: the old chart's install brings it."""
-    cluster = LocalCluster().start()
+    """A control plane without the CRD (the old chart's install brings it), with KWOK nodes."""
+    cluster = LocalCluster(kwok_usage=True).start()
     try:
         yield cluster
     finally:
@@ -86,6 +86,7 @@ async def test_upgrade_from_the_previous_release_with_policies_in_place(
     await cluster.wait_namespace(ukube, ns)
     values = ["--set", f"metrics.prometheusUrl={cluster.prometheus.url}"]
     values += ["--set", "metrics.lagSeconds=6"]
+    values += ["--set", "metrics.preset=kube-prometheus-stack"]  # KWOK's cAdvisor series
     await helm(
         cluster, "install", RELEASE, str(previous / "charts" / "loadwise"),
         "--namespace", NAMESPACE, "--create-namespace", *values,

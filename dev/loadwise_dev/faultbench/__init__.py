@@ -4,10 +4,10 @@ into a nearly full cluster; the result is read from the API server's truth.
 
 Used by `bench/faults` (every row, a table and JSON), `bench/soak` and tests/cluster/test_faults.py
 (small versions). One `Env` per row: its own control plane (etcd, kube-apiserver,
-controller-manager), usage exporter and Prometheus, a TCP proxy in front of Prometheus and
-(optionally) one in front of the API server for the operators only, the replicas, a sampler of
-their /metrics, and watches of pods and events that time-stamp binds and Scheduled events as the
-harness sees them.
+controller-manager), KWOK playing its nodes and serving their usage, Prometheus, a TCP proxy in
+front of Prometheus and (optionally) one in front of the API server for the operators only, the
+replicas, a sampler of their /metrics, and watches of pods and events that time-stamp binds and
+Scheduled events as the harness sees them.
 
 Per row: warm up (one pod bound), start the burst (paced), inject the fault mid-burst, end it,
 create probe pods at a steady rate (so "first bind after the fault" and "first load-aware bind

@@ -16,12 +16,13 @@ from typing import Any
 
 import aiohttp
 
+from loadwise.config import Config
+
 from .. import manifests
 from ..cluster import LocalCluster, wait_for
 from ..controlplane import ControlPlane, kubeconfig
 from ..faults import ThreadedTcpProxy
 from ..kube import Kube, KubeError
-from ..prometheus_server import SIM_CPU_QUERY
 from ..replicas import Replica, Sampler
 from ..truth import Truth
 from .model import (
@@ -47,7 +48,8 @@ class Env:
         self.row = row
         self.rng = random.Random(f"{settings.seed}-{row.name}")
         extra = [] if row.watch_cache else ["--watch-cache=false"]
-        self.cluster = LocalCluster(cp=ControlPlane(apiserver_args=extra))
+        # KWOK plays the nodes' kubelets and serves their usage (kwok_usage.py).
+        self.cluster = LocalCluster(cp=ControlPlane(apiserver_args=extra), kwok_usage=True)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"loadwise-faults-{row.name}-"))
         self.prom_proxy: ThreadedTcpProxy | None = None
         self.api_proxy: ThreadedTcpProxy | None = None
@@ -142,13 +144,20 @@ class Env:
                 memory=f"{s.node_memory_gi}Gi",
             )
 
+    @property
+    def queries(self) -> Config:
+        """The cluster's Prometheus preset and queries (with its short windows)."""
+        return self.cluster.operator_config()
+
     def settings_env(self, leader_elect: bool) -> dict[str, str]:
         s = self.settings
         assert self.prom_proxy is not None
         env = {
             "LOADWISE_METRICS_SOURCES": "prometheus",
             "LOADWISE_PROMETHEUS_URL": self.prom_proxy.url,
-            "LOADWISE_PROMETHEUS_CPU_QUERY": SIM_CPU_QUERY,
+            "LOADWISE_PROMETHEUS_PRESET": self.queries.prometheus_preset,
+            "LOADWISE_PROMETHEUS_CPU_QUERY": self.queries.prometheus_cpu_query,
+            "LOADWISE_PROMETHEUS_MEMORY_QUERY": self.queries.prometheus_memory_query,
             "LOADWISE_METRICS_INTERVAL": str(s.metrics_interval),
             "LOADWISE_METRICS_LAG": "6",
             "LOADWISE_LEADER_ELECT": "true" if leader_elect else "false",

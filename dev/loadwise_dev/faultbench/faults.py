@@ -149,8 +149,7 @@ async def watch_gone(env: Env) -> Fault:
     doomed += env.rng.sample(others, len(others) // 4)
     await asyncio.gather(*(k.delete_pod_now(NS, meta(p)["name"]) for p in doomed))
     for name in replaced:
-        await k.delete(f"/api/v1/nodes/{name}")
-        env.cluster.exporter.remove(name)
+        await env.cluster.remove_node(k, name)
     new_names = [f"{n}-new" for n in replaced]
     for name in new_names:
         await env.cluster.add_node(
