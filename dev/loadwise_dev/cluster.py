@@ -65,9 +65,9 @@ class LocalCluster:
         kwok_usage: bool = False,
     ) -> None:
         """`kwok`: run KWOK (kwok.py), which then plays the kubelet of every simulated node
-        added (their pods run, graceful deletions complete); the tests' own nodes stay API
-        objects unless asked for (add_node's `kwok`). `kwok_usage` (implies both): simulated
-        usage comes from KWOK through Prometheus (kwok_usage.py), not from the exporter."""
+        added (their pods run, graceful deletions complete) unless add_node's `kwok=False`
+        keeps one a bare API object. `kwok_usage` (implies both): simulated usage comes from
+        KWOK through Prometheus (kwok_usage.py), not from the exporter."""
         self.real_node_names = [f"real-{i}" for i in range(1, real_nodes + 1)]
         # A ControlPlane makes its temporary directory when built: build one only if none is
         # given (a replaced one would leave its directory behind).
@@ -142,8 +142,8 @@ class LocalCluster:
             "metrics_sources": ("prometheus",) if self.prometheus else (),
             "prometheus_url": self.prometheus.url if self.prometheus else "http://127.0.0.1:1",
             "prometheus_cpu_query": self.cpu_query,
-            # The simulated exporter's per-pod series (learned estimates) and its gpu and disk
-            # dimensions, with the same short windows.
+            # Per-pod cAdvisor series (learned estimates: KWOK's or the exporter's) and the
+            # exporter's gpu and disk dimensions, with the same short windows.
             "prometheus_pod_cpu_query": SIM_POD_CPU_QUERY,
             "prometheus_pod_memory_query": SIM_POD_MEMORY_QUERY,
             "prometheus_dimensions": dict(SIM_DIMENSIONS),

@@ -1,8 +1,8 @@
 """An exporter stand-in for simulated nodes: background usage, extra dimensions, and pods.
 
-There is no kubelet or real host behind a simulated node, so something must report its usage;
-this publishes the series the real exporters do, labelled with `node`, so loadwise's PromQL runs
-unchanged against a real Prometheus scraping it:
+A simulated node that KWOK does not serve has no kubelet or host behind it, so something must
+report its usage; this publishes the series the real exporters do, labelled with `node`, so
+loadwise's PromQL runs unchanged against a real Prometheus scraping it:
 
 - node-exporter: `node_cpu_seconds_total{mode="idle"}` (a real counter),
   `node_memory_MemTotal_bytes`, `node_memory_MemAvailable_bytes`, and for a node given a "disk"
@@ -13,9 +13,10 @@ unchanged against a real Prometheus scraping it:
   with `namespace`, `pod` and `container="main"`: what learned per-workload estimates read.
 
 It serves from a thread, so scrapes never depend on a test's event loop. Where usage is KWOK's
-(kwok_usage.py) it serves only the GPU and disk dimensions, which KWOK does not simulate;
-bench/throughput and the simulated node beside a real one (the default preset reads
-node-exporter series, which KWOK has not) still take node usage from it.
+(kwok_usage.py) it serves only the GPU and disk dimensions, which KWOK does not simulate. Node
+usage still comes from it for bench/throughput, the simulated nodes beside a real one (the
+default preset reads node-exporter series, which KWOK has not), `--usage exporter` of
+bench/placement and bench/rebalance, and test_placement.py's exporter run.
 """
 
 from __future__ import annotations

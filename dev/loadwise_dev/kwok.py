@@ -18,10 +18,10 @@ real metrics-server reads it (metrics_server.py) through the node annotation
 series of the kubelet's `/metrics/cadvisor` that Prometheus stacks read (the containers' CPU
 counters and working sets, `machine_cpu_cores`, `machine_memory_bytes`) at
 `/metrics/nodes/NAME/metrics/cadvisor`, for the real Prometheus (`cadvisor_scrape_config`).
-LocalCluster(kwok_usage=True) reads all its usage that way (kwok_usage.py: the demo,
-`loadwise dev up`, bench/placement, bench/rebalance, bench/faults, the cluster tests);
-bench/throughput still publishes simulated usage through the harness's own exporter
-(exporter.py).
+LocalCluster(kwok_usage=True) reads its CPU and memory usage that way (kwok_usage.py: the demo,
+`loadwise dev up`, bench/placement, bench/rebalance, bench/faults, the session cluster of
+tests/cluster); the GPU and disk dimensions, bench/throughput and the simulated nodes beside a
+real one still come from the harness's own exporter (exporter.py).
 
 On Debian's etcd 3.4.23 KWOK was slow: its informers ask for streaming lists (watch-list),
 which the API server refused there ("the required storage feature RequestWatchProgress is
@@ -168,15 +168,21 @@ class Kwok:
         self._wait_serving()
 
     def _wait_serving(self, timeout: float = 20) -> None:
-        """Until the new process listens (it has read its config and started its informers):
-        a deletion in the moments before would be the one it misses."""
+        """Until the new process listens, so a caller goes on with KWOK up, and a KWOK that
+        exits at start (its port taken) is said here, not by the next test's timeout. Listening
+        does not mean it has listed every pod (its informers start in the background)."""
         deadline = time.monotonic() + timeout
         while True:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"KWOK exited ({self.process.returncode}): {self.workdir}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
-                return
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 1),
+            ):
+                time.sleep(0.2)  # a listener that is not KWOK's would leave KWOK exiting
+                if self.process.poll() is None:
+                    return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"KWOK not serving on port {self.port} after {timeout}s")
             time.sleep(0.1)

@@ -1,7 +1,8 @@
 """e2e: `helm install` the chart into the local control plane, then run the operator with the
-chart's ServiceAccount token and the settings its Deployment renders. No kubelet runs here, so
-the Deployment's pod itself never starts; the operator runs in-process with exactly its identity,
-which proves the ClusterRole is sufficient. A fixed expected rule list keeps it minimal.
+chart's ServiceAccount token and the settings its Deployment renders. No scheduler places the
+Deployment's own pod (test_chart_real_node.py runs it on a real kubelet); the operator runs
+in-process with exactly its identity, which proves the ClusterRole is sufficient. A fixed
+expected rule list keeps it minimal.
 
 The same identity serves /metrics as kube-scheduler does (TokenReview and SubjectAccessReview
 through the chart's system:auth-delegator binding): real tokens are refused or let through by

@@ -148,7 +148,7 @@ async def test_a_new_leader_catches_up_before_deciding(
     last binds must not decide from that cache. The standby's pod events are dropped while the
     leader fills the node; after takeover the new leader lists pods first, so it over-commits
     nothing (without the list it binds `late` onto the full node)."""
-    await local_cluster.add_node(kube, "n1", cpu="2")
+    await local_cluster.add_node(kube, "n1", cpu="2", kwok=False)
     lease = f"catch-up-{ns}"
     async with replica(local_cluster, lease, "a") as first:
         await wait_for(lambda: _true(first.leading), 10, what="first replica leading")

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def kwok_cluster() -> Iterator[LocalCluster]:
-    """As bench/placement runs by default: KWOK nodes, usage from KWOK through Prometheus."""
-    cluster = LocalCluster(kwok_usage=True).start()
+def exporter_cluster() -> Iterator[LocalCluster]:
+    """As `bench/placement --no-kwok` runs: API-object nodes, usage from the harness's exporter."""
+    cluster = LocalCluster().start()
     try:
         yield cluster
     finally:
@@ -27,21 +27,20 @@ def kwok_cluster() -> Iterator[LocalCluster]:
 
 
 async def test_burst_keeps_nodes_out_of_the_hot_zone_without_herding(
-    kwok_cluster: LocalCluster,
+    local_cluster: LocalCluster, clean: None
 ) -> None:
-    """Usage from KWOK, read with kube-prometheus-stack's queries."""
+    """As bench/placement runs by default: KWOK nodes, usage from KWOK through Prometheus, read
+    with kube-prometheus-stack's queries (the session cluster)."""
     _, results, _ = await placement.run_scenario(
-        kwok_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
+        local_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
     )
     _check(results)
 
 
-async def test_the_same_with_usage_from_the_exporter(
-    local_cluster: LocalCluster, clean: None
-) -> None:
+async def test_the_same_with_usage_from_the_exporter(exporter_cluster: LocalCluster) -> None:
     """API-object nodes, usage from the harness's exporter (node-exporter's series)."""
     _, results, _ = await placement.run_scenario(
-        local_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
+        exporter_cluster, nodes=20, pods=200, seed=7, schedulers=("loadwise", "naive")
     )
     _check(results)
 

@@ -3,8 +3,10 @@ higher priority, a PodDisruptionBudget respected where another node will do,
 `preemptionPolicy: Never`, the nominated node held against a lower-priority pod, and no
 preemption where only unresolvable nodes exist.
 
-No kubelet runs here: a victim deleted gracefully stays Terminating until the test, standing
-in for its kubelet, force-deletes it."""
+The nodes are API objects (`kwok=False`), with no kubelet: a victim deleted gracefully stays
+Terminating until the test, standing in for its kubelet, force-deletes it. (On a KWOK node it
+would go at a random moment of its grace period; test_real_nodes.py has a victim that
+terminates through a real kubelet.)"""
 
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ async def preempted(kube: Kube, ns: str, name: str) -> bool:
 
 async def full_node(kube: Kube, local_cluster: LocalCluster, ns: str) -> None:
     """Node n1 (1 cpu) with "low" (600m, lw-low) on it: an 800m pod fits nowhere."""
-    await local_cluster.add_node(kube, "n1", cpu="1")
+    await local_cluster.add_node(kube, "n1", cpu="1", kwok=False)
     await create(kube, ns, pod(ns, "low", "600m", "lw-low", node="n1"))
 
 
@@ -109,8 +111,8 @@ async def test_a_victim_makes_room_and_the_preemptor_takes_it(
 async def test_a_disruption_budget_is_respected_where_another_node_will_do(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory, classes: None
 ) -> None:
-    await local_cluster.add_node(kube, "n1", cpu="1")
-    await local_cluster.add_node(kube, "n2", cpu="1")
+    await local_cluster.add_node(kube, "n1", cpu="1", kwok=False)
+    await local_cluster.add_node(kube, "n2", cpu="1", kwok=False)
     await create(kube, ns, pod(ns, "guarded", "600m", "lw-low", node="n1"))
     await create(kube, ns, pod(ns, "spare", "600m", "lw-mid", node="n2"))
     budget = {
@@ -168,7 +170,7 @@ async def test_the_nominated_node_is_held_against_a_lower_priority_pod(
 async def test_no_preemption_when_only_unresolvable_nodes_exist(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory, classes: None
 ) -> None:
-    await local_cluster.add_node(kube, "gpu", cpu="1")
+    await local_cluster.add_node(kube, "gpu", cpu="1", kwok=False)
     await kube.merge_patch(
         "/api/v1/nodes/gpu",
         {"spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}},

@@ -88,7 +88,7 @@ async def test_a_placed_pods_resize_counts_as_kube_scheduler_counts_it(
     async with operator():
         outcome: dict[str, str | None] = {}
         for scheduler, node in (("default-scheduler", "theirs"), ("loadwise-scheduler", "ours")):
-            await local_cluster.add_node(kube, node, cpu="2", memory="8Gi")
+            await local_cluster.add_node(kube, node, cpu="2", memory="8Gi", kwok=False)
             placed = manifests.pod(f"placed-{node}", namespace=ns, cpu="500m")
             placed["spec"]["nodeName"] = node
             await kube.create(f"/api/v1/namespaces/{ns}/pods", placed)
