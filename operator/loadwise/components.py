@@ -26,6 +26,7 @@ from .scheduler.binder import Binder
 from .scheduler.queue import SchedulingQueue
 from .scheduler.scheduler import Scheduler
 from .scheduler.state import ClusterState
+from .scheduler.volumes import StorageState
 from .scheduler.workload_selectors import WorkloadSelectors, namespaced_name
 from .usage.cache import MetricsCache, MetricsSource
 from .usage.learned import WorkloadOf
@@ -182,11 +183,63 @@ class Informers:
     workloads: tuple[Informer, ...]  # Services and controllers: system default spreading
     budgets: Informer | None  # PodDisruptionBudgets, for preemption only
     device_classes: Informer
+    storage: tuple[Informer, ...] = ()  # claims, volumes, classes, CSI objects: volume plugins
 
     @property
     def required(self) -> tuple[Informer, ...]:
         budgets = (self.budgets,) if self.budgets is not None else ()
-        return (self.namespaces, self.nodes, self.pods, *self.workloads, *budgets)
+        return (
+            self.namespaces,
+            self.nodes,
+            self.pods,
+            *self.workloads,
+            *budgets,
+            *self.storage,
+        )
+
+
+def storage_informers(transport: Http, storage: StorageState) -> tuple[Informer, ...]:
+    """What the volume plugins read, as kube-scheduler's informers for them."""
+    return (
+        Informer(
+            transport,
+            "/api/v1/persistentvolumeclaims",
+            storage.on_claim_event,
+            namespaced_name,
+            storage.relisted_claims,
+        ),
+        Informer(
+            transport,
+            "/api/v1/persistentvolumes",
+            storage.on_volume_event,
+            on_relisted=storage.relisted_volumes,
+        ),
+        Informer(
+            transport,
+            "/apis/storage.k8s.io/v1/storageclasses",
+            storage.on_class_event,
+            on_relisted=storage.relisted_classes,
+        ),
+        Informer(
+            transport,
+            "/apis/storage.k8s.io/v1/csinodes",
+            storage.on_csi_node_event,
+            on_relisted=storage.relisted_csi_nodes,
+        ),
+        Informer(
+            transport,
+            "/apis/storage.k8s.io/v1/csidrivers",
+            storage.on_driver_event,
+            on_relisted=storage.relisted_drivers,
+        ),
+        Informer(
+            transport,
+            "/apis/storage.k8s.io/v1/csistoragecapacities",
+            storage.on_capacity_event,
+            namespaced_name,
+            storage.relisted_capacities,
+        ),
+    )
 
 
 def informers(transport: Http, scheduler: Scheduler, config: Config) -> Informers:
@@ -223,6 +276,7 @@ def informers(transport: Http, scheduler: Scheduler, config: Config) -> Informer
             scheduler.device_classes.on_event,
             on_relisted=scheduler.device_classes.relisted,
         ),
+        storage_informers(transport, scheduler.state.storage),
     )
 
 

@@ -27,7 +27,7 @@ import aiohttp
 from .components import build
 from .config import Config
 from .framework.context import CycleContext
-from .framework.cycle import Decision, conclude, diagnose
+from .framework.cycle import Decision, conclude, diagnose, prefilter
 from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
@@ -61,7 +61,7 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
     learned = scheduler.learned_for(policy)
     ctx = CycleContext(pod, state, policy, samples, now, random.Random(0), learned)
     diagnoses = diagnose(ctx)
-    result = conclude(ctx, diagnoses)
+    result = prefilter(ctx) or conclude(ctx, diagnoses)
     totals = {s.node: total for total, s in result.ranked} if isinstance(result, Decision) else {}
     rows = []
     for diagnosis in diagnoses:

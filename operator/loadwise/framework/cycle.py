@@ -89,10 +89,26 @@ def schedule_one(
     if pod.invalid_reason:
         return invalid(pod)
     ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
+    rejected = prefilter(ctx, profile)
+    if rejected is not None:
+        return rejected
     own = state.nodes.get(pod.nominated_node) if pod.nominated_node else None
     if own is not None and _reasons(ctx, own, profile, nominated) is None:
         return select(ctx, [own], [profile.load.load(ctx, own)], profile)
     return conclude(ctx, diagnose(ctx, profile, nominated), profile)
+
+
+def prefilter(ctx: CycleContext, profile: Profile = DEFAULT_PROFILE) -> Unschedulable | None:
+    """The PreFilter rejections (kube-scheduler's wording: "0/3 nodes are available:
+    persistentvolumeclaim "data" not found."), the first plugin's in filter order."""
+    if not profile.prefilters or not ctx.state.nodes:
+        return None
+    for plugin in profile.prefilters:
+        message = plugin.prefilter(ctx)
+        if message is not None:
+            total = len(ctx.state.nodes)
+            return Unschedulable(f"0/{total} nodes are available: {message}.", {message: total})
+    return None
 
 
 def invalid(pod: PodInfo) -> Unschedulable:

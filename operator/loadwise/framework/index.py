@@ -34,6 +34,7 @@ from .cycle import (
     conclude,
     failure_message,
     invalid,
+    prefilter,
     refusal,
     select,
 )
@@ -85,6 +86,9 @@ class ScoreIndex:
         # One context: its PreFilter data serves signing and the inter-pod checks.
         ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
         profile = self.profile
+        rejected = prefilter(ctx, profile)
+        if rejected is not None:
+            return rejected
         shape = self._current(profile.shape(ctx, policy), ctx)
         if not profile.batchable(ctx):
             return self._constrained(shape, ctx)

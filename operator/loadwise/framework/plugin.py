@@ -79,6 +79,13 @@ class FilterPlugin(Plugin):
     # UnschedulableAndUnresolvable); plugins with some of each override `unresolvable`.
     always_unresolvable: ClassVar[bool] = False
 
+    def prefilter(self, ctx: CycleContext) -> str | None:
+        """kube-scheduler's PreFilter rejection: why no node can take the pod, decided before
+        any node is visited (every node then UnschedulableAndUnresolvable), or None. Plugins
+        that have one override this; `filter` must still refuse every node for the same
+        reason, since a dry run (preemption, explain) may ask it directly."""
+        return None
+
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         """Why the node cannot take the pod (kube-scheduler's wording), or None."""
         raise NotImplementedError

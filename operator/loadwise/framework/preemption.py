@@ -206,6 +206,8 @@ def preempt(
     if why_not is not None:
         return NoPreemption(why_not)
     statuses: Counter[str] = Counter()
+    if any(f.prefilter(ctx) is not None for f in filters):  # PreFilter: every node unresolvable
+        return NoPreemption(_summary(total, Counter({NOT_HELPFUL: total})))
     potential = []
     for node in nodes:
         verdict = verdicts[node.name]

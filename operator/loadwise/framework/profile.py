@@ -29,6 +29,9 @@ class Profile:
         self.filters = tuple(p for p in self.plugins if isinstance(p, FilterPlugin))
         self.local_filters = tuple(f for f in self.filters if f.node_local)
         self.inter_pod_filters = tuple(f for f in self.filters if not f.node_local)
+        self.prefilters = tuple(
+            f for f in self.filters if type(f).prefilter is not FilterPlugin.prefilter
+        )
         self.scorers = tuple(p for p in self.plugins if isinstance(p, ScorePlugin))
         loads = [p for p in self.plugins if isinstance(p, LoadPlugin)]
         if len(loads) > 1:

@@ -22,6 +22,7 @@ from .selectors import (
     parse_required_node_affinity,
 )
 from .spread import SpreadConstraint, parse_constraints
+from .storage import NO_VOLUMES, PodVolumes, parse_pod_volumes
 from .taints import Taint, Toleration, parse_taints, parse_tolerations
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
@@ -38,10 +39,6 @@ class Owner:
 
 
 _NO_AFFINITY = RequiredNodeAffinity((), None)
-
-# Volume kinds whose placement depends on storage topology or attach limits, which loadwise does
-# not evaluate: such pods get a clear FailedScheduling instead of a possibly wrong node.
-UNSUPPORTED_VOLUMES = ("persistentVolumeClaim", "ephemeral", "csi")
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -99,6 +96,8 @@ class PodInfo:
     preferred_anti_affinity_terms: tuple[tuple[int, AffinityTerm], ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
+    # claims, inline CSI volumes and in-tree disks (the volume plugins'), of placed pods too
+    volumes: PodVolumes = NO_VOLUMES
     owner: Owner | None = None
     # Preemption (framework/preemption.py): ours to schedule, and placed pods as victims.
     preempt_never: bool = False  # spec.preemptionPolicy: Never
@@ -149,7 +148,7 @@ def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
 def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
     """`placed`: the pod is on a node, so only what accounting and the plugins read of placed
     pods (Profile.placed_fields) is parsed; its own filters' inputs (tolerations, node
-    affinity, spread, gates, volumes) stay empty. Start-up parses every pod in the cluster,
+    affinity, spread, gates) stay empty. Start-up parses every pod in the cluster,
     and the default tolerations alone were a fifth of that."""
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
@@ -192,6 +191,8 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
 def _parse_placement(pod: PodInfo, spec: Mapping[str, Any], placed: bool) -> None:
     """The parts of a spec the filters read. Cheap when absent, as on most pods."""
     pod.host_ports = host_ports(spec)
+    if spec.get("volumes"):
+        pod.volumes = parse_pod_volumes(pod.name, spec)
     affinity = spec.get("affinity")
     if affinity:  # read of placed pods too: their terms act on the incoming pod
         namespace = pod.namespace
@@ -211,20 +212,7 @@ def _parse_placement(pod: PodInfo, spec: Mapping[str, Any], placed: bool) -> Non
         pod.tolerations = parse_tolerations(spec.get("tolerations"))
     if spec.get("topologySpreadConstraints"):
         pod.spread = parse_constraints(spec, pod.labels)
-    unsupported = sorted(
-        {
-            kind
-            for volume in spec.get("volumes") or ()
-            for kind in UNSUPPORTED_VOLUMES
-            if kind in volume
-        }
-    )
-    if unsupported:
-        pod.invalid_reason = (
-            f"pod uses {', '.join(unsupported)} volumes; loadwise does not check volume binding, "
-            "topology or attach limits (use the default scheduler for this pod)"
-        )
-    elif spec.get("resourceClaims"):
+    if spec.get("resourceClaims"):
         pod.invalid_reason = (
             "pod uses resourceClaims (dynamic resource allocation), which loadwise does not "
             "support (use the default scheduler for this pod)"

@@ -15,6 +15,7 @@ from typing import Protocol
 from .podaffinity import AffinityTerm
 from .selectors import Selector
 from .spread import NodeScope
+from .storage import Claim, StorageCapacity, StorageClass, Volume
 from .types import HostPort, NodeInfo, Owner, PodInfo
 
 
@@ -36,9 +37,46 @@ class WorkloadSelectorsView(Protocol):
         ...
 
 
+class StorageView(Protocol):
+    """Claims, volumes, classes and CSI objects (the volume plugins' listers), with the
+    bindings assumed for pods whose binding cycle has not finished (kube-scheduler's assume
+    cache): a PV assumed for one claim is not offered to another."""
+
+    def claim(self, namespace: str, name: str) -> Claim | None: ...
+
+    def volume(self, name: str) -> Volume | None: ...
+
+    def volumes_of_class(self, class_name: str) -> Sequence[Volume]: ...
+
+    def storage_class(self, name: str) -> StorageClass | None: ...
+
+    def csi_node(self, node_name: str) -> Mapping[str, int | None] | None:
+        """The node's CSINode: driver -> allocatable volume count (None: no limit)."""
+        ...
+
+    def driver_publishes_capacity(self, driver: str) -> bool:
+        """A CSIDriver named so exists with spec.storageCapacity true."""
+        ...
+
+    def driver_required_on_node(self, driver: str) -> bool:
+        """A CSIDriver named so exists with spec.preventPodSchedulingIfMissing true."""
+        ...
+
+    def capacities(self) -> Sequence[StorageCapacity]: ...
+
+    def claim_users(self, key: str) -> int:
+        """Placed pods (bound or assumed) that use the claim `namespace/name`."""
+        ...
+
+
 class ClusterView(Protocol):
     @property
     def nodes(self) -> Mapping[str, NodeInfo]: ...
+
+    @property
+    def storage(self) -> StorageView:
+        """What the volume plugins read (claims, volumes, classes, CSI objects)."""
+        ...
 
     @property
     def pods(self) -> Mapping[str, PodInfo]:

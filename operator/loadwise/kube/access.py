@@ -62,6 +62,12 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
             ("deviceclasses", "resource.k8s.io"),  # DRA-backed extended resources (refused)
+            ("persistentvolumeclaims", ""),  # the volume plugins (scheduler/volumes.py)
+            ("persistentvolumes", ""),
+            ("storageclasses", "storage.k8s.io"),
+            ("csinodes", "storage.k8s.io"),
+            ("csidrivers", "storage.k8s.io"),
+            ("csistoragecapacities", "storage.k8s.io"),
             ("schedulingpolicies", "loadwise.io"),  # policywatch
         )
         for verb in ("list", "watch")
@@ -71,6 +77,8 @@ PERMISSIONS: tuple[Permission, ...] = (
         for verb in ("list", "watch")
     ),
     Permission("create", "", "pods", "binding"),  # binder
+    Permission("patch", "", "persistentvolumes"),  # VolumeBinding's PreBind: claimRef
+    Permission("patch", "", "persistentvolumeclaims"),  # ... and the selected-node annotation
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
     Permission("delete", "", "pods", when="preemption"),  # preemption's victims
     Permission("create", "", "events", ""),

@@ -33,6 +33,8 @@ class InFlight:
         self.slots = asyncio.Semaphore(concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self._binds: dict[str, asyncio.Task[None]] = {}  # pod uid -> the bind that owns it
+        # seconds a bind may take beyond the audit's bound (volume binding waits for claims)
+        self._allowance: dict[str, float] = {}
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """A task that holds the slot its caller was given."""
@@ -41,10 +43,15 @@ class InFlight:
         task.add_done_callback(self._task_ended)
         return task
 
-    def start_bind(self, uid: str, coro: Coroutine[Any, Any, None]) -> None:
-        """A bind task for a reserved pod, owning its reservation."""
+    def start_bind(self, uid: str, coro: Coroutine[Any, Any, None], allowance: float = 0.0) -> None:
+        """A bind task for a reserved pod, owning its reservation; `allowance`: how much
+        longer than other binds it may take (PreBind waiting for claims to be bound)."""
         task = self.spawn(coro)
         self._binds[uid] = task
+        if allowance:
+            self._allowance[uid] = allowance
+        else:
+            self._allowance.pop(uid, None)
         task.add_done_callback(functools.partial(self._bind_ended, uid))
 
     def settle(self, uid: str) -> bool:
@@ -54,6 +61,7 @@ class InFlight:
         if self._binds.get(uid) is not asyncio.current_task():
             return False
         del self._binds[uid]
+        self._allowance.pop(uid, None)
         return True
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
@@ -65,6 +73,7 @@ class InFlight:
         crashed): release its reservation and retry the pod."""
         if self._binds.get(uid) is task:
             del self._binds[uid]
+            self._allowance.pop(uid, None)
             self.release(uid)
 
     def release(self, uid: str) -> None:
@@ -88,6 +97,7 @@ class InFlight:
         for task in list(self.tasks):
             task.cancel()
         binds, self._binds = self._binds, {}
+        self._allowance.clear()
         for uid in [*binds, *self.queue.in_flight()]:
             self.release(uid)
         self.audit(bound=0.0)
@@ -104,7 +114,7 @@ class InFlight:
             if pod is None or pod.bind_landed:
                 continue  # our bind landed: the watch will show it (a deletion drops it)
             task = self._binds.get(uid)
-            if task is not None and now - since <= bound:
+            if task is not None and now - since <= bound + self._allowance.get(uid, 0.0):
                 continue
             log.error(
                 "reservation of %s on %s released: %s",
@@ -117,6 +127,7 @@ class InFlight:
             )
             if task is not None:
                 del self._binds[uid]
+                self._allowance.pop(uid, None)
                 task.cancel()
             self.release(uid)
             released += 1
@@ -126,10 +137,11 @@ class InFlight:
         return released
 
     def oldest(self) -> float:
-        """Age in seconds of the oldest reservation whose bind has not landed (0 if none)."""
+        """Age in seconds of the oldest reservation whose bind has not landed (0 if none),
+        less the allowance of binds that wait for volumes."""
         now = time.monotonic()
         ages = [
-            now - since
+            now - since - self._allowance.get(uid, 0.0)
             for uid, since in self.state.assumed.items()
             if (pod := self.state.pods.get(uid)) is not None and not pod.bind_landed
         ]

@@ -26,6 +26,7 @@ from ..framework.preemption import NoPreemption, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.scoring import UsageProfiles, score_node, weighted_load
 from ..framework.types import PodInfo
+from ..framework.volume_binding import PodClaims, VolumeError, VolumePlan, pod_claims
 from ..policies.policy import Policy, PolicySet, parse_spec
 from ..usage.cache import MetricsCache, NodeSample
 from .binder import Binder, BindResult
@@ -38,6 +39,7 @@ from .moves import Moves
 from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
+from .volume_binder import VolumeBinder, VolumeBindError
 
 log = logging.getLogger(__name__)
 RESULTS = ("scheduled", "unschedulable", "error")
@@ -90,6 +92,14 @@ class Scheduler:
         self.moves = Moves(self.state, self.preemption.nominated)
         self.preempts = preemption  # DefaultPreemption on (kube-scheduler's default) or off
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
+        # VolumeBinding's Reserve, PreBind and Unreserve; storage changes requeue waiting pods
+        self.volumes = VolumeBinder(
+            binder.transport,
+            self.state.storage,
+            lambda uid: uid in self.state.pods,
+            self.state.nodes.get,
+        )
+        self.state.storage.on_change = self._storage_changed
         # Watch events in (event_handlers.py): the informers call these.
         self.watch = ClusterEvents(
             scheduler_name,
@@ -106,6 +116,11 @@ class Scheduler:
         self.relisted_pods = self.watch.relisted_pods
         self.relisted_nodes = self.watch.relisted_nodes
         self.relisted_namespaces = self.watch.relisted_namespaces
+
+    def _storage_changed(self) -> None:
+        """A claim, volume, class or CSI object changed: pods refused for their volumes may
+        fit now (kube-scheduler's VolumeBinding events)."""
+        self.queue.move_all_to_active()
 
     def _queue_changed(self, where: Where, count: int) -> None:
         gauge = self._pending.get(where)  # in flight is not pending (nor in kube-scheduler)
@@ -198,12 +213,17 @@ class Scheduler:
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):
+            plan = self._reserve_volumes(pod, result.node)
+            if plan is None:
+                return True  # an error: the pod backs off, a task reports it
             self._decision_metrics.observe(result, samples)
             self.state.assume(pod, result.node)
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            self.inflight.start_bind(pod.uid, self._bind(pod, result, started, next(self._decided)))
+            bind = self._bind(pod, result, started, next(self._decided), plan)
+            allowance = self.volumes.timeout if plan else 0.0
+            self.inflight.start_bind(pod.uid, bind, allowance)
             return True
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
@@ -233,6 +253,24 @@ class Scheduler:
             self.inflight.spawn(self._report_unschedulable(pod, message))
             return True
         return False
+
+    def _reserve_volumes(self, pod: PodInfo, node: str) -> VolumePlan | None:
+        """VolumeBinding's Reserve: the claims' plan on the chosen node, assumed (empty when
+        the pod has no claim waiting for the scheduler). None when it failed as
+        kube-scheduler's Reserve can: the pod is retried after backoff, and told why."""
+        if not pod.volumes.claims:
+            return VolumePlan()
+        claims = pod_claims(pod, self.state.storage)
+        try:
+            return self.volumes.reserve(
+                pod, self.state.nodes[node], claims if isinstance(claims, PodClaims) else None
+            )
+        except VolumeError as exc:
+            self._attempts["error"].inc()
+            self.queue.backoff(pod.uid)
+            message = f'running Reserve plugin "VolumeBinding": {exc}'
+            self.inflight.spawn(self._report_unschedulable(pod, message))
+            return None
 
     # --- preemption --------------------------------------------------------------------------
     def post_filter(
@@ -294,11 +332,39 @@ class Scheduler:
         return True
 
     async def _bind(
-        self, pod: PodInfo, decision: Decision, attempt_started: float, sequence: int
+        self,
+        pod: PodInfo,
+        decision: Decision,
+        attempt_started: float,
+        sequence: int,
+        volumes: VolumePlan,
     ) -> None:
         """`attempt_started`: perf_counter at the start of the pod's cycle (the attempt's
-        duration is cycle plus bind, as kube-scheduler's)."""
+        duration is cycle plus bind, as kube-scheduler's). `volumes`: what PreBind must do
+        first (Unreserve undoes its assumptions if the pod is not bound)."""
+        bound = False
+        try:
+            bound = await self._bind_cycle(pod, decision, attempt_started, sequence, volumes)
+        finally:
+            if volumes and not bound:
+                self.volumes.unreserve(volumes)
+
+    async def _bind_cycle(
+        self,
+        pod: PodInfo,
+        decision: Decision,
+        attempt_started: float,
+        sequence: int,
+        volumes: VolumePlan,
+    ) -> bool:
+        """PreBind, Bind and what follows; True when the pod was bound."""
         started = time.perf_counter()
+        if volumes:
+            try:
+                await self.volumes.prebind(pod, decision.node, volumes)
+            except VolumeBindError as exc:
+                await self._prebind_failed(pod, decision, attempt_started, str(exc))
+                return False
         try:
             result = await self.binder.bind(pod, decision.node)
         except Exception:  # Binder.bind classifies errors itself; this is the backstop
@@ -314,7 +380,7 @@ class Scheduler:
                 result.value,
                 extra={"pod": pod.key, "node": decision.node},
             )
-            return
+            return False
         finished = time.perf_counter()
         status = "Success" if result is BindResult.BOUND else "Error"
         self._bind_seconds[status].observe(finished - started)
@@ -357,6 +423,28 @@ class Scheduler:
             self._attempt_seconds["error"].observe(finished - attempt_started)
             self.state.forget(pod.uid)
             self.queue.backoff(pod.uid)
+        return result is BindResult.BOUND
+
+    async def _prebind_failed(
+        self, pod: PodInfo, decision: Decision, attempt_started: float, error: str
+    ) -> None:
+        """kube-scheduler's handleBindingCycleError after PreBind: unreserve (the caller's
+        `finally`), forget the pod, retry it after backoff, and say why."""
+        if not self.inflight.settle(pod.uid):
+            return  # abandoned meanwhile: the reservation was released then
+        log.warning(
+            "binding volumes of %s on %s failed: %s",
+            pod.key,
+            decision.node,
+            error,
+            extra={"pod": pod.key, "node": decision.node},
+        )
+        self._attempts["error"].inc()
+        self._attempt_seconds["error"].observe(time.perf_counter() - attempt_started)
+        self.state.forget(pod.uid)
+        self.queue.backoff(pod.uid)
+        self._reported[pod.uid] = (f'running PreBind plugin "VolumeBinding": {error}', 0.0)
+        await self._report_unschedulable(pod, self._reported[pod.uid][0])
 
     async def _report_unschedulable(self, pod: PodInfo, message: str) -> None:
         await self.binder.event(pod, "Warning", "FailedScheduling", message)

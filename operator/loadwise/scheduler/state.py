@@ -23,6 +23,7 @@ from ..framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from ..framework.view import PodMatcher
 from ..resources import PODS
 from .match_counts import MatchCounts, PlacedTerms
+from .volumes import StorageState
 from .workload_selectors import WorkloadSelectors
 
 # Placements older than this are never estimated (policies allow samples up to an hour old).
@@ -62,6 +63,7 @@ class ClusterState:
         # rebalancing's cool-downs (scheduler/moves.py keeps them): controller UID -> node -> until
         self.moved_off: dict[str, dict[str, float]] = {}
         self.workloads = WorkloadSelectors()  # Service and controller selectors (default spread)
+        self.storage = StorageState()  # claims, volumes, classes, CSI objects (volume plugins)
         # Names of nodes whose own scheduling state changed (node object, pods on it), in
         # order: incremental readers (the score index) re-evaluate only those. A reader keeps
         # its position; after the log restarts (`change_epoch` differs) it starts afresh.
@@ -183,6 +185,12 @@ class ClusterState:
             load.scored[1] -= placed[1]
             load.host_ports.subtract(pod.host_ports)
             self._touch(pod.node_name)
+        if pod.volumes.claims:
+            refs = self.storage.claim_refs
+            refs.subtract(_claim_keys(pod))
+            for key in _claim_keys(pod):
+                if refs[key] <= 0:
+                    refs.pop(key, None)
         self.anti_affinity_pods.discard(uid)
         priorities = self._priorities
         priorities[pod.priority] -= 1
@@ -242,6 +250,8 @@ class ClusterState:
                     load.recent.insert(bisect.bisect(load.recent, entry), entry)
         if pod.host_ports:
             load.host_ports.update(pod.host_ports)
+        if pod.volumes.claims:
+            self.storage.claim_refs.update(_claim_keys(pod))
         if pod.anti_affinity_terms:
             self.anti_affinity_pods.add(pod.uid)
         self._touch(pod.node_name)
@@ -372,6 +382,11 @@ class ClusterState:
             if pod is not None and pod.node_name == node_name and uid not in seen:
                 seen.add(uid)
                 yield pod
+
+
+def _claim_keys(pod: PodInfo) -> list[str]:
+    """The claims of the pod's PVC volumes (kube-scheduler's PodPVCKeys: not ephemeral ones)."""
+    return [f"{pod.namespace}/{name}" for _, name, ephemeral in pod.volumes.claims if not ephemeral]
 
 
 def _shrank(before: Mapping[str, int], after: Mapping[str, int]) -> bool:

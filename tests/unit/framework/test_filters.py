@@ -385,15 +385,6 @@ def test_schedule_anyway_only_scores() -> None:
 
 
 # --- odd input ------------------------------------------------------------------------------------
-def test_unsupported_volumes_get_a_clear_reason() -> None:
-    raw = pod(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
-    result = schedule_one(
-        parse_pod(raw), state_with(manifests.node("n")), DEFAULT_POLICY, {}, 0, random.Random()
-    )
-    assert isinstance(result, Unschedulable)
-    assert "persistentVolumeClaim volumes" in result.message
-
-
 def test_ephemeral_volume_kinds_are_fine() -> None:
     raw = pod(
         volumes=[{"name": "tmp", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}]

@@ -15,10 +15,14 @@ from .node_ports import NodePorts
 from .node_ready import NodeReady
 from .node_unschedulable import NodeUnschedulable
 from .node_valid import NodeValid
+from .node_volume_limits import NodeVolumeLimits
 from .rebalance_cool_down import RebalanceCoolDown
 from .resources_fit import NodeResourcesFit
 from .taint_toleration import PreferNoSchedule, TaintToleration
 from .topology_spread import PodTopologySpread, SpreadPreference
+from .volume_binding import VolumeBinding
+from .volume_restrictions import VolumeRestrictions
+from .volume_zone import VolumeZone
 
 DEFAULT_PLUGINS: tuple[Plugin, ...] = (
     NodeValid(),
@@ -28,6 +32,10 @@ DEFAULT_PLUGINS: tuple[Plugin, ...] = (
     NodeAffinity(),
     NodePorts(),
     NodeResourcesFit(),
+    VolumeRestrictions(),
+    NodeVolumeLimits(),
+    VolumeBinding(),
+    VolumeZone(),
     PodTopologySpread(),
     InterPodAffinity(),
     RebalanceCoolDown(),

@@ -1,0 +1,189 @@
+"""StorageState: claims, volumes, classes and CSI objects fed by their informers, with
+kube-scheduler's assume cache: the PV bindings and claim annotations a pod's Reserve assumed
+are what later cycles see until the API shows a newer version of the object (or the binding
+cycle fails and restores it), so two pods never pick one PV. Implements framework StorageView.
+
+Every change that can make a pod refused for its volumes fit (a claim created or bound, a PV
+added or released, a class, CSINode, CSIDriver or capacity changed) calls `on_change`, which
+the scheduler points at its queue.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..framework.storage import (
+    Claim,
+    StorageCapacity,
+    StorageClass,
+    Volume,
+    parse_capacity,
+    parse_claim,
+    parse_csi_node,
+    parse_storage_class,
+    parse_volume,
+)
+
+OnChange = Callable[[], None]
+
+
+def _name(raw: Mapping[str, Any]) -> str:
+    return str((raw.get("metadata") or {}).get("name") or "")
+
+
+def _key(raw: Mapping[str, Any]) -> str:
+    meta = raw.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+class StorageState:
+    def __init__(self) -> None:
+        self.on_change: OnChange = lambda: None
+        self.claims: dict[str, Claim] = {}  # namespace/name -> as the API shows it
+        self.volumes: dict[str, Volume] = {}
+        self._by_class: dict[str, dict[str, Volume]] = {}
+        self.classes: dict[str, StorageClass] = {}
+        self.csi_nodes: dict[str, dict[str, int | None]] = {}
+        self.drivers: dict[str, tuple[bool, bool]] = {}  # storageCapacity, preventIfMissing
+        self._capacities: dict[str, StorageCapacity] = {}
+        self._capacity_list: tuple[StorageCapacity, ...] = ()
+        # The assume cache: versions our binding cycles wrote or are about to write.
+        self.assumed_volumes: dict[str, Volume] = {}
+        self.assumed_claims: dict[str, Claim] = {}
+        # Placed pods (bound or assumed) per claim they mount (ClusterState keeps it).
+        self.claim_refs: Counter[str] = Counter()
+
+    # --- StorageView -------------------------------------------------------------------------
+    def claim(self, namespace: str, name: str) -> Claim | None:
+        key = f"{namespace}/{name}"
+        return self.assumed_claims.get(key) or self.claims.get(key)
+
+    def volume(self, name: str) -> Volume | None:
+        return self.assumed_volumes.get(name) or self.volumes.get(name)
+
+    def volumes_of_class(self, class_name: str) -> Sequence[Volume]:
+        of_class = self._by_class.get(class_name)
+        if not of_class:
+            return ()
+        assumed = self.assumed_volumes
+        if not assumed:
+            return list(of_class.values())
+        return [assumed.get(name, volume) for name, volume in of_class.items()]
+
+    def storage_class(self, name: str) -> StorageClass | None:
+        return self.classes.get(name)
+
+    def csi_node(self, node_name: str) -> Mapping[str, int | None] | None:
+        return self.csi_nodes.get(node_name)
+
+    def driver_publishes_capacity(self, driver: str) -> bool:
+        return self.drivers.get(driver, (False, False))[0]
+
+    def driver_required_on_node(self, driver: str) -> bool:
+        return self.drivers.get(driver, (False, False))[1]
+
+    def capacities(self) -> Sequence[StorageCapacity]:
+        return self._capacity_list
+
+    def claim_users(self, key: str) -> int:
+        return self.claim_refs.get(key, 0)
+
+    # --- the assume cache --------------------------------------------------------------------
+    def assume_volume(self, volume: Volume) -> None:
+        self.assumed_volumes[volume.name] = volume
+
+    def assume_claim(self, claim: Claim) -> None:
+        self.assumed_claims[claim.key] = claim
+
+    def restore_volume(self, name: str) -> None:
+        self.assumed_volumes.pop(name, None)
+
+    def restore_claim(self, key: str) -> None:
+        self.assumed_claims.pop(key, None)
+
+    # --- informers ---------------------------------------------------------------------------
+    def on_claim_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        key = _key(raw)
+        self.assumed_claims.pop(key, None)  # any event is newer than what was assumed
+        if event_type == "DELETED":
+            self.claims.pop(key, None)
+        else:
+            self.claims[key] = parse_claim(raw)
+        self.on_change()
+
+    def relisted_claims(self, keys: set[str]) -> None:
+        for key in set(self.claims) - keys:
+            del self.claims[key]
+            self.assumed_claims.pop(key, None)
+
+    def on_volume_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        name = _name(raw)
+        self.assumed_volumes.pop(name, None)
+        old = self.volumes.pop(name, None)
+        if old is not None:
+            self._by_class.get(old.class_name, {}).pop(name, None)
+        if event_type != "DELETED":
+            volume = self.volumes[name] = parse_volume(raw)
+            self._by_class.setdefault(volume.class_name, {})[name] = volume
+        self.on_change()
+
+    def relisted_volumes(self, names: set[str]) -> None:
+        for name in set(self.volumes) - names:
+            self.on_volume_event("DELETED", {"metadata": {"name": name}})
+
+    def on_class_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        name = _name(raw)
+        if event_type == "DELETED":
+            self.classes.pop(name, None)
+        else:
+            self.classes[name] = parse_storage_class(raw)
+            self.on_change()
+
+    def relisted_classes(self, names: set[str]) -> None:
+        for name in set(self.classes) - names:
+            del self.classes[name]
+
+    def on_csi_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        name = _name(raw)
+        if event_type == "DELETED":
+            self.csi_nodes.pop(name, None)
+        else:
+            self.csi_nodes[name] = parse_csi_node(raw)
+        self.on_change()
+
+    def relisted_csi_nodes(self, names: set[str]) -> None:
+        for name in set(self.csi_nodes) - names:
+            del self.csi_nodes[name]
+
+    def on_driver_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        name = _name(raw)
+        if event_type == "DELETED":
+            self.drivers.pop(name, None)
+        else:
+            spec = raw.get("spec") or {}
+            self.drivers[name] = (
+                spec.get("storageCapacity") is True,
+                spec.get("preventPodSchedulingIfMissing") is True,
+            )
+        self.on_change()
+
+    def relisted_drivers(self, names: set[str]) -> None:
+        for name in set(self.drivers) - names:
+            del self.drivers[name]
+
+    def on_capacity_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        key = _key(raw)
+        if event_type == "DELETED":
+            self._capacities.pop(key, None)
+        else:
+            self._capacities[key] = parse_capacity(raw)
+        self._capacity_list = tuple(self._capacities.values())
+        if event_type != "DELETED":
+            self.on_change()
+
+    def relisted_capacities(self, keys: set[str]) -> None:
+        for key in set(self._capacities) - keys:
+            del self._capacities[key]
+        self._capacity_list = tuple(self._capacities.values())

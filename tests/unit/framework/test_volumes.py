@@ -1,0 +1,403 @@
+"""The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone) against
+hand-made claims, volumes and classes, with kube-scheduler's verdicts and wording (read in the
+pinned release's pkg/scheduler/framework/plugins)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
+from loadwise.framework.index import ScoreIndex
+from loadwise.framework.preemption import preempt
+from loadwise.framework.profile import DEFAULT_PROFILE
+from loadwise.framework.types import parse_pod
+from loadwise.framework.volume_binding import pod_claims
+from loadwise.policies.policy import DEFAULT_POLICY
+from loadwise.scheduler.state import ClusterState
+from loadwise_dev import manifests
+
+from ...helpers import state_with
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+_uid = iter(range(10**9))
+
+
+def node(name: str, zone: str = "") -> dict[str, Any]:
+    raw = manifests.node(name)
+    raw["metadata"].setdefault("labels", {})[HOST] = name
+    if zone:
+        raw["metadata"]["labels"][ZONE] = zone
+    return raw
+
+
+def pod(name: str = "p", *claims: str, ephemeral: str = "", **spec: Any) -> dict[str, Any]:
+    raw = manifests.pod(name, namespace="ns")
+    raw["metadata"]["uid"] = f"u{next(_uid)}"
+    volumes = [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims]
+    if ephemeral:
+        volumes.append({"name": ephemeral, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+    raw["spec"]["volumes"] = volumes
+    raw["spec"].update(spec)
+    return raw
+
+
+def claim(
+    name: str,
+    cls: str | None = "local",
+    size: str = "1Gi",
+    volume: str = "",
+    modes: tuple[str, ...] = ("ReadWriteOnce",),
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": list(modes),
+        "resources": {"requests": {"storage": size}},
+    }
+    if cls is not None:
+        spec["storageClassName"] = cls
+    if volume:
+        spec["volumeName"] = volume
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"c-{name}"}
+    meta["resourceVersion"] = "1"
+    meta["annotations"] = dict(annotations or {})
+    if volume:
+        meta["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Bound" if volume else "Pending"}}
+
+
+def local_pv(
+    name: str, on: str, size: str = "10Gi", cls: str = "local", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"v-{name}",
+            "resourceVersion": "1",
+            "labels": labels or {},
+        },
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": cls,
+            "local": {"path": f"/mnt/{name}"},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": HOST, "operator": "In", "values": [on]}]}
+                    ]
+                }
+            },
+        },
+        "status": {"phase": "Available"},
+    }
+
+
+def storage_class(name: str = "local", mode: str = "WaitForFirstConsumer", **extra: Any) -> Any:
+    return {
+        "metadata": {"name": name},
+        "provisioner": extra.pop("provisioner", "kubernetes.io/no-provisioner"),
+        "volumeBindingMode": mode,
+        **extra,
+    }
+
+
+def cluster(*objects: dict[str, Any], nodes: tuple[str, ...] = ("a", "b", "c")) -> ClusterState:
+    state = state_with(*(node(n) for n in nodes))
+    storage = state.storage
+    for obj in objects:
+        if "provisioner" in obj:
+            storage.on_class_event("ADDED", obj)
+        elif "claimRef" in obj.get("spec", {}) or "capacity" in obj.get("spec", {}):
+            storage.on_volume_event("ADDED", obj)
+        else:
+            storage.on_claim_event("ADDED", obj)
+    return state
+
+
+def decide(state: ClusterState, raw: dict[str, Any]) -> Decision | Unschedulable:
+    return schedule_one(parse_pod(raw), state, DEFAULT_POLICY, {}, 0.0, random.Random(0))
+
+
+def feasible(state: ClusterState, raw: dict[str, Any]) -> set[str]:
+    from loadwise.framework.context import CycleContext
+    from loadwise.framework.cycle import refusal
+
+    ctx = CycleContext(parse_pod(raw), state, DEFAULT_POLICY)
+    return {
+        n.name for n in state.nodes.values() if refusal(ctx, n, DEFAULT_PROFILE.filters) is None
+    }
+
+
+# --- VolumeBinding: PreFilter --------------------------------------------------------------------
+def test_a_missing_claim_is_refused_at_prefilter_in_kube_schedulers_words() -> None:
+    result = decide(cluster(storage_class()), pod("p", "data"))
+    assert isinstance(result, Unschedulable)
+    assert result.message == '0/3 nodes are available: persistentvolumeclaim "data" not found.'
+
+
+def test_an_ephemeral_claim_not_created_yet_waits_for_its_controller() -> None:
+    result = decide(cluster(storage_class()), pod("p", ephemeral="scratch"))
+    assert isinstance(result, Unschedulable)
+    assert "waiting for ephemeral volume controller to create the persistentvolumeclaim" in (
+        result.message
+    )
+    assert '"p-scratch"' in result.message
+
+
+def test_an_ephemeral_claim_of_another_pod_is_refused() -> None:
+    state = cluster(storage_class(), local_pv("pv-a", "a"), claim("p-scratch"))
+    result = decide(state, pod("p", ephemeral="scratch"))
+    assert isinstance(result, Unschedulable)
+    assert "PVC ns/p-scratch was not created for pod ns/p (pod is not owner)" in result.message
+
+
+def test_an_ephemeral_claim_owned_by_the_pod_is_bound_like_any_claim() -> None:
+    raw = pod("p", ephemeral="scratch")
+    owned = claim("p-scratch")
+    owned["metadata"]["ownerReferences"] = [
+        {"kind": "Pod", "name": "p", "uid": raw["metadata"]["uid"], "controller": True}
+    ]
+    state = cluster(storage_class(), local_pv("pv-b", "b"), owned)
+    result = decide(state, raw)
+    assert isinstance(result, Decision) and result.node == "b"
+
+
+def test_an_unbound_immediate_claim_waits_for_the_pv_controller() -> None:
+    state = cluster(storage_class("fast", "Immediate"), claim("data", "fast"))
+    result = decide(state, pod("p", "data"))
+    assert isinstance(result, Unschedulable)
+    assert result.message == (
+        "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+    )
+
+
+def test_a_claim_of_a_class_that_does_not_exist_counts_as_immediate() -> None:
+    result = decide(cluster(claim("data", "nope")), pod("p", "data"))
+    assert isinstance(result, Unschedulable)
+    assert "pod has unbound immediate PersistentVolumeClaims" in result.message
+
+
+def test_claims_being_deleted_or_lost_are_refused() -> None:
+    going = claim("data")
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    result = decide(cluster(storage_class(), going), pod("p", "data"))
+    assert isinstance(result, Unschedulable)
+    assert 'persistentvolumeclaim "data" is being deleted' in result.message
+    lost = claim("data", volume="gone")
+    lost["status"]["phase"] = "Lost"
+    result = decide(cluster(storage_class(), lost), pod("p", "data"))
+    assert isinstance(result, Unschedulable)
+    assert 'bound to non-existent persistentvolume "gone"' in result.message
+
+
+# --- VolumeBinding: Filter -----------------------------------------------------------------------
+def test_a_bound_local_volume_pins_the_pod_to_its_node() -> None:
+    pv = local_pv("pv-c", "c")
+    pv["spec"]["claimRef"] = {"namespace": "ns", "name": "data", "uid": "c-data"}
+    pv["status"]["phase"] = "Bound"
+    state = cluster(storage_class(), pv, claim("data", volume="pv-c"))
+    assert feasible(state, pod("p", "data")) == {"c"}
+    result = decide(state, pod("p", "data"))
+    assert isinstance(result, Decision) and result.node == "c"
+
+
+def test_a_bound_claim_whose_volume_affinity_fits_no_node() -> None:
+    pv = local_pv("pv-x", "x")
+    pv["spec"]["claimRef"] = {"namespace": "ns", "name": "data", "uid": "c-data"}
+    state = cluster(storage_class(), pv, claim("data", volume="pv-x"))
+    result = decide(state, pod("p", "data"))
+    assert isinstance(result, Unschedulable)
+    assert result.message == (
+        "0/3 nodes are available: 3 node(s) didn't match PersistentVolume's node affinity."
+    )
+
+
+def test_an_unbound_wait_for_first_consumer_claim_goes_where_a_volume_fits() -> None:
+    state = cluster(
+        storage_class(),
+        local_pv("small", "a", "1Gi"),
+        local_pv("big", "b", "100Gi"),
+        claim("d", size="5Gi"),
+    )
+    assert feasible(state, pod("p", "d")) == {"b"}
+    none_fit = cluster(storage_class(), local_pv("small", "a", "1Gi"), claim("d", size="5Gi"))
+    result = decide(none_fit, pod("p", "d"))
+    assert isinstance(result, Unschedulable)
+    assert result.message == (
+        "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."
+    )
+
+
+def test_the_smallest_fitting_volume_is_chosen_and_pre_bound_volumes_first() -> None:
+    from loadwise.framework.volume_binding import PodClaims, find_pod_volumes
+
+    state = cluster(
+        storage_class(),
+        local_pv("v10", "a", "10Gi"),
+        local_pv("v2", "a", "2Gi"),
+        local_pv("v5", "a", "5Gi"),
+        claim("d", size="1Gi"),
+        claim("e", size="3Gi"),
+    )
+    parsed = parse_pod(pod("p", "d", "e"))
+    claims = pod_claims(parsed, state.storage)
+    assert isinstance(claims, PodClaims)
+    plan = find_pod_volumes(parsed, claims, state.nodes["a"], state.storage)
+    assert not isinstance(plan, list)
+    assert sorted((v.name, c.name) for v, c in plan.bind) == [("v2", "d"), ("v5", "e")]
+
+
+def test_a_dynamic_class_provisions_where_its_topology_and_capacity_allow() -> None:
+    cls = storage_class(
+        "dyn",
+        provisioner="csi.example",
+        allowedTopologies=[{"matchLabelExpressions": [{"key": HOST, "values": ["a", "b"]}]}],
+    )
+    state = cluster(cls, claim("d", "dyn", size="5Gi"))
+    assert feasible(state, pod("p", "d")) == {"a", "b"}
+    state.storage.on_driver_event(
+        "ADDED", {"metadata": {"name": "csi.example"}, "spec": {"storageCapacity": True}}
+    )
+    capacity = {
+        "metadata": {"name": "cap-a", "namespace": "kube-system"},
+        "storageClassName": "dyn",
+        "capacity": "10Gi",
+        "nodeTopology": {"matchLabels": {HOST: "a"}},
+    }
+    state.storage.on_capacity_event("ADDED", capacity)
+    assert feasible(state, pod("p", "d")) == {"a"}
+    result = decide(
+        state,
+        pod(
+            "p",
+            "d",
+        ),
+    )
+    assert isinstance(result, Decision) and result.node == "a"
+
+
+def test_no_provisioner_and_no_volume_means_no_node() -> None:
+    state = cluster(storage_class(), claim("d"))
+    result = decide(state, pod("p", "d"))
+    assert isinstance(result, Unschedulable)
+    assert "3 node(s) didn't find available persistent volumes to bind" in result.message
+
+
+def test_a_claim_already_selected_for_a_node_goes_there() -> None:
+    state = cluster(
+        storage_class("dyn", provisioner="csi.example"),
+        claim("d", "dyn", annotations={"volume.kubernetes.io/selected-node": "b"}),
+    )
+    assert feasible(state, pod("p", "d")) == {"b"}
+
+
+def test_a_bound_claim_whose_volume_is_missing() -> None:
+    state = cluster(storage_class(), claim("data", volume="pv-gone"))
+    result = decide(state, pod("p", "data"))
+    assert isinstance(result, Unschedulable)
+    # VolumeZone's PreFilter looks the PV up before any Filter runs
+    assert result.message == '0/3 nodes are available: persistentvolume "pv-gone" not found.'
+
+
+# --- VolumeZone, VolumeRestrictions, NodeVolumeLimits ----------------------------------------------
+def test_a_volume_in_one_zone_keeps_the_pod_in_that_zone() -> None:
+    pv = local_pv("pv", "nowhere", labels={ZONE: "z1"})
+    del pv["spec"]["nodeAffinity"]
+    pv["spec"]["claimRef"] = {"namespace": "ns", "name": "data", "uid": "c-data"}
+    state = state_with(node("a", "z1"), node("b", "z2"), node("c"))
+    state.storage.on_class_event("ADDED", storage_class())
+    state.storage.on_volume_event("ADDED", pv)
+    state.storage.on_claim_event("ADDED", claim("data", volume="pv"))
+    assert feasible(state, pod("p", "data")) == {"a", "c"}  # c has no zone label at all
+
+
+def test_a_read_write_once_pod_claim_in_use_refuses_every_node() -> None:
+    pv = local_pv("pv", "a")
+    pv["spec"]["claimRef"] = {"namespace": "ns", "name": "data", "uid": "c-data"}
+    state = cluster(storage_class(), pv, claim("data", volume="pv", modes=("ReadWriteOncePod",)))
+    first = pod("first", "data")
+    first["spec"]["nodeName"] = "a"
+    state.observe_bound(parse_pod(first, placed=True), terminal=False)
+    result = decide(state, pod("second", "data"))
+    assert isinstance(result, Unschedulable)
+    assert result.reasons == {
+        "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
+        "already in-use by another pod": 3
+    }
+    state.remove_pod(first["metadata"]["uid"])
+    assert feasible(state, pod("second", "data")) == {"a"}
+
+
+def test_two_pods_may_not_share_a_writable_in_tree_disk_on_a_node() -> None:
+    disk = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1"}}
+    state = cluster(storage_class())
+    first = pod("first", volumes=[disk])
+    first["spec"]["nodeName"] = "a"
+    state.observe_bound(parse_pod(first, placed=True), terminal=False)
+    assert feasible(state, pod("second", volumes=[disk])) == {"b", "c"}
+    read_only = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1", "readOnly": True}}
+    assert feasible(state, pod("ro", volumes=[read_only])) == {"b", "c"}  # theirs is writable
+
+
+def test_csi_volume_limits_count_the_volumes_already_on_the_node() -> None:
+    cls = storage_class("csi", provisioner="csi.example")
+    state = cluster(cls)
+    for n in ("a", "b", "c"):
+        state.storage.on_csi_node_event(
+            "ADDED",
+            {
+                "metadata": {"name": n},
+                "spec": {"drivers": [{"name": "csi.example", "allocatable": {"count": 1}}]},
+            },
+        )
+    pv = {
+        "metadata": {"name": "pv1", "resourceVersion": "1"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "storageClassName": "csi",
+            "csi": {"driver": "csi.example", "volumeHandle": "h1"},
+            "claimRef": {"namespace": "ns", "name": "used", "uid": "c-used"},
+        },
+        "status": {"phase": "Bound"},
+    }
+    state.storage.on_volume_event("ADDED", pv)
+    state.storage.on_claim_event("ADDED", claim("used", "csi", volume="pv1"))
+    state.storage.on_claim_event("ADDED", claim("new", "csi"))
+    holder = pod("holder", "used")
+    holder["spec"]["nodeName"] = "a"
+    state.observe_bound(parse_pod(holder, placed=True), terminal=False)
+    verdicts = {}
+    from loadwise.framework.context import CycleContext
+    from loadwise.framework.cycle import refusal
+
+    ctx = CycleContext(parse_pod(pod("p", "new")), state, DEFAULT_POLICY)
+    for name, n in state.nodes.items():
+        failed = refusal(ctx, n, DEFAULT_PROFILE.filters)
+        verdicts[name] = failed[1] if failed else None
+    assert verdicts == {"a": ["node(s) exceed max volume count"], "b": None, "c": None}
+    # the same volume again (a second pod of the claim) needs no new attachment
+    assert feasible(state, pod("again", "used")) >= {"a"}
+
+
+# --- the scheduler's paths agree ------------------------------------------------------------------
+def test_the_score_index_and_the_full_cycle_agree_on_volume_pods() -> None:
+    state = cluster(
+        storage_class(), local_pv("v-b", "b"), local_pv("v-c", "c"), claim("d"), claim("e")
+    )
+    index = ScoreIndex()
+    for name in ("d", "e"):
+        raw = pod(f"p-{name}", name)
+        full = decide(state, raw)
+        fast = index.schedule(parse_pod(raw), state, DEFAULT_POLICY, {}, 0.0, random.Random(0))
+        assert isinstance(full, Decision) and isinstance(fast, Decision)
+        assert full.node in {"b", "c"} and fast.node in {"b", "c"}
+
+
+def test_preemption_does_not_help_a_pod_refused_at_prefilter() -> None:
+    state = cluster(storage_class())
+    outcome = preempt(
+        parse_pod(pod("p", "missing")), state, DEFAULT_PROFILE.filters, [], {}, random.Random(0)
+    )
+    assert outcome.message == "0/3 nodes are available: 3 Preemption is not helpful for scheduling."
