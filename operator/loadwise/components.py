@@ -167,6 +167,7 @@ def new_scheduler(
         bind_concurrency=config.bind_concurrency,
         failure_event_interval=config.failure_event_interval,
         state=state,
+        volume_bind_timeout=config.volume_bind_timeout,
         preemption=config.preemption,
     )
 

@@ -160,6 +160,13 @@ class Config(BaseModel):
         1.0, gt=0, description="seconds before a pod whose bind failed is retried (doubling)"
     )
     max_backoff: float = Field(10.0, gt=0, description="longest retry backoff, seconds")
+    volume_bind_timeout: float = Field(
+        600.0,
+        gt=0,
+        le=3600,
+        description="seconds PreBind waits for a pod's claims to be bound (by the PV controller "
+        "or a provisioner) before the pod is retried (kube-scheduler's bindTimeoutSeconds)",
+    )
     unschedulable_timeout: float = Field(
         60.0,
         gt=0,

@@ -58,6 +58,7 @@ class Scheduler:
         state: ClusterState | None = None,
         profile: Profile = DEFAULT_PROFILE,
         preemption: bool = True,
+        volume_bind_timeout: float = 600.0,
     ) -> None:
         self.profile = profile
         self.name = scheduler_name
@@ -98,6 +99,7 @@ class Scheduler:
             self.state.storage,
             lambda uid: uid in self.state.pods,
             self.state.nodes.get,
+            volume_bind_timeout,
         )
         self.state.storage.on_change = self._storage_changed
         # Watch events in (event_handlers.py): the informers call these.

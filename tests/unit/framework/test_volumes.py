@@ -301,7 +301,7 @@ def test_a_bound_claim_whose_volume_is_missing() -> None:
     assert result.message == '0/3 nodes are available: persistentvolume "pv-gone" not found.'
 
 
-# --- VolumeZone, VolumeRestrictions, NodeVolumeLimits ----------------------------------------------
+# --- VolumeZone, VolumeRestrictions, NodeVolumeLimits ---------------------------------------
 def test_a_volume_in_one_zone_keeps_the_pod_in_that_zone() -> None:
     pv = local_pv("pv", "nowhere", labels={ZONE: "z1"})
     del pv["spec"]["nodeAffinity"]
