@@ -62,7 +62,9 @@ async def test_odd_pods_get_clear_events_and_others_still_schedule(
             == "0/1 nodes are available: 1 node(s) didn't match pod affinity rules."
         )
         pvc = await wait_event(kube, ns, "with-pvc", "FailedScheduling")
-        assert "persistentVolumeClaim volumes" in pvc["message"]
+        assert pvc["message"].startswith(
+            '0/1 nodes are available: persistentvolumeclaim "data" not found.'
+        )
         huge = await wait_event(kube, ns, "huge", "FailedScheduling")
         assert huge["message"] == "0/1 nodes are available: 1 Insufficient cpu."
 
