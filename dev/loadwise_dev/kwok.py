@@ -58,6 +58,9 @@ SELECTOR = f"{ANNOTATION}=fake"
 USAGE_CPU = "kwok.x-k8s.io/usage-cpu"  # a pod's simulated use (metrics=True)
 USAGE_MEMORY = "kwok.x-k8s.io/usage-memory"
 METRICS_PATH = "metrics.k8s.io/resource-metrics-path"  # where metrics-server scrapes a node
+# A Stage of ours beside the module's: KWOK completes only a Job's pods, and local-path
+# provisioner's helper pods (local_path.py) must complete for a claim to be provisioned.
+HELPER_POD_STAGE = Path(__file__).with_name("kwok-helper-pod-complete.yaml")
 POD_CIDR = "127.64.0.1/16"  # fake pod IPs: loopback, never a private range
 
 
@@ -197,6 +200,7 @@ class Kwok:
                 str(here / "kwok"),
                 f"--kubeconfig={self.cp.kubeconfig}",
                 f"--config={here / 'stages.yaml'}",
+                f"--config={HELPER_POD_STAGE}",
                 f"--manage-nodes-with-annotation-selector={SELECTOR}",
                 f"--cidr={POD_CIDR}",
                 "--node-ip=127.0.0.1",

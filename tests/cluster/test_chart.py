@@ -56,6 +56,16 @@ EXPECTED_RULES = [
     },
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims", "persistentvolumes"],
+        "verbs": ["list", "watch", "patch"],
+    },
+    {
+        "apiGroups": ["storage.k8s.io"],
+        "resources": ["storageclasses", "csinodes", "csidrivers", "csistoragecapacities"],
+        "verbs": ["list", "watch"],
+    },
     {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
@@ -403,3 +413,123 @@ async def test_helm_uninstall_returns_while_the_operator_is_down(
         await helm(
             local_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", check=False
         )
+
+
+async def test_a_labelled_namespace_is_scheduled_by_loadwise_with_the_charts_rights(
+    kube: Kube, local_cluster: LocalCluster, clean: None, tmp_path: Path
+) -> None:
+    """namespaceOptIn: the chart's MutatingAdmissionPolicy hands a labelled namespace's pods,
+    a Deployment's and a StatefulSet's with claims, to loadwise, which binds their claims and
+    pods with the chart's rights; an unlabelled namespace's pods and pods naming another
+    scheduler are left alone; turning the value off removes the policy."""
+    from .test_volumes import LOCAL, local_pv
+
+    await local_cluster.add_node(kube, "n1")
+    await local_cluster.add_node(kube, "n2")
+    with contextlib.suppress(KubeError):
+        await kube.create(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": LOCAL},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        )
+    for name, node in (("opt-pv-1", "n1"), ("opt-pv-2", "n2")):
+        await kube.create("/api/v1/persistentvolumes", local_pv(name, node))
+    await install(local_cluster, "namespaceOptIn.enabled=true")
+    opted, other = "opted-in", "not-opted-in"
+    try:
+        await kube.create(
+            "/api/v1/namespaces",
+            {"metadata": {"name": opted, "labels": {"loadwise.io/scheduler": "enabled"}}},
+        )
+        await kube.create("/api/v1/namespaces", {"metadata": {"name": other}})
+        config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path)
+        async with running_operator(config, sa_kubeconfig):
+            web = manifests.pod("x", namespace=opted, scheduler_name="default-scheduler")
+            template = {"metadata": {"labels": {"app": "web"}}, "spec": web["spec"]}
+            await kube.create(
+                f"/apis/apps/v1/namespaces/{opted}/deployments",
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": "web"},
+                    "spec": {
+                        "replicas": 2,
+                        "selector": {"matchLabels": {"app": "web"}},
+                        "template": template,
+                    },
+                },
+            )
+            pod_spec = manifests.pod("x", namespace=opted, scheduler_name="default-scheduler")
+            pod_spec["spec"]["containers"][0]["volumeMounts"] = [
+                {"name": "data", "mountPath": "/d"}
+            ]
+            db = {"metadata": {"labels": {"app": "db"}}, "spec": pod_spec["spec"]}
+            claim_template = {
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": LOCAL,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+            await kube.create(
+                f"/apis/apps/v1/namespaces/{opted}/statefulsets",
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "metadata": {"name": "db"},
+                    "spec": {
+                        "replicas": 2,
+                        "podManagementPolicy": "Parallel",
+                        "serviceName": "db",
+                        "selector": {"matchLabels": {"app": "db"}},
+                        "template": db,
+                        "volumeClaimTemplates": [claim_template],
+                    },
+                },
+            )
+            elsewhere = manifests.pod("kept", namespace=other, scheduler_name="default-scheduler")
+            await kube.create(f"/api/v1/namespaces/{other}/pods", elsewhere)
+            named = manifests.pod("named", namespace=opted, scheduler_name="someone-else")
+            await kube.create(f"/api/v1/namespaces/{opted}/pods", named)
+
+            async def placed() -> list[Any] | None:
+                pods = await kube.list(f"/api/v1/namespaces/{opted}/pods")
+                ours = [p for p in pods if p["metadata"]["name"] != "named"]
+                done = len(ours) == 4 and all(p["spec"].get("nodeName") for p in ours)
+                return ours if done else None
+
+            pods = await wait_for(placed, 60, what="the opted-in namespace's pods placed")
+            assert {p["spec"]["schedulerName"] for p in pods} == {"loadwise-scheduler"}
+            claims = await kube.list(f"/api/v1/namespaces/{opted}/persistentvolumeclaims")
+            assert {c["status"]["phase"] for c in claims} == {"Bound"}
+            by_pod = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+            volumes = {c["metadata"]["name"]: c["spec"]["volumeName"] for c in claims}
+            for ordinal in (0, 1):  # each StatefulSet pod sits on its own volume's node
+                pv = volumes[f"data-db-{ordinal}"]
+                assert by_pod[f"db-{ordinal}"] == {"opt-pv-1": "n1", "opt-pv-2": "n2"}[pv]
+            kept = await kube.get(f"/api/v1/namespaces/{other}/pods/kept")
+            assert kept["spec"]["schedulerName"] == "default-scheduler"
+            named_now = await kube.get(f"/api/v1/namespaces/{opted}/pods/named")
+            assert named_now["spec"]["schedulerName"] == "someone-else"
+
+        policies = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"
+        assert await kube.exists(f"{policies}/{RELEASE}-loadwise-namespace-opt-in")
+        await helm(
+            local_cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE,
+            "--reuse-values", "--set", "namespaceOptIn.enabled=false",
+        )  # fmt: skip
+        assert not await kube.exists(f"{policies}/{RELEASE}-loadwise-namespace-opt-in")
+    finally:
+        for name in (opted, other):
+            with contextlib.suppress(KubeError):
+                await kube.delete(f"/api/v1/namespaces/{name}")
+        await helm(local_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)
+        for name in ("opt-pv-1", "opt-pv-2"):
+            with contextlib.suppress(KubeError):
+                await kube.delete(f"/api/v1/persistentvolumes/{name}")

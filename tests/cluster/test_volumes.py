@@ -251,3 +251,72 @@ async def test_a_failed_provisioning_is_retried_and_a_successful_one_binds(
         await kube.create(PVS, pv)
         assert (await wait_bound(kube, ns, ["app"], timeout=60))["app"] == node
         assert await wait_claim_bound(kube, ns, "dyn") == "pv-dyn"
+
+
+async def test_a_statefulset_gets_volumes_from_a_real_provisioner_where_loadwise_puts_it(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    """Rancher's local-path-provisioner (a process here; its helper pods completed by KWOK):
+    each replica's claim is provisioned on the node loadwise chose, the cooler one first, and a
+    replica deleted comes back to its volume's node."""
+    from loadwise_dev.local_path import STORAGE_CLASS, LocalPath
+
+    provisioner = await LocalPath(local_cluster.cp).start(kube)
+    try:
+        await local_cluster.add_node(kube, "kw-cool", cpu_usage=0.1)
+        await local_cluster.add_node(kube, "kw-warm", cpu_usage=0.5)
+        await local_cluster.wait_metrics({"kw-cool": 0.1, "kw-warm": 0.5})
+        async with operator() as runtime:
+            await wait_operator_metrics(runtime, {"kw-cool": 0.1, "kw-warm": 0.5})
+            template = manifests.pod("x", namespace=ns)
+            template["spec"]["containers"][0]["volumeMounts"] = [
+                {"name": "data", "mountPath": "/data"}
+            ]
+            claim_template = claim("data", ns, STORAGE_CLASS)
+            del claim_template["apiVersion"], claim_template["kind"]
+            claim_template["metadata"] = {"name": "data"}
+            await kube.create(
+                f"/apis/apps/v1/namespaces/{ns}/statefulsets",
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "metadata": {"name": "db"},
+                    "spec": {
+                        "replicas": 1,
+                        "serviceName": "db",
+                        "selector": {"matchLabels": {"app": "db"}},
+                        "template": {
+                            "metadata": {"labels": {"app": "db"}},
+                            "spec": template["spec"],
+                        },
+                        "volumeClaimTemplates": [claim_template],
+                    },
+                },
+            )
+            assert (await wait_bound(kube, ns, ["db-0"], timeout=60))["db-0"] == "kw-cool"
+            volume = await wait_claim_bound(kube, ns, "data-db-0")
+            pv = await kube.get(f"{PVS}/{volume}")
+            terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+            assert terms[0]["matchExpressions"][0]["values"] == ["kw-cool"]
+            assert pv["spec"]["hostPath"]["path"].startswith(str(provisioner.volumes))
+            assert pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == (
+                "rancher.io/local-path"
+            )
+            # The cool node turns hot: the replica re-created still goes back to its volume.
+            assert local_cluster.usage is not None
+            await local_cluster.usage.set_background(kube, "kw-cool", 0.95, 0.0)
+            await local_cluster.wait_metrics({"kw-cool": 0.95})
+            await wait_operator_metrics(runtime, {"kw-cool": 0.95})
+            uid = (await kube.get(f"/api/v1/namespaces/{ns}/pods/db-0"))["metadata"]["uid"]
+            await kube.delete_pod_now(ns, "db-0")
+
+            async def recreated() -> str | None:
+                with contextlib.suppress(KubeError):
+                    got = await kube.get(f"/api/v1/namespaces/{ns}/pods/db-0")
+                    if got["metadata"]["uid"] != uid and got["spec"].get("nodeName"):
+                        return str(got["spec"]["nodeName"])
+                return None
+
+            assert await wait_for(recreated, 60, what="db-0 re-created and bound") == "kw-cool"
+    finally:
+        provisioner.stop()

@@ -44,6 +44,7 @@ from typing import Any
 
 from .. import manifests
 from ..kube import Kube, KubeError
+from . import differential_volumes as volumes
 
 NS, NS_B = "diff", "diff-b"
 ZONE = "topology.kubernetes.io/zone"
@@ -60,6 +61,7 @@ RESOURCE_STREAM = 0x2837  # pod-level resources (KEP-2837): a stream of their ow
 # scenarios of a seed stay what they were before the generator made them
 RESIZE_STREAM = 0x1287  # in-place resizes of placed pods (KEP-1287), likewise
 NOMINATION_STREAM = 0x5278  # nominations set by another component (KEP-5278), likewise
+VOLUME_SHARE = 0.5  # scenarios with storage (differential_volumes.py), and pods with volumes
 GATE = "loadwise.io/differential-gate"  # holds a pod while its nomination is written
 TOLERATIONS = [
     {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
@@ -434,6 +436,9 @@ class Report:
     held: int = 0  # scenarios with a pod nominated by another component, held (KEP-5278)
     nominated: int = 0  # incoming pods nominated by another component (KEP-5278)
     nominated_elsewhere: int = 0  # ... that loadwise placed on another node (it did not fit)
+    volume_scenarios: int = 0  # scenarios with storage (differential_volumes.py)
+    with_volumes: int = 0  # incoming pods with claims or ephemeral volumes
+    volumes_placed: int = 0  # ... that loadwise placed (their claims bound)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -454,6 +459,9 @@ class Report:
             "scenarios_holding_a_nominated_pod": self.held,
             "pods_nominated_by_another_component": self.nominated,
             "nominated_pods_placed_elsewhere": self.nominated_elsewhere,
+            "volume_scenarios": self.volume_scenarios,
+            "pods_with_volumes": self.with_volumes,
+            "pods_with_volumes_placed": self.volumes_placed,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -476,10 +484,22 @@ async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str 
             raise
         if pod["spec"].get("nodeName"):
             return str(pod["spec"]["nodeName"])
-        if manifests.marked_unschedulable(pod):
+        if manifests.marked_unschedulable(pod) and not _waits_for_ephemeral_claim(pod):
             return None
         await asyncio.sleep(0.02)
     raise TimeoutError(f"{ns}/{name} neither bound nor marked Unschedulable in {timeout}s")
+
+
+def _waits_for_ephemeral_claim(pod: dict[str, Any]) -> bool:
+    """Refused only until the ephemeral-volume controller makes the pod's claim (both
+    schedulers say so at first, and place it once the claim exists): no verdict yet. A verdict
+    read then, and the pod deleted, raced the scheduler's next attempt, whose PreBind could
+    bind a volume of one world and not of its twin."""
+    return any(
+        c.get("type") == "PodScheduled"
+        and "waiting for ephemeral volume controller" in str(c.get("message"))
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
 
 
 async def reset(kube: Kube) -> None:
@@ -497,6 +517,7 @@ async def reset(kube: Kube) -> None:
                 await kube.delete(f"/api/v1/namespaces/{ns}/services/{svc['metadata']['name']}")
         with contextlib.suppress(KubeError):
             await kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
+    await volumes.reset(kube, (NS, NS_B))
     for node in await kube.list("/api/v1/nodes"):
         await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
 
@@ -514,102 +535,152 @@ async def run(
     resource_rng = random.Random(seed ^ RESOURCE_STREAM)
     resize_rng = random.Random(seed ^ RESIZE_STREAM)
     nomination_rng = random.Random(seed ^ NOMINATION_STREAM)
+    volume_rng = random.Random(seed ^ volumes.VOLUME_STREAM)
     report = Report()
     started = time.monotonic()
-    for s in range(scenarios):
-        await reset(kube)
-        if wait_namespace is not None:
-            await wait_namespace(NS)
-            await wait_namespace(NS_B)
-        nodes = gen_nodes(rng, f"s{s}")
-        for node in nodes:
-            await kube.create("/api/v1/nodes", node)
-        services, replicasets = gen_workloads(workload_rng)
-        uids = await create_workloads(kube, services, replicasets)
-        for pod in gen_existing(rng, nodes):
-            vary_resources(resource_rng, pod)
-            own(workload_rng, pod, replicasets)
-            path = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
-            await kube.create(path, owned_by(pod, uids))
-            resize = resize_status(resize_rng, pod)
-            if resize is not None:
-                await kube.merge_patch(f"{path}/{pod['metadata']['name']}/status", resize)
-                report.resized += 1
-        held_by: dict[str, Any] | None = None  # the pod another component nominated, held
-        if nomination_rng.random() < 0.4:
-            held, held_node = gen_held(nomination_rng, nodes)
-            held_by = {"node": held_node, "labels": held["metadata"]["labels"]}
-            held_by["requests"] = held["spec"]["containers"][0]["resources"]["requests"]
-            for name, scheduler in (("held-lw", scheduler_name), ("held-ks", "default-scheduler")):
-                body = copy.deepcopy(held)
-                body["metadata"]["name"], body["spec"]["schedulerName"] = name, scheduler
-                await create_nominated(kube, body, held_node, release=False)
-            report.held += 1
-        await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
-        for i in range(pods_per_scenario):
-            template = vary_resources(resource_rng, gen_pod(rng, "x"))
-            report.pod_level += "resources" in template["spec"]
-            own(workload_rng, template, replicasets)
-            owned_by(template, uids)
-            for constraint in template["spec"].get("topologySpreadConstraints") or ():
-                if workload_rng.random() < 0.15:  # selects everything, counts nothing
-                    constraint["labelSelector"] = {}
-            nominated: str | None = None
-            if nomination_rng.random() < 0.15:
-                nominated = str(nomination_rng.choice(nodes)["metadata"]["name"])
-                report.nominated += 1
-            ours = copy.deepcopy(template)
-            ours["metadata"]["name"] = f"lw-{s}-{i}"
-            ours["spec"]["schedulerName"] = scheduler_name
-            chosen = await decide(kube, ours, nominated)
-
-            async def oracle(
-                node: str | None,
-                name: str,
-                template: dict[str, Any] = template,
-                nominated: str | None = nominated,
-            ) -> str | None:
-                body = pin(template, node) if node else copy.deepcopy(template)
-                body["metadata"]["name"] = name
-                body["spec"]["schedulerName"] = "default-scheduler"
-                return await decide(kube, body, nominated)
-
-            accepted: str | None = "(not asked)"
-            agree = False
-            if chosen != VANISHED:
-                if nominated is not None and chosen not in (None, nominated):
-                    # It did not fit on its nominated node, by loadwise's judgement.
-                    report.nominated_elsewhere += 1
-                    there = await oracle(nominated, f"ks-{s}-{i}-nominated")
-                    accepted = await oracle(chosen, f"ks-{s}-{i}")
-                    agree = there is None and accepted not in (None, VANISHED)
-                    if there is not None:
-                        accepted = f"{there} (its nominated node fits)"
-                else:
-                    accepted = await oracle(chosen, f"ks-{s}-{i}")
-                    agree = accepted != VANISHED and (chosen is None) == (accepted is None)
-            report.pods += 1
-            report.owned += "ownerReferences" in template["metadata"]
-            report.placed += chosen is not None
-            report.refused += chosen is None
-            if agree:
-                report.agree += 1
-            else:
-                report.disagreements.append(
-                    {
-                        "scenario": s,
-                        "pod": i,
-                        "loadwise": chosen,
-                        "kube_scheduler": accepted,
-                        "nominated": nominated,
-                        "held": held_by,
-                        "spec": template["spec"],
-                        "nodes": [_node_summary(n) for n in nodes],
-                    }
-                )
+    async with volumes.Provisioner(kube, (NS,)):
+        for s in range(scenarios):
+            streams = (rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng)
+            await _scenario(
+                kube, s, pods_per_scenario, scheduler_name, wait_namespace, report, streams
+            )
     report.seconds = time.monotonic() - started
     await reset(kube)
     return report
+
+
+async def _scenario(
+    kube: Kube,
+    s: int,
+    pods_per_scenario: int,
+    scheduler_name: str,
+    wait_namespace: Any,
+    report: Report,
+    streams: tuple[random.Random, ...],
+) -> None:
+    rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng = streams
+    await reset(kube)
+    if wait_namespace is not None:
+        await wait_namespace(NS)
+        await wait_namespace(NS_B)
+    nodes = gen_nodes(rng, f"s{s}")
+    for node in nodes:
+        await kube.create("/api/v1/nodes", node)
+    services, replicasets = gen_workloads(workload_rng)
+    uids = await create_workloads(kube, services, replicasets)
+    for pod in gen_existing(rng, nodes):
+        vary_resources(resource_rng, pod)
+        own(workload_rng, pod, replicasets)
+        path = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
+        await kube.create(path, owned_by(pod, uids))
+        resize = resize_status(resize_rng, pod)
+        if resize is not None:
+            await kube.merge_patch(f"{path}/{pod['metadata']['name']}/status", resize)
+            report.resized += 1
+    held_by: dict[str, Any] | None = None  # the pod another component nominated, held
+    if nomination_rng.random() < 0.4:
+        held, held_node = gen_held(nomination_rng, nodes)
+        held_by = {"node": held_node, "labels": held["metadata"]["labels"]}
+        held_by["requests"] = held["spec"]["containers"][0]["resources"]["requests"]
+        for name, scheduler in (("held-lw", scheduler_name), ("held-ks", "default-scheduler")):
+            body = copy.deepcopy(held)
+            body["metadata"]["name"], body["spec"]["schedulerName"] = name, scheduler
+            await create_nominated(kube, body, held_node, release=False)
+        report.held += 1
+    world = None
+    if volume_rng.random() < VOLUME_SHARE:
+        world = volumes.gen_world(volume_rng, nodes, s, NS)
+        await volumes.create_world(kube, world)
+        report.volume_scenarios += 1
+    await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
+    for i in range(pods_per_scenario):
+        template = vary_resources(resource_rng, gen_pod(rng, "x"))
+        report.pod_level += "resources" in template["spec"]
+        own(workload_rng, template, replicasets)
+        owned_by(template, uids)
+        for constraint in template["spec"].get("topologySpreadConstraints") or ():
+            if workload_rng.random() < 0.15:  # selects everything, counts nothing
+                constraint["labelSelector"] = {}
+        nominated: str | None = None
+        if nomination_rng.random() < 0.15:
+            nominated = str(nomination_rng.choice(nodes)["metadata"]["name"])
+            report.nominated += 1
+        if world is not None and nominated is None and volume_rng.random() < VOLUME_SHARE:
+            template["spec"]["volumes"], claims = volumes.gen_volumes(volume_rng, world, s, i)
+            for side in volumes.SIDES:
+                for body in claims:
+                    await kube.create(
+                        f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
+                        volumes.sided(body, side),
+                    )
+            report.with_volumes += 1
+        ours = volumes.sided(template, "lw")
+        ours["metadata"]["name"] = f"lw-{s}-{i}"
+        ours["spec"]["schedulerName"] = scheduler_name
+        chosen = await decide(kube, ours, nominated)
+
+        async def oracle(
+            node: str | None,
+            name: str,
+            template: dict[str, Any] = template,
+            nominated: str | None = nominated,
+        ) -> str | None:
+            body = volumes.sided(pin(template, node) if node else template, "ks")
+            body["metadata"]["name"] = name
+            body["spec"]["schedulerName"] = "default-scheduler"
+            return await decide(kube, body, nominated)
+
+        accepted: str | None = "(not asked)"
+        agree = False
+        if chosen != VANISHED:
+            if nominated is not None and chosen not in (None, nominated):
+                # It did not fit on its nominated node, by loadwise's judgement.
+                report.nominated_elsewhere += 1
+                there = await oracle(nominated, f"ks-{s}-{i}-nominated")
+                accepted = await oracle(chosen, f"ks-{s}-{i}")
+                agree = there is None and accepted not in (None, VANISHED)
+                if there is not None:
+                    accepted = f"{there} (its nominated node fits)"
+            else:
+                accepted = await oracle(chosen, f"ks-{s}-{i}")
+                agree = accepted != VANISHED and (chosen is None) == (accepted is None)
+        report.pods += 1
+        report.owned += "ownerReferences" in template["metadata"]
+        report.placed += chosen is not None
+        report.volumes_placed += chosen is not None and "volumes" in template["spec"]
+        report.refused += chosen is None
+        if agree:
+            report.agree += 1
+        else:
+            report.disagreements.append(
+                {
+                    "scenario": s,
+                    "pod": i,
+                    "loadwise": chosen,
+                    "kube_scheduler": accepted,
+                    "nominated": nominated,
+                    "held": held_by,
+                    "spec": template["spec"],
+                    "nodes": [_node_summary(n) for n in nodes],
+                    "storage": _storage_summary(world),
+                }
+            )
+
+
+def _storage_summary(world: volumes.World | None) -> dict[str, Any] | None:
+    if world is None:
+        return None
+    return {
+        "classes": world.classes,
+        "volumes": [
+            {"name": v["metadata"]["name"], "labels": v["metadata"]["labels"],
+             "size": v["spec"]["capacity"]["storage"], "modes": v["spec"]["accessModes"],
+             "affinity": v["spec"]["nodeAffinity"], "claimRef": v["spec"].get("claimRef")}
+            for v in world.volumes
+        ],
+        "claims": [c["metadata"]["name"] for c in world.claims],
+        "csi_nodes": [c["metadata"]["name"] for c in world.csi_nodes],
+    }  # fmt: skip
 
 
 def _node_summary(node: dict[str, Any]) -> dict[str, Any]:
@@ -666,6 +737,8 @@ def main() -> int:
         f"{result['scenarios_holding_a_nominated_pod']} scenarios holding a pod nominated by "
         f"another component; {result['pods_nominated_by_another_component']} pods nominated by "
         f"another component ({result['nominated_pods_placed_elsewhere']} placed elsewhere); "
+        f"{result['volume_scenarios']} scenarios with storage, {result['pods_with_volumes']} pods "
+        f"with volumes ({result['pods_with_volumes_placed']} placed); "
         f"{result['seconds']}s; seed {args.seed}"
     )
     for d in report.disagreements:

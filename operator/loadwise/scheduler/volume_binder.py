@@ -140,11 +140,10 @@ class VolumeBinder:
             status, data = await self.transport.request(
                 "PATCH", path, body, content_type=MERGE_PATCH
             )
-        except Exception as exc:
-            raise VolumeBindError(f"binding volumes: updating {what}: {exc!r}") from exc
+        except Exception as exc:  # as kube-scheduler, a write's error is not wrapped
+            raise VolumeBindError(f"updating {what}: {exc!r}") from exc
         if status >= 300:
-            message = _message(data)
-            raise VolumeBindError(f"binding volumes: updating {what}: HTTP {status}: {message}")
+            raise VolumeBindError(_message(data))
         try:
             version = json.loads(data)["metadata"]["resourceVersion"]
             return int(version)

@@ -1,0 +1,137 @@
+"""VolumeBinding's Reserve, PreBind and Unreserve (scheduler/volume_binder.py) against a fake
+API: the writes kube-scheduler makes, the wait for the PV controller, and what a failure
+leaves behind (assumptions dropped, nothing offered twice)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from loadwise.framework.types import parse_pod
+from loadwise.framework.volume_binding import PodClaims, pod_claims
+from loadwise.scheduler.state import ClusterState
+from loadwise.scheduler.volume_binder import MERGE_PATCH, VolumeBinder, VolumeBindError
+
+from ...fakes import FakeTransport
+from ..framework.test_volumes import claim, cluster, local_pv, pod, storage_class
+
+
+def binder(state: ClusterState, transport: FakeTransport, timeout: float = 0.5) -> VolumeBinder:
+    return VolumeBinder(
+        transport, state.storage, lambda uid: True, state.nodes.get, timeout=timeout, poll=0.01
+    )
+
+
+def versioned(version: str) -> Any:
+    def handler(
+        method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
+    ) -> Any:
+        return 200, {"metadata": {"resourceVersion": version}}
+
+    return handler
+
+
+def plan_for(state: ClusterState, vb: VolumeBinder, raw: dict[str, Any], node: str) -> Any:
+    parsed = parse_pod(raw)
+    claims = pod_claims(parsed, state.storage)
+    assert isinstance(claims, PodClaims)
+    return parsed, vb.reserve(parsed, state.nodes[node], claims)
+
+
+async def test_reserve_assumes_the_pv_so_no_other_claim_gets_it() -> None:
+    state = cluster(storage_class(), local_pv("pv-a", "a"), claim("d"), claim("e"))
+    vb = binder(state, FakeTransport(versioned("2")))
+    _, plan = plan_for(state, vb, pod("p", "d"), "a")
+    assert [(v.name, c.name) for v, c in plan.bind] == [("pv-a", "d")]
+    assumed = state.storage.volume("pv-a")
+    assert assumed is not None and assumed.claim_ref is not None
+    assert assumed.claim_ref.name == "d"
+    # the same PV is not offered to the next claim
+    other = parse_pod(pod("q", "e"))
+    claims = pod_claims(other, state.storage)
+    assert isinstance(claims, PodClaims)
+    from loadwise.framework.volume_binding import find_pod_volumes
+
+    assert find_pod_volumes(other, claims, state.nodes["a"], state.storage) == [
+        "node(s) didn't find available persistent volumes to bind"
+    ]
+    vb.unreserve(plan)
+    claims = pod_claims(other, state.storage)
+    assert isinstance(claims, PodClaims)
+    assert find_pod_volumes(other, claims, state.nodes["a"], state.storage) != [
+        "node(s) didn't find available persistent volumes to bind"
+    ]
+
+
+async def test_prebind_writes_the_claim_ref_then_waits_for_the_pv_controller() -> None:
+    state = cluster(storage_class(), local_pv("pv-a", "a"), claim("d"))
+    transport = FakeTransport(versioned("5"))
+    vb = binder(state, transport, timeout=5.0)
+    parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
+    task = asyncio.create_task(vb.prebind(parsed, "a", plan))
+    await asyncio.sleep(0.05)
+    (call,) = transport.requests("PATCH", "/persistentvolumes/pv-a")
+    assert call.content_type == MERGE_PATCH
+    assert call.body is not None
+    assert call.body["spec"]["claimRef"]["name"] == "d"
+    assert call.body["metadata"]["resourceVersion"] == "1"  # conditional on what was read
+    assert call.body["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"] == "yes"
+    assert not task.done()  # the claim is not bound yet
+    # the PV controller's work arrives through the informers
+    bound_pv = local_pv("pv-a", "a")
+    bound_pv["metadata"]["resourceVersion"] = "6"
+    bound_pv["spec"]["claimRef"] = {"namespace": "ns", "name": "d", "uid": "c-d"}
+    state.storage.on_volume_event("MODIFIED", bound_pv)
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    bound_claim = claim("d", volume="pv-a")
+    bound_claim["metadata"]["resourceVersion"] = "7"
+    state.storage.on_claim_event("MODIFIED", bound_claim)
+    await asyncio.wait_for(task, 1.0)
+
+
+async def test_a_refused_write_restores_what_was_not_written() -> None:
+    state = cluster(storage_class(), local_pv("pv-a", "a"), claim("d"))
+
+    def conflict(method: str, path: str, body: Any, params: Any) -> Any:
+        return 409, {"message": 'Operation cannot be fulfilled on persistentvolumes "pv-a"'}
+
+    vb = binder(state, FakeTransport(conflict))
+    parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
+    with pytest.raises(VolumeBindError, match="Operation cannot be fulfilled"):
+        await vb.prebind(parsed, "a", plan)
+    assert not state.storage.assumed_volumes  # offered again to the next cycle
+
+
+async def test_a_provisioner_that_gives_up_fails_prebind() -> None:
+    state = cluster(storage_class("dyn", provisioner="csi.example"), claim("d", "dyn"))
+    transport = FakeTransport(versioned("3"))
+    vb = binder(state, transport, timeout=5.0)
+    parsed, plan = plan_for(state, vb, pod("p", "d"), "b")
+    (provision,) = plan.provision
+    assert provision.selected_node == "b"
+    task = asyncio.create_task(vb.prebind(parsed, "b", plan))
+    await asyncio.sleep(0.05)
+    (call,) = transport.requests("PATCH", "/persistentvolumeclaims/d")
+    assert call.body == {
+        "metadata": {
+            "resourceVersion": "1",
+            "annotations": {"volume.kubernetes.io/selected-node": "b"},
+        }
+    }
+    given_up = claim("d", "dyn")
+    given_up["metadata"]["resourceVersion"] = "4"  # the provisioner removed the annotation
+    state.storage.on_claim_event("MODIFIED", given_up)
+    with pytest.raises(VolumeBindError, match='provisioning failed for PVC "d"'):
+        await asyncio.wait_for(task, 1.0)
+
+
+async def test_claims_not_bound_in_time_fail_with_kube_schedulers_words() -> None:
+    state = cluster(storage_class(), local_pv("pv-a", "a"), claim("d"))
+    vb = binder(state, FakeTransport(versioned("2")), timeout=0.05)
+    parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
+    with pytest.raises(VolumeBindError, match="binding volumes: context deadline exceeded"):
+        await vb.prebind(parsed, "a", plan)
