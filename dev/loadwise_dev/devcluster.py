@@ -42,6 +42,7 @@ from .demo import NODES, POLICY
 from .kube import Kube, KubeError
 from .kwok import ANNOTATION, kwok_node
 from .kwok_usage import BACKGROUND_NS, KwokUsage
+from .local_path import LocalPath
 from .metrics_server import MetricsServer
 from .realnode import sweep
 
@@ -157,6 +158,7 @@ class Supervisor:
         self.real_nodes = real_nodes
         self.cluster: LocalCluster | None = None
         self.metrics_server: MetricsServer | None = None
+        self.local_path: LocalPath | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self.state: dict[str, Any] = {"ready": False, "processes": {}, "dirs": []}
 
@@ -218,6 +220,8 @@ class Supervisor:
             _say(f"operator stopped in {time.monotonic() - started:.1f}s")
             if self.metrics_server is not None:
                 self.metrics_server.stop()
+            if self.local_path is not None:
+                self.local_path.stop()
             if self.cluster is not None:
                 started = time.monotonic()
                 self.cluster.stop()
@@ -242,6 +246,12 @@ class Supervisor:
             self.record_process("metrics-server", self.metrics_server.process.pid)
             self.record(dirs=[*self.state["dirs"], str(self.metrics_server.workdir)])
             await self.metrics_server.register(kube)
+            # Claims of the `local-path` class: provisioned where loadwise places their pods
+            self.local_path = LocalPath(cluster.cp)
+            self.record(dirs=[*self.state["dirs"], str(self.local_path.workdir)])
+            await self.local_path.start(kube)
+            assert self.local_path.process is not None
+            self.record_process("local-path-provisioner", self.local_path.process.pid)
             for node in cluster.real_nodes:
                 # Only hostNetwork pods run there (no pod network without a private range):
                 # the others would fail to start, so only pods that tolerate this go there.
@@ -437,7 +447,7 @@ def _up(directory: Path, detach: bool, real_nodes: int = 0) -> int:
     extra = f", {real_nodes} real node(s) (kubelet + containerd)" if real_nodes else ""
     _say(
         f"starting etcd, kube-apiserver, kube-controller-manager{extra}, KWOK, Prometheus,"
-        " metrics-server and loadwise"
+        " metrics-server, local-path-provisioner and loadwise"
     )
     started = time.monotonic()
     log = open(directory / "supervisor.log", "ab")  # noqa: SIM115 - lives with the process

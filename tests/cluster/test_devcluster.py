@@ -103,7 +103,7 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
         processes = started_processes(state_dir)
         assert set(processes) == {
             "etcd", "kube-apiserver", "kube-controller-manager", "prometheus", "kwok",
-            "metrics-server", "operator", "supervisor",
+            "metrics-server", "local-path-provisioner", "operator", "supervisor",
         }  # fmt: skip
         state = read_state(state_dir)
         assert state is not None
