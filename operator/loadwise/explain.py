@@ -253,8 +253,10 @@ async def _explain(target: str, config: Config) -> str:
     built = build(config, api, dry_run=True, pool_size=8)  # the operator's own parts
     scheduler, parts, transport = built.scheduler, built.informers, built.transport
     try:
-        for informer in (parts.namespaces, parts.nodes, *parts.workloads):
-            await informer.list()  # workloads: Services and controllers, for default spreading
+        for informer in (parts.namespaces, parts.nodes, *parts.workloads, *parts.storage):
+            # workloads: Services and controllers, for default spreading; storage: claims,
+            # volumes, classes and CSI objects, for the volume plugins
+            await informer.list()
         found: list[Mapping[str, Any]] = []
 
         def pod_event(kind: str | None, raw: Mapping[str, Any]) -> None:
