@@ -25,6 +25,7 @@ WORKLOADS = (
     "preferred-affinity",
     "node-affinity",
     "mixed",
+    "volumes",
 )
 ZONE_KEY = "topology.kubernetes.io/zone"
 HOST_KEY = "kubernetes.io/hostname"
@@ -53,6 +54,10 @@ MIX = (
     "preferred-affinity",
 )
 REQUIRED = ("spread", "anti-affinity", "affinity", "node-affinity")
+# `volumes`: a StatefulSet's pods, each with a WaitForFirstConsumer claim of its own, against
+# local PVs made in advance (one per pod, round-robin over the nodes), as scheduler_perf's
+# SchedulingWithPVC-like workloads; the schedulers bind the PVs (PreBind) before the pods.
+VOLUME_CLASS = "bench-local"
 
 
 def zone(i: int) -> str:
@@ -119,6 +124,14 @@ def pod(workload: str, i: int, name: str, namespace: str, scheduler: str) -> dic
         return manifests.pod(
             name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
         )
+    if shape == "volumes":
+        body = manifests.pod(
+            name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
+        )
+        body["spec"]["volumes"] = [
+            {"name": "data", "persistentVolumeClaim": {"claimName": claim_name(name)}}
+        ]
+        return body
     body = manifests.pod(
         name,
         namespace=namespace,
@@ -163,6 +176,52 @@ def pod(workload: str, i: int, name: str, namespace: str, scheduler: str) -> dic
     else:
         raise ValueError(f"unknown workload {shape!r}")
     return body
+
+
+def claim_name(pod_name: str) -> str:
+    return f"{pod_name}-data"
+
+
+def storage_class() -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": VOLUME_CLASS},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+
+
+def volume(i: int, pod_name: str, node: str) -> dict[str, Any]:
+    """Local PV i (named after the pod it is made for; any claim of the class may take it),
+    on `node`."""
+    match = {"key": HOST_KEY, "operator": "In", "values": [node]}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"pv-{pod_name}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": VOLUME_CLASS,
+            "local": {"path": f"/mnt/{i}"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [match]}]}},
+        },
+    }
+
+
+def claim(pod_name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim_name(pod_name), "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": VOLUME_CLASS,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
 
 
 def anchor_zones(nodes: int) -> list[str]:

@@ -61,6 +61,7 @@ from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 
 NS = "throughput"
+PVS = "/api/v1/persistentvolumes"
 CLK = os.sysconf("SC_CLK_TCK")
 CONTROL_CPU, SCHEDULER_CPU = 0, 1
 # The runners' processes and py-spy, killed on the way out if a run is interrupted or fails
@@ -293,6 +294,8 @@ async def run_one(
     proc: subprocess.Popen[bytes] | None = None
     creating: asyncio.Task[None] | None = None
     rate = args.rate if args.mode == "steady" else None
+    if args.workload == "volumes":  # every pod's claim, and a free PV for each, made first
+        await make_storage(kube, names, nodes)
     if args.mode == "backlog":
         await create_pods(kube, names, scheduler, None, created, args.workload)
     started = time.monotonic()
@@ -366,9 +369,54 @@ async def run_one(
     result["checks"] = workloads.check(
         args.workload, {index[n]: node for n, node in placed.items() if n in index and node}, labels
     )
+    if args.workload == "volumes":
+        result["checks"].update(await volume_checks(kube, placed, runner == "ceiling"))
     await watch.stop()
     await delete_all(kube)
     return result
+
+
+async def make_storage(kube: Kube, names: list[str], nodes: list[str]) -> None:
+    """The `volumes` workload's claims (one per pod) and local PVs (one per pod, round-robin
+    over the nodes), made before the runner starts, so they are not timed."""
+    with contextlib.suppress(KubeError):
+        await kube.create("/apis/storage.k8s.io/v1/storageclasses", workloads.storage_class())
+    sem = asyncio.Semaphore(64)
+
+    async def one(i: int, name: str) -> None:
+        async with sem:
+            await kube.create(PVS, workloads.volume(i, name, nodes[i % len(nodes)]))
+            await kube.create(f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
+                              workloads.claim(name, NS))  # fmt: skip
+
+    await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
+
+
+async def volume_checks(kube: Kube, placed: dict[str, str | None], ceiling: bool) -> dict[str, Any]:
+    """Each bound pod's claim bound, to a PV on the pod's node (the ceiling binds no PV)."""
+    claims = {
+        c["metadata"]["name"]: c["spec"].get("volumeName")
+        for c in await kube.list(f"/api/v1/namespaces/{NS}/persistentvolumeclaims")
+    }
+    node_of = {
+        v["metadata"]["name"]: v["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0][
+            "matchExpressions"
+        ][0]["values"][0]
+        for v in await kube.list(PVS)
+    }
+    wrong = unbound = 0
+    for pod, node in placed.items():
+        if not node:
+            continue
+        volume = claims.get(workloads.claim_name(pod))
+        if not volume:
+            unbound += 1
+        elif node_of.get(volume) != node:
+            wrong += 1
+    out = {"claims_unbound": unbound, "pods_off_their_volume": wrong}
+    if not ceiling:
+        out["violations"] = wrong + unbound
+    return out
 
 
 async def _bound(watch: BindWatch, name: str) -> bool:
@@ -377,6 +425,14 @@ async def _bound(watch: BindWatch, name: str) -> bool:
 
 async def delete_all(kube: Kube) -> None:
     await kube.delete_all_pods(NS)
+    for claim in await kube.list(f"/api/v1/namespaces/{NS}/persistentvolumeclaims"):
+        with contextlib.suppress(KubeError):
+            await kube.delete(
+                f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{claim['metadata']['name']}"
+            )
+    for volume in await kube.list(PVS):
+        with contextlib.suppress(KubeError):
+            await kube.delete(f"{PVS}/{volume['metadata']['name']}")
 
     async def empty() -> bool:
         return not await kube.list(f"/api/v1/namespaces/{NS}/pods")

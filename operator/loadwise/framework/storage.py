@@ -23,6 +23,7 @@ BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+HOSTNAME = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,25 @@ class Volume:
     csi_driver: str  # spec.csi.driver, "" for other kinds
     csi_handle: str
     deleting: bool
+
+    @property
+    def host(self) -> str | None:
+        """The one `kubernetes.io/hostname` value its node affinity allows, when that is all
+        it says (a local PV): the storage state indexes such volumes by node."""
+        terms = self.node_affinity
+        if terms is None or len(terms) != 1 or terms[0].fields:
+            return None
+        (term,) = terms
+        if len(term.expressions) != 1:
+            return None
+        (requirement,) = term.expressions
+        if (
+            requirement.key == HOSTNAME
+            and requirement.operator == "In"
+            and len(requirement.values) == 1
+        ):
+            return requirement.values[0]
+        return None
 
     def fits_node(self, labels: Mapping[str, str]) -> bool:
         """component-helpers' CheckNodeAffinity: the node's labels only (a matchFields term

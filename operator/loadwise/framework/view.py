@@ -46,7 +46,12 @@ class StorageView(Protocol):
 
     def volume(self, name: str) -> Volume | None: ...
 
-    def volumes_of_class(self, class_name: str) -> Sequence[Volume]: ...
+    def candidate_volumes(self, claim: Claim, node: NodeInfo) -> Sequence[Volume]:
+        """The PVs FindMatchingVolume could pick for the unbound claim on the node: those
+        pre-bound to the claim first (the first of them decides, as there), then the free PVs of
+        its class that the node could satisfy (pinned to its hostname, or not pinned to one);
+        every other PV of the class is one it would skip. Assumed versions included."""
+        ...
 
     def storage_class(self, name: str) -> StorageClass | None: ...
 

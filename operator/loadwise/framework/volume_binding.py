@@ -6,7 +6,7 @@ the scheduler's (scheduler/volume_binder.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .storage import Claim, StorageClass, Volume
@@ -23,11 +23,11 @@ UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 
 @dataclass(frozen=True, slots=True)
 class PodClaims:
-    """PreFilter's result (GetPodVolumeClaims): the claims to check on each node."""
+    """PreFilter's result (GetPodVolumeClaims): the claims to check on each node (the PVs
+    the delayed ones may take are looked up per node: StorageView.candidate_volumes)."""
 
     bound: tuple[Claim, ...]
     delayed: tuple[Claim, ...]  # unbound, of a WaitForFirstConsumer class
-    volumes: Mapping[str, Sequence[Volume]]  # class name -> its PVs, for the delayed claims
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +85,7 @@ def pod_claims(pod: PodInfo, storage: StorageView) -> PodClaims | str | None:
             immediate.append(claim)
     if immediate:
         return UNBOUND_IMMEDIATE
-    volumes = {c.class_name: storage.volumes_of_class(c.class_name) for c in delayed}
-    return PodClaims(tuple(bound), tuple(delayed), volumes)
+    return PodClaims(tuple(bound), tuple(delayed))
 
 
 def _delays_binding(claim: Claim, storage: StorageView) -> bool:
@@ -128,7 +127,7 @@ def find_pod_volumes(
             else:
                 to_match.append(claim)
         if to_match:
-            unbound_ok, bind, unmatched = _match_volumes(to_match, claims.volumes, node)
+            unbound_ok, bind, unmatched = _match_volumes(to_match, storage, node)
             to_provision.extend(unmatched)
         if to_provision:
             unbound_ok, enough_space, provision = _check_provisions(to_provision, node, storage)
@@ -151,7 +150,7 @@ def _reasons(bound_ok: bool, bound_found: bool, unbound_ok: bool, space: bool) -
 
 
 def _match_volumes(
-    claims: Sequence[Claim], volumes: Mapping[str, Sequence[Volume]], node: NodeInfo
+    claims: Sequence[Claim], storage: StorageView, node: NodeInfo
 ) -> tuple[bool, list[tuple[Volume, Claim]], list[Claim]]:
     """findMatchingVolumes: claims by increasing request, each taking the smallest fitting PV
     not chosen already (a PV pre-bound to the claim first)."""
@@ -160,7 +159,7 @@ def _match_volumes(
     bind: list[tuple[Volume, Claim]] = []
     unmatched: list[Claim] = []
     for claim in sorted(claims, key=lambda c: c.request):  # a stable sort, as Go's sort.Sort
-        volume = find_matching_volume(claim, volumes.get(claim.class_name, ()), node, chosen)
+        volume = find_matching_volume(claim, storage.candidate_volumes(claim, node), node, chosen)
         if volume is None:
             unmatched.append(claim)
             found = False

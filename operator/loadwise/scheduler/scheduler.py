@@ -26,7 +26,7 @@ from ..framework.preemption import NoPreemption, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.scoring import UsageProfiles, score_node, weighted_load
 from ..framework.types import PodInfo
-from ..framework.volume_binding import PodClaims, VolumeError, VolumePlan, pod_claims
+from ..framework.volume_binding import VolumeError, VolumePlan
 from ..policies.policy import Policy, PolicySet, parse_spec
 from ..usage.cache import MetricsCache, NodeSample
 from .binder import Binder, BindResult
@@ -257,16 +257,10 @@ class Scheduler:
         return False
 
     def _reserve_volumes(self, pod: PodInfo, node: str) -> VolumePlan | None:
-        """VolumeBinding's Reserve: the claims' plan on the chosen node, assumed (empty when
-        the pod has no claim waiting for the scheduler). None when it failed as
+        """VolumeBinding's Reserve (VolumeBinder.reserve); None when it failed as
         kube-scheduler's Reserve can: the pod is retried after backoff, and told why."""
-        if not pod.volumes.claims:
-            return VolumePlan()
-        claims = pod_claims(pod, self.state.storage)
         try:
-            return self.volumes.reserve(
-                pod, self.state.nodes[node], claims if isinstance(claims, PodClaims) else None
-            )
+            return self.volumes.reserve(pod, node)
         except VolumeError as exc:
             self._attempts["error"].inc()
             self.queue.backoff(pod.uid)

@@ -33,6 +33,7 @@ from ..framework.volume_binding import (
     VolumeError,
     VolumePlan,
     find_pod_volumes,
+    pod_claims,
 )
 from ..kube.transport import Http
 from .volumes import StorageState
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 BIND_TIMEOUT = 600.0  # VolumeBindingArgs.BindTimeoutSeconds' default
-POLL = 1.0
+POLL = 0.05  # kube-scheduler checks its informers every 1 s; ours are as cheap to read
 
 
 class VolumeBindError(Exception):
@@ -74,11 +75,16 @@ class VolumeBinder:
         self.poll = poll
 
     # --- Reserve / Unreserve -----------------------------------------------------------------
-    def reserve(self, pod: PodInfo, node: NodeInfo, view_claims: PodClaims | None) -> VolumePlan:
-        """AssumePodVolumes for the chosen node; an empty plan when every claim is bound."""
-        if view_claims is None or not view_claims.delayed:
+    def reserve(self, pod: PodInfo, node_name: str) -> VolumePlan:
+        """AssumePodVolumes for the chosen node; an empty plan when the pod has no claim
+        waiting for the scheduler. Raises VolumeError (kube-scheduler's Reserve error)."""
+        if not pod.volumes.claims:
             return VolumePlan()
-        found = find_pod_volumes(pod, view_claims, node, self.storage)
+        claims = pod_claims(pod, self.storage)
+        node = self.node_of(node_name)
+        if not isinstance(claims, PodClaims) or not claims.delayed or node is None:
+            return VolumePlan()
+        found = find_pod_volumes(pod, claims, node, self.storage)
         if isinstance(found, list):  # the Filter passed this node in the same cycle
             raise VolumeError(f"volumes no longer fit node {node.name}: {'; '.join(found)}")
         bind = []

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..framework.storage import (
+    HOSTNAME,
     Claim,
     StorageCapacity,
     StorageClass,
@@ -25,6 +26,7 @@ from ..framework.storage import (
     parse_storage_class,
     parse_volume,
 )
+from ..framework.types import NodeInfo
 
 OnChange = Callable[[], None]
 
@@ -43,7 +45,11 @@ class StorageState:
         self.on_change: OnChange = lambda: None
         self.claims: dict[str, Claim] = {}  # namespace/name -> as the API shows it
         self.volumes: dict[str, Volume] = {}
-        self._by_class: dict[str, dict[str, Volume]] = {}
+        # PVs by what FindMatchingVolume can use them for (API versions): free ones by class,
+        # then by the one hostname they are pinned to ("" for the rest); pre-bound or bound
+        # ones by the claim (namespace/name) their claimRef names.
+        self._free: dict[str, dict[str, dict[str, Volume]]] = {}
+        self._claimed: dict[str, dict[str, Volume]] = {}
         self.classes: dict[str, StorageClass] = {}
         self.csi_nodes: dict[str, dict[str, int | None]] = {}
         self.drivers: dict[str, tuple[bool, bool]] = {}  # storageCapacity, preventIfMissing
@@ -63,14 +69,23 @@ class StorageState:
     def volume(self, name: str) -> Volume | None:
         return self.assumed_volumes.get(name) or self.volumes.get(name)
 
-    def volumes_of_class(self, class_name: str) -> Sequence[Volume]:
-        of_class = self._by_class.get(class_name)
-        if not of_class:
-            return ()
+    def candidate_volumes(self, claim: Claim, node: NodeInfo) -> Sequence[Volume]:
         assumed = self.assumed_volumes
-        if not assumed:
-            return list(of_class.values())
-        return [assumed.get(name, volume) for name, volume in of_class.items()]
+        found: dict[str, Volume] = {}
+        for name, volume in self._claimed.get(claim.key, {}).items():
+            found[name] = assumed.get(name, volume)
+        for name, volume in assumed.items():  # assumed for this claim by an earlier cycle
+            ref = volume.claim_ref
+            if ref is not None and (ref.namespace, ref.name) == (claim.namespace, claim.name):
+                found.setdefault(name, volume)
+        found = {n: v for n, v in found.items() if v.class_name == claim.class_name}
+        free = self._free.get(claim.class_name)
+        if free:
+            host = node.labels.get(HOSTNAME, "")
+            for pool in (free.get(host) if host else None, free.get("")):
+                for name, volume in (pool or {}).items():
+                    found.setdefault(name, assumed.get(name, volume))
+        return list(found.values())
 
     def storage_class(self, name: str) -> StorageClass | None:
         return self.classes.get(name)
@@ -123,11 +138,34 @@ class StorageState:
         self.assumed_volumes.pop(name, None)
         old = self.volumes.pop(name, None)
         if old is not None:
-            self._by_class.get(old.class_name, {}).pop(name, None)
+            self._unindex(old)
         if event_type != "DELETED":
             volume = self.volumes[name] = parse_volume(raw)
-            self._by_class.setdefault(volume.class_name, {})[name] = volume
+            self._index(volume)
         self.on_change()
+
+    def _index(self, volume: Volume) -> None:
+        ref = volume.claim_ref
+        if ref is not None:
+            self._claimed.setdefault(f"{ref.namespace}/{ref.name}", {})[volume.name] = volume
+        else:
+            by_host = self._free.setdefault(volume.class_name, {})
+            by_host.setdefault(volume.host or "", {})[volume.name] = volume
+
+    def _unindex(self, volume: Volume) -> None:
+        ref = volume.claim_ref
+        if ref is not None:
+            key = f"{ref.namespace}/{ref.name}"
+            claimed = self._claimed.get(key, {})
+            claimed.pop(volume.name, None)
+            if not claimed:
+                self._claimed.pop(key, None)
+        else:
+            by_host = self._free.get(volume.class_name, {})
+            pool = by_host.get(volume.host or "", {})
+            pool.pop(volume.name, None)
+            if not pool:
+                by_host.pop(volume.host or "", None)
 
     def relisted_volumes(self, names: set[str]) -> None:
         for name in set(self.volumes) - names:

@@ -401,3 +401,21 @@ def test_preemption_does_not_help_a_pod_refused_at_prefilter() -> None:
         parse_pod(pod("p", "missing")), state, DEFAULT_PROFILE.filters, [], {}, random.Random(0)
     )
     assert outcome.message == "0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+
+
+def test_a_volume_pre_bound_to_the_claim_decides_even_where_others_would_fit() -> None:
+    """FindMatchingVolume: a PV whose claimRef names the claim is the only candidate; if it
+    does not fit the node, no other PV is taken there (the claim's author chose it)."""
+    pre = local_pv("pre", "c")
+    pre["spec"]["claimRef"] = {"namespace": "ns", "name": "d"}
+    state = cluster(storage_class(), pre, local_pv("free-a", "a"), claim("d"))
+    assert feasible(state, pod("p", "d")) == {"c"}
+    zonal = local_pv("zonal", "x")
+    zonal["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] = [
+        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["z1"]}]}
+    ]
+    state = state_with(node("a", "z1"), node("b", "z2"))
+    state.storage.on_class_event("ADDED", storage_class())
+    state.storage.on_volume_event("ADDED", zonal)
+    state.storage.on_claim_event("ADDED", claim("d"))
+    assert feasible(state, pod("p", "d")) == {"a"}  # indexed as not pinned to a host

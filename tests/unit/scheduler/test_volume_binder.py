@@ -36,9 +36,7 @@ def versioned(version: str) -> Any:
 
 def plan_for(state: ClusterState, vb: VolumeBinder, raw: dict[str, Any], node: str) -> Any:
     parsed = parse_pod(raw)
-    claims = pod_claims(parsed, state.storage)
-    assert isinstance(claims, PodClaims)
-    return parsed, vb.reserve(parsed, state.nodes[node], claims)
+    return parsed, vb.reserve(parsed, node)
 
 
 async def test_reserve_assumes_the_pv_so_no_other_claim_gets_it() -> None:
