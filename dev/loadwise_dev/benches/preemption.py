@@ -77,6 +77,8 @@ PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
 POD_LEVEL_STREAM = 0x2837
 RESIZE_STREAM = 0x1287
 NOMINATION_STREAM = 0x5278
+VOLUME_STREAM = 0x7010  # the preemptor's volume, on a stream of its own likewise
+CLAIM = "data"  # the preemptor's claim in its copy's namespace, bound to the PV <namespace>-pv
 GATE = "loadwise.bench/gate"  # holds a pod nominated by another component
 
 
@@ -166,6 +168,17 @@ class HeldSpec:
 
 
 @dataclass
+class VolumeSpec:
+    """The preemptor's claim, bound to a local PV pinned to `node`: the other nodes are
+    unresolvable for it (VolumeBinding). With `holder`, that placed pod (on `node`) mounts the
+    claim too, which is then ReadWriteOncePod: every node refuses the preemptor
+    (VolumeRestrictions) until the holder is a victim."""
+
+    node: int
+    holder: str | None = None
+
+
+@dataclass
 class Case:
     index: int
     nodes: list[NodeSpec]
@@ -174,6 +187,7 @@ class Case:
     preemptor: PreemptorSpec
     tags: set[str] = field(default_factory=set)
     held: HeldSpec | None = None
+    volume: VolumeSpec | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -184,6 +198,7 @@ class Case:
             "pdbs": [asdict(p) for p in self.pdbs],
             "preemptor": {**asdict(self.preemptor), "priority": self.preemptor.priority},
             "held": {**asdict(self.held), "priority": self.held.priority} if self.held else None,
+            "volume": asdict(self.volume) if self.volume else None,
         }
 
 
@@ -393,7 +408,67 @@ def build_pod(case: Case, tag: str, spec: PodSpec) -> dict[str, Any]:
     body["spec"]["nodeName"] = node_name(case, tag, spec.node)
     body["spec"]["terminationGracePeriodSeconds"] = VICTIM_GRACE
     _constrain(body, spec.anti, spec.spread, spec.app)
+    if case.volume is not None and case.volume.holder == spec.name:
+        body["spec"]["volumes"] = [_claim_volume()]
     return _at_pod_level(body) if spec.pod_level else body
+
+
+def _claim_volume() -> dict[str, Any]:
+    return {"name": CLAIM, "persistentVolumeClaim": {"claimName": CLAIM}}
+
+
+async def make_volume(kube: Kube, case: Case, tag: str) -> None:
+    """The copy's claim and PV, bound as the PV controller leaves them (the bench's own
+    control plane runs none: both statuses are written here)."""
+    assert case.volume is not None
+    ns = namespace(case, tag)
+    modes = ["ReadWriteOncePod"] if case.volume.holder else ["ReadWriteOnce"]
+    claim = await kube.create(
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        {
+            "metadata": {"name": CLAIM, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": {
+                "accessModes": modes,
+                "storageClassName": "pe-local",
+                "volumeName": f"{ns}-pv",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    host = {"key": HOST, "operator": "In", "values": [node_name(case, tag, case.volume.node)]}
+    await kube.create(
+        "/api/v1/persistentvolumes",
+        {
+            "metadata": {"name": f"{ns}-pv"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": modes,
+                "storageClassName": "pe-local",
+                "local": {"path": "/mnt/data"},
+                "claimRef": {"namespace": ns, "name": CLAIM, "uid": claim["metadata"]["uid"]},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [host]}]}},
+            },
+        },
+    )
+    await kube.merge_patch(
+        f"/api/v1/persistentvolumes/{ns}-pv/status", {"status": {"phase": "Bound"}}
+    )
+    status = {"phase": "Bound", "accessModes": modes, "capacity": {"storage": "1Gi"}}
+    await kube.merge_patch(
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{CLAIM}/status", {"status": status}
+    )
+
+
+async def remove_volume(kube: Kube, case: Case, tag: str) -> None:
+    """Without a controller-manager their protection finalizers would never be removed."""
+    ns = namespace(case, tag)
+    for path in (
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{CLAIM}",
+        f"/api/v1/persistentvolumes/{ns}-pv",
+    ):
+        with contextlib.suppress(KubeError):
+            await kube.merge_patch(path, {"metadata": {"finalizers": None}})
+            await kube.delete(path)
 
 
 def pod_status(spec: PodSpec) -> dict[str, Any]:
@@ -444,6 +519,8 @@ def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
         selector["disk"] = pre.disk
     body["spec"]["nodeSelector"] = selector
     _constrain(body, pre.anti, pre.spread, pre.app, pre.spread_selects_all)
+    if case.volume is not None:
+        body["spec"]["volumes"] = [_claim_volume()]
     return _at_pod_level(body) if pre.pod_level else body
 
 
@@ -669,6 +746,8 @@ async def setup_copy(
             f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "default"}}
         )
     await _gather(kube.create("/api/v1/nodes", n) for n in build_nodes(case, tag, pin))
+    if case.volume is not None:
+        await make_volume(kube, case, tag)
 
     async def place(spec: PodSpec) -> None:
         await kube.create(f"/api/v1/namespaces/{ns}/pods", build_pod(case, tag, spec))
@@ -711,6 +790,8 @@ async def teardown_copy(env: Env, case: Case, tag: str) -> None:
         await kube.delete_all_pods(ns)
         for budget in case.pdbs:
             await kube.delete(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{budget.name}")
+    if case.volume is not None:
+        await remove_volume(kube, case, tag)
     for i in range(len(case.nodes)):
         with contextlib.suppress(KubeError):
             await kube.delete(f"/api/v1/nodes/{node_name(case, tag, i)}")
@@ -826,7 +907,14 @@ async def run(
     levels = random.Random(seed ^ POD_LEVEL_STREAM)
     resizes = random.Random(seed ^ RESIZE_STREAM)
     nominations = random.Random(seed ^ NOMINATION_STREAM)
+    volumes = random.Random(seed ^ VOLUME_STREAM)
     for case in generated:
+        if volumes.random() < 0.3:
+            node = volumes.randrange(len(case.nodes))
+            on = [p.name for p in case.pods if p.node == node]
+            holder = volumes.choice(on) if on and volumes.random() < 0.5 else None
+            case.volume = VolumeSpec(node, holder)
+            case.tags.add("read-write-once-pod" if holder else "volume")
         for pod in case.pods:
             pod.pod_level = levels.random() < 0.25
             if resizes.random() < 0.15:  # allocated grown or shrunk, not yet actuated
