@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.explain import _explain
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube, KubeError
@@ -145,6 +146,10 @@ async def test_local_volumes_are_bound_where_the_pod_goes_and_pin_it_there(
         assert await wait_claim_bound(kube, ns, "data-1") == "pv-hot"
         scheduled = await wait_event(kube, ns, "db-1", "Scheduled")
         assert "every feasible node is hot" in scheduled["message"]
+        # explain reads the claims too: the other nodes fail on the volume's node affinity
+        output = await _explain(f"{ns}/db-1", local_cluster.operator_config())
+        assert f"{ns}/db-1 -> kw-hot" in output
+        assert "node(s) didn't match PersistentVolume's node affinity" in output
 
         # The claim of db-0 is bound: a new pod of it (a StatefulSet's pod re-created) goes
         # back to the volume's node.
