@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .storage import Claim, StorageClass, Volume
+from .storage import NO_PROVISIONER, Claim, StorageClass, Volume
 from .types import NodeInfo, PodInfo
 from .view import StorageView
 
@@ -215,7 +215,7 @@ def _check_provisions(
         cls = storage.storage_class(claim.class_name)
         if cls is None:
             raise VolumeError(f'failed to find storage class "{claim.class_name}"')
-        if not cls.provisioner or cls.provisioner == "kubernetes.io/no-provisioner":
+        if not cls.provisioner or cls.provisioner == NO_PROVISIONER:
             return False, True, []
         if not cls.topology_allows(node.labels):
             return False, True, []
