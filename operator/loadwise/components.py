@@ -235,6 +235,12 @@ def storage_informers(transport: Http, storage: StorageState) -> tuple[Informer,
         ),
         Informer(
             transport,
+            "/apis/storage.k8s.io/v1/volumeattachments",
+            storage.on_attachment_event,
+            on_relisted=storage.relisted_attachments,
+        ),
+        Informer(
+            transport,
             "/apis/storage.k8s.io/v1/csistoragecapacities",
             storage.on_capacity_event,
             namespaced_name,

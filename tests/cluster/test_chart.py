@@ -63,7 +63,13 @@ EXPECTED_RULES = [
     },
     {
         "apiGroups": ["storage.k8s.io"],
-        "resources": ["storageclasses", "csinodes", "csidrivers", "csistoragecapacities"],
+        "resources": [
+            "storageclasses",
+            "csinodes",
+            "csidrivers",
+            "csistoragecapacities",
+            "volumeattachments",
+        ],
         "verbs": ["list", "watch"],
     },
     {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},

@@ -73,6 +73,11 @@ class StorageView(Protocol):
         """Placed pods (bound or assumed) that use the claim `namespace/name`."""
         ...
 
+    def attachments(self, node_name: str) -> Sequence[tuple[str, str]]:
+        """(attacher, volume handle) of the node's VolumeAttachments of CSI PVs (those
+        NodeVolumeLimits counts besides the volumes of the pods on the node)."""
+        ...
+
 
 class ClusterView(Protocol):
     @property

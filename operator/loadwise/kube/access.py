@@ -68,6 +68,7 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("csinodes", "storage.k8s.io"),
             ("csidrivers", "storage.k8s.io"),
             ("csistoragecapacities", "storage.k8s.io"),
+            ("volumeattachments", "storage.k8s.io"),
             ("schedulingpolicies", "loadwise.io"),  # policywatch
         )
         for verb in ("list", "watch")

@@ -32,6 +32,7 @@ class InFlight:
         self.queue = queue
         self.slots = asyncio.Semaphore(concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
+        self._freed: set[asyncio.Task[None]] = set()  # tasks that gave their slot back early
         self._binds: dict[str, asyncio.Task[None]] = {}  # pod uid -> the bind that owns it
         # seconds a bind may take beyond the audit's bound (volume binding waits for claims)
         self._allowance: dict[str, float] = {}
@@ -64,9 +65,21 @@ class InFlight:
         self._allowance.pop(uid, None)
         return True
 
+    def free_slot(self) -> None:
+        """The running task gives its slot back before it ends: it waits on others now (a
+        bind's PreBind waiting for its claims to be bound, as kube-scheduler's binding
+        goroutines do, unbounded), so the loop may go on meanwhile."""
+        task = asyncio.current_task()
+        if task in self.tasks and task not in self._freed:
+            self._freed.add(task)
+            self.slots.release()
+
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        self.slots.release()
+        if task in self._freed:
+            self._freed.discard(task)
+        else:
+            self.slots.release()
 
     def _bind_ended(self, uid: str, task: asyncio.Task[None]) -> None:
         """A bind task ended without settling its pod (cancelled, even before it started, or

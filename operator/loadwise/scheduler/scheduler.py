@@ -357,7 +357,7 @@ class Scheduler:
         started = time.perf_counter()
         if volumes:
             try:
-                await self.volumes.prebind(pod, decision.node, volumes)
+                await self.volumes.prebind(pod, decision.node, volumes, self.inflight.free_slot)
             except VolumeBindError as exc:
                 await self._prebind_failed(pod, decision, attempt_started, str(exc))
                 return False

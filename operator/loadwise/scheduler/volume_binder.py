@@ -25,6 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..framework.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, Claim, ClaimRef, Volume
 from ..framework.types import NodeInfo, PodInfo
@@ -117,8 +118,15 @@ class VolumeBinder:
             self.storage.restore_claim(claim.key)
 
     # --- PreBind -----------------------------------------------------------------------------
-    async def prebind(self, pod: PodInfo, node_name: str, plan: VolumePlan) -> None:
-        """BindPodVolumes: raises VolumeBindError (after restoring what it did not write)."""
+    async def prebind(
+        self,
+        pod: PodInfo,
+        node_name: str,
+        plan: VolumePlan,
+        waiting: Callable[[], None] = lambda: None,
+    ) -> None:
+        """BindPodVolumes: raises VolumeBindError (after restoring what it did not write).
+        `waiting` is called once the writes are made, if the claims are not bound yet."""
         written = Written({}, {})
         try:
             for volume, claim in plan.bind:
@@ -133,7 +141,11 @@ class VolumeBinder:
                 if claim.key not in written.claims:
                     self.storage.restore_claim(claim.key)
         deadline = time.monotonic() + self.timeout
+        called = False
         while not self.check(pod, node_name, plan, written):
+            if not called:
+                waiting()
+                called = True
             if time.monotonic() >= deadline:
                 raise VolumeBindError(
                     "binding volumes: context deadline exceeded (claims not bound within "
@@ -141,7 +153,8 @@ class VolumeBinder:
                 )
             await asyncio.sleep(self.poll)
 
-    async def _write(self, path: str, body: dict[str, object], what: str) -> int:
+    async def _write(self, path: str, body: dict[str, Any], what: str) -> int:
+        """A conditional merge patch; the resourceVersion the object has now."""
         try:
             status, data = await self.transport.request(
                 "PATCH", path, body, content_type=MERGE_PATCH
@@ -151,14 +164,13 @@ class VolumeBinder:
         if status >= 300:
             raise VolumeBindError(_message(data))
         try:
-            version = json.loads(data)["metadata"]["resourceVersion"]
-            return int(version)
-        except (ValueError, KeyError, TypeError):
-            return 0
+            return int(json.loads(data)["metadata"]["resourceVersion"])
+        except (ValueError, KeyError, TypeError):  # no version said: newer than the one read
+            return _version(str((body.get("metadata") or {}).get("resourceVersion"))) + 1
 
     async def _bind_volume(self, volume: Volume, claim: Claim) -> int:
         ref = volume.claim_ref or ClaimRef(claim.namespace, claim.name, claim.uid)
-        body: dict[str, object] = {
+        body: dict[str, Any] = {
             "metadata": {
                 "resourceVersion": volume.resource_version,
                 "annotations": dict(volume.annotations),
@@ -178,7 +190,7 @@ class VolumeBinder:
         return await self._write(path, body, f'PersistentVolume "{volume.name}"')
 
     async def _select_node(self, claim: Claim, node_name: str) -> int:
-        body: dict[str, object] = {
+        body: dict[str, Any] = {
             "metadata": {
                 "resourceVersion": claim.resource_version,
                 "annotations": {SELECTED_NODE: node_name},

@@ -54,6 +54,9 @@ class StorageState:
         self.csi_nodes: dict[str, dict[str, int | None]] = {}
         self.drivers: dict[str, tuple[bool, bool]] = {}  # storageCapacity, preventIfMissing
         self._capacities: dict[str, StorageCapacity] = {}
+        # VolumeAttachments: name -> (node, attacher, PV name); and their names per node
+        self._attachments: dict[str, tuple[str, str, str]] = {}
+        self._attached_on: dict[str, set[str]] = {}
         self._capacity_list: tuple[StorageCapacity, ...] = ()
         # The assume cache: versions our binding cycles wrote or are about to write.
         self.assumed_volumes: dict[str, Volume] = {}
@@ -104,6 +107,15 @@ class StorageState:
 
     def claim_users(self, key: str) -> int:
         return self.claim_refs.get(key, 0)
+
+    def attachments(self, node_name: str) -> list[tuple[str, str]]:
+        found = []
+        for name in self._attached_on.get(node_name, ()):
+            _, attacher, pv_name = self._attachments[name]
+            volume = self.volumes.get(pv_name)
+            if attacher and volume is not None and volume.csi_driver:
+                found.append((attacher, volume.csi_handle))
+        return found
 
     # --- the assume cache --------------------------------------------------------------------
     def assume_volume(self, volume: Volume) -> None:
@@ -210,6 +222,23 @@ class StorageState:
     def relisted_drivers(self, names: set[str]) -> None:
         for name in set(self.drivers) - names:
             del self.drivers[name]
+
+    def on_attachment_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        name = _name(raw)
+        old = self._attachments.pop(name, None)
+        if old is not None:
+            self._attached_on.get(old[0], set()).discard(name)
+        if event_type != "DELETED":
+            spec = raw.get("spec") or {}
+            node = str(spec.get("nodeName") or "")
+            pv_name = str((spec.get("source") or {}).get("persistentVolumeName") or "")
+            self._attachments[name] = (node, str(spec.get("attacher") or ""), pv_name)
+            self._attached_on.setdefault(node, set()).add(name)
+        self.on_change()
+
+    def relisted_attachments(self, names: set[str]) -> None:
+        for name in set(self._attachments) - names:
+            self.on_attachment_event("DELETED", {"metadata": {"name": name}})
 
     def on_capacity_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         key = _key(raw)

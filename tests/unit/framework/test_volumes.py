@@ -419,3 +419,39 @@ def test_a_volume_pre_bound_to_the_claim_decides_even_where_others_would_fit() -
     state.storage.on_volume_event("ADDED", zonal)
     state.storage.on_claim_event("ADDED", claim("d"))
     assert feasible(state, pod("p", "d")) == {"a"}  # indexed as not pinned to a host
+
+
+def test_volume_attachments_without_a_pod_count_against_the_limit() -> None:
+    """kube-scheduler counts a node's VolumeAttachments of CSI PVs that no pod there accounts
+    for (a volume still attached after its pod left)."""
+    state = cluster(storage_class("csi", provisioner="csi.example"), claim("new", "csi"))
+    state.storage.on_csi_node_event(
+        "ADDED",
+        {
+            "metadata": {"name": "a"},
+            "spec": {"drivers": [{"name": "csi.example", "allocatable": {"count": 1}}]},
+        },
+    )
+    attached = {
+        "metadata": {"name": "old", "resourceVersion": "1"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "storageClassName": "csi",
+            "csi": {"driver": "csi.example", "volumeHandle": "h-old"},
+        },
+        "status": {"phase": "Released"},
+    }
+    state.storage.on_volume_event("ADDED", attached)
+    assert "a" in feasible(state, pod("p", "new"))
+    attachment = {
+        "metadata": {"name": "va-1"},
+        "spec": {
+            "attacher": "csi.example",
+            "nodeName": "a",
+            "source": {"persistentVolumeName": "old"},
+        },
+    }
+    state.storage.on_attachment_event("ADDED", attachment)
+    assert feasible(state, pod("p", "new")) == {"b", "c"}
+    state.storage.on_attachment_event("DELETED", attachment)
+    assert "a" in feasible(state, pod("p", "new"))

@@ -434,3 +434,41 @@ async def test_two_hand_overs_with_a_wake_up_at_the_first_leave_no_pod_stuck() -
     for task in (first, second):
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 1.0)
+
+
+# --- volumes: a bind waiting in PreBind gives its slot back -------------------------------------
+async def test_a_pod_waiting_for_its_claim_frees_its_slot_and_binds_once_the_claim_is_bound() -> (
+    None
+):
+    from ..framework.test_volumes import claim, local_pv, storage_class
+
+    api = Api()
+    sched = scheduler(api)
+    sched.on_node_event("ADDED", manifests.node("n1"))
+    storage = sched.state.storage
+    storage.on_class_event("ADDED", storage_class())
+    pv = local_pv("pv-1", "n1")
+    pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] = (
+        "kubernetes.io/hostname"
+    )
+    storage.on_volume_event("ADDED", pv)
+    storage.on_claim_event("ADDED", claim("data"))
+    body = raw_pod("db", cpu="100m")
+    body["metadata"]["namespace"] = "ns"
+    body["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+    async with running(sched):
+        sched.on_pod_event("ADDED", body)
+        await until(lambda: len(api.fake.requests("PATCH", "/persistentvolumes/pv-1")) == 1)
+        # waiting without a slot: only the loop holds one, for its next pod
+        await until(lambda: sched.inflight.slots._value == 63)
+        assert not api.binds("db")
+        bound_pv = local_pv("pv-1", "n1")
+        bound_pv["metadata"]["resourceVersion"] = "9"
+        bound_pv["spec"]["claimRef"] = {"namespace": "ns", "name": "data", "uid": "c-data"}
+        storage.on_volume_event("MODIFIED", bound_pv)
+        bound_claim = claim("data", volume="pv-1")
+        bound_claim["metadata"]["resourceVersion"] = "10"
+        storage.on_claim_event("MODIFIED", bound_claim)
+        await until(lambda: len(api.binds("db")) == 1)
+        await until(lambda: len(api.events("Scheduled")) == 1)
+    assert sched.inflight.slots._value == 64  # given back once, not twice

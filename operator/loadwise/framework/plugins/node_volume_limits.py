@@ -4,8 +4,9 @@ yet) must fit beside those of the pods already there. A driver whose CSIDriver s
 preventPodSchedulingIfMissing must be on the node (VolumeLimitScaling, on since 1.37).
 Unschedulable: removing pods frees attachments.
 
-Not counted, unlike kube-scheduler: in-tree volumes migrated to CSI (GCE PD, EBS, Azure Disk,
-Cinder, Portworx), and VolumeAttachments no pod on the node accounts for."""
+VolumeAttachments of CSI PVs on the node count too (once, unless a pod there accounts for the
+volume). Not counted, unlike kube-scheduler: in-tree volumes migrated to CSI (GCE PD, EBS,
+Azure Disk, Cinder, Portworx)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,9 @@ class NodeVolumeLimits(FilterPlugin):
         counts: dict[str, int] = {}
         for driver in attached.values():
             counts[driver] = counts.get(driver, 0) + 1
+        for driver, handle in storage.attachments(node.name):  # attached, no pod counted
+            if f"{driver}/{handle}" not in attached:
+                counts[driver] = counts.get(driver, 0) + 1
         adding: dict[str, int] = {}
         for unique, driver in new.items():
             if unique not in attached:
