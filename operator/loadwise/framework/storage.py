@@ -24,6 +24,15 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
 HOSTNAME = "kubernetes.io/hostname"
+# In-tree volume plugins migrated to CSI (csi-translation-lib), as NodeVolumeLimits counts them:
+# the plugin name a class's provisioner says, and the CSI driver its volumes count under.
+MIGRATED = {
+    "kubernetes.io/gce-pd": "pd.csi.storage.gke.io",
+    "kubernetes.io/aws-ebs": "ebs.csi.aws.com",
+    "kubernetes.io/azure-disk": "disk.csi.azure.com",
+    "kubernetes.io/cinder": "cinder.csi.openstack.org",
+    "kubernetes.io/portworx-volume": "pxd.portworx.com",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,7 @@ class Volume:
     csi_driver: str  # spec.csi.driver, "" for other kinds
     csi_handle: str
     deleting: bool
+    in_tree: tuple[str, str] | None = None  # a migrated in-tree source: (CSI driver, handle)
 
     @property
     def host(self) -> str | None:
@@ -169,9 +179,15 @@ class PodVolumes:
     claims: tuple[tuple[str, str, bool], ...] = ()
     inline_csi: tuple[tuple[str, str], ...] = ()
     disks: tuple[tuple[str, ...], ...] = ()
+    in_tree: tuple[tuple[str, str], ...] = ()  # inline migrated in-tree volumes: (driver, handle)
 
     def __bool__(self) -> bool:
-        return bool(self.claims or self.inline_csi or self.disks)
+        return bool(self.claims or self.inline_csi or self.disks or self.in_tree)
+
+    @property
+    def attachable(self) -> bool:
+        """What NodeVolumeLimits counts: claims and inline migrated in-tree volumes."""
+        return bool(self.claims or self.in_tree)
 
     @property
     def claim_names(self) -> tuple[str, ...]:
@@ -187,6 +203,7 @@ def parse_pod_volumes(pod_name: str, spec: Mapping[str, Any]) -> PodVolumes:
     claims: list[tuple[str, str, bool]] = []
     inline: list[tuple[str, str]] = []
     disks: list[tuple[str, ...]] = []
+    in_tree: list[tuple[str, str]] = []
     for volume in spec.get("volumes") or ():
         name = str(volume.get("name") or "")
         if (pvc := volume.get("persistentVolumeClaim")) is not None:
@@ -195,11 +212,35 @@ def parse_pod_volumes(pod_name: str, spec: Mapping[str, Any]) -> PodVolumes:
             claims.append((name, f"{pod_name}-{name}", True))
         elif (csi := volume.get("csi")) is not None:
             inline.append((str(csi.get("driver") or ""), name))
-        elif (disk := _disk(volume)) is not None:
-            disks.append(disk)
-    if not (claims or inline or disks):
+        else:
+            if (disk := _disk(volume)) is not None:
+                disks.append(disk)
+            if (migrated := translated(volume)) is not None:
+                in_tree.append(migrated)
+    if not (claims or inline or disks or in_tree):
         return NO_VOLUMES
-    return PodVolumes(tuple(claims), tuple(inline), tuple(disks))
+    return PodVolumes(tuple(claims), tuple(inline), tuple(disks), tuple(in_tree))
+
+
+def translated(source: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A migrated in-tree volume source (inline, or a PV's spec) as its CSI driver and a
+    volume handle: the same disk always gives the same handle, which is all the counting of
+    attachments needs (csi-translation-lib writes GCE's with its zone; ours says UNSPECIFIED)."""
+    if (gce := source.get("gcePersistentDisk")) is not None:
+        disk = f"projects/UNSPECIFIED/zones/UNSPECIFIED/disks/{gce.get('pdName') or ''}"
+        return MIGRATED["kubernetes.io/gce-pd"], disk
+    if (ebs := source.get("awsElasticBlockStore")) is not None:
+        volume_id = str(ebs.get("volumeID") or "")
+        if volume_id.startswith("aws://"):  # aws://zone/vol-id: KubernetesVolumeIDToEBSVolumeID
+            volume_id = volume_id.rsplit("/", 1)[-1]
+        return MIGRATED["kubernetes.io/aws-ebs"], volume_id
+    if (azure := source.get("azureDisk")) is not None:
+        return MIGRATED["kubernetes.io/azure-disk"], str(azure.get("diskURI") or "")
+    if (cinder := source.get("cinder")) is not None:
+        return MIGRATED["kubernetes.io/cinder"], str(cinder.get("volumeID") or "")
+    if (portworx := source.get("portworxVolume")) is not None:
+        return MIGRATED["kubernetes.io/portworx-volume"], str(portworx.get("volumeID") or "")
+    return None
 
 
 def _disk(volume: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -302,6 +343,7 @@ def parse_volume(raw: Mapping[str, Any]) -> Volume:
         csi_driver=str(csi.get("driver") or ""),
         csi_handle=str(csi.get("volumeHandle") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        in_tree=translated(spec) if not csi else None,
     )
 
 

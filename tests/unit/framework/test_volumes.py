@@ -455,3 +455,45 @@ def test_volume_attachments_without_a_pod_count_against_the_limit() -> None:
     assert feasible(state, pod("p", "new")) == {"b", "c"}
     state.storage.on_attachment_event("DELETED", attachment)
     assert "a" in feasible(state, pod("p", "new"))
+
+
+def test_in_tree_volumes_count_under_their_csi_driver_where_the_node_has_a_csinode() -> None:
+    """CSI migration (kube-scheduler 1.37's NodeVolumeLimits): an EBS PV bound to a placed pod,
+    and an inline GCE PD, count against the CSI drivers' limits of a node with a CSINode."""
+    state = cluster(storage_class("gp2", provisioner="kubernetes.io/aws-ebs"), claim("new", "gp2"))
+    for name in ("a", "b"):
+        state.storage.on_csi_node_event(
+            "ADDED",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "drivers": [
+                        {"name": "ebs.csi.aws.com", "allocatable": {"count": 1}},
+                        {"name": "pd.csi.storage.gke.io", "allocatable": {"count": 1}},
+                    ]
+                },
+            },
+        )
+    ebs = {
+        "metadata": {"name": "ebs-1", "resourceVersion": "1"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "storageClassName": "gp2",
+            "awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-1"},
+            "claimRef": {"namespace": "ns", "name": "used", "uid": "c-used"},
+        },
+        "status": {"phase": "Bound"},
+    }
+    state.storage.on_volume_event("ADDED", ebs)
+    state.storage.on_claim_event("ADDED", claim("used", "gp2", volume="ebs-1"))
+    holder = pod("holder", "used")
+    holder["spec"]["nodeName"] = "a"
+    state.observe_bound(parse_pod(holder, placed=True), terminal=False)
+    # a new EBS claim (its class names the in-tree plugin): a is full, c has no CSINode
+    assert feasible(state, pod("p", "new")) == {"b", "c"}
+    disk = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1"}}
+    user = pod("gce", volumes=[disk])
+    user["spec"]["nodeName"] = "b"
+    state.observe_bound(parse_pod(user, placed=True), terminal=False)
+    other = {"name": "d", "gcePersistentDisk": {"pdName": "disk-2"}}
+    assert feasible(state, pod("q", volumes=[other])) == {"a", "c"}  # b's one GCE slot taken

@@ -5,8 +5,9 @@ preventPodSchedulingIfMissing must be on the node (VolumeLimitScaling, on since 
 Unschedulable: removing pods frees attachments.
 
 VolumeAttachments of CSI PVs on the node count too (once, unless a pod there accounts for the
-volume). Not counted, unlike kube-scheduler: in-tree volumes migrated to CSI (GCE PD, EBS,
-Azure Disk, Cinder, Portworx)."""
+volume). In-tree volumes migrated to CSI (GCE PD, EBS, Azure Disk, Cinder, Portworx: a PV's
+source, an inline volume, or a class whose provisioner names the plugin) count under their CSI
+driver on a node that has a CSINode, as kube-scheduler 1.37 counts them."""
 
 from __future__ import annotations
 
@@ -14,16 +15,24 @@ from collections.abc import Mapping
 
 from ..context import CycleContext
 from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, Signature
+from ..storage import MIGRATED
 from ..types import NodeInfo, PodInfo
 from ..view import StorageView
 
 EXCEEDED = "node(s) exceed max volume count"
 
 
-def _attachable(pod: PodInfo, storage: StorageView, new: bool) -> dict[str, str] | str:
-    """filterAttachableVolumes: unique volume name -> driver of the pod's claims (a new pod's
-    missing claim is a refusal; an existing pod's is skipped)."""
+def _attachable(
+    pod: PodInfo, storage: StorageView, new: bool, migrated: bool
+) -> dict[str, str] | str:
+    """filterAttachableVolumes: unique volume name -> driver of the pod's claims and inline
+    migrated in-tree volumes (a new pod's missing claim is a refusal; an existing pod's is
+    skipped). `migrated`: the node has a CSINode, so in-tree volumes count under their CSI
+    driver (kube-scheduler's isCSIMigrationOn in 1.37)."""
     out: dict[str, str] = {}
+    if migrated:
+        for driver, handle in pod.volumes.in_tree:
+            out[f"{driver}/{handle}"] = driver
     for _, name, ephemeral in pod.volumes.claims:
         if not name:
             return "PersistentVolumeClaim had no name"
@@ -44,17 +53,29 @@ def _attachable(pod: PodInfo, storage: StorageView, new: bool) -> dict[str, str]
         volume = storage.volume(claim.volume_name) if claim.volume_name else None
         if volume is not None:
             driver, handle = volume.csi_driver, volume.csi_handle
+            if not driver and volume.in_tree is not None and migrated:
+                driver, handle = volume.in_tree
         elif claim.class_name:
             cls = storage.storage_class(claim.class_name)
             if cls is not None:  # not bound yet: one new volume of the class's provisioner
                 driver, handle = cls.provisioner, f"-{claim.namespace}/{claim.name}"
+                if driver in MIGRATED:
+                    driver = MIGRATED[driver] if migrated else ""
         if driver and handle:
             out[f"{driver}/{handle}"] = driver
     return out
 
 
-def _new_volumes(ctx: CycleContext) -> dict[str, str] | str:
-    return _attachable(ctx.pod, ctx.state.storage, new=True)
+def _new_volumes(ctx: CycleContext, migrated: bool) -> dict[str, str] | str:
+    return _attachable(ctx.pod, ctx.state.storage, new=True, migrated=migrated)
+
+
+def _new_volumes_migrated(ctx: CycleContext) -> dict[str, str] | str:
+    return _new_volumes(ctx, True)
+
+
+def _new_volumes_not_migrated(ctx: CycleContext) -> dict[str, str] | str:
+    return _new_volumes(ctx, False)
 
 
 class NodeVolumeLimits(FilterPlugin):
@@ -63,18 +84,19 @@ class NodeVolumeLimits(FilterPlugin):
     node_local = False  # reads claims, volumes and the pods on the node
 
     def sign(self, ctx: CycleContext) -> Signature:
-        return UNSIGNABLE if ctx.pod.volumes.claims else ()
+        return UNSIGNABLE if ctx.pod.volumes.attachable else ()
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
-        if not ctx.pod.volumes.claims:
+        if not ctx.pod.volumes.attachable:
             return None
-        new = ctx.prefiltered(_new_volumes)
+        storage = ctx.state.storage
+        csi_node = storage.csi_node(node.name)
+        migrated = csi_node is not None
+        new = ctx.prefiltered(_new_volumes_migrated if migrated else _new_volumes_not_migrated)
         if isinstance(new, str):
             return [new]
         if not new:
             return None
-        storage = ctx.state.storage
-        csi_node = storage.csi_node(node.name)
         for driver in set(new.values()):
             if storage.driver_required_on_node(driver) and (
                 csi_node is None or driver not in csi_node
@@ -87,8 +109,8 @@ class NodeVolumeLimits(FilterPlugin):
             return None
         attached: dict[str, str] = {}
         for other in ctx.state.pods_on(node.name):
-            if other.volumes.claims:
-                found = _attachable(other, storage, new=False)
+            if other.volumes.attachable:
+                found = _attachable(other, storage, new=False, migrated=migrated)
                 if isinstance(found, dict):
                     attached.update(found)
         counts: dict[str, int] = {}
