@@ -453,6 +453,15 @@ async def test_a_labelled_namespace_is_scheduled_by_loadwise_with_the_charts_rig
             {"metadata": {"name": opted, "labels": {"loadwise.io/scheduler": "enabled"}}},
         )
         await kube.create("/api/v1/namespaces", {"metadata": {"name": other}})
+
+        async def policy_in_force() -> bool:
+            # The API server loads a new policy through an informer: until then pods are
+            # admitted unchanged (for kube-scheduler). A dry run shows what admission does.
+            probe = manifests.pod("probe", namespace=opted, scheduler_name="default-scheduler")
+            made = await kube.create(f"/api/v1/namespaces/{opted}/pods", probe, dryRun="All")
+            return bool(made["spec"]["schedulerName"] == "loadwise-scheduler")
+
+        await wait_for(policy_in_force, 30, interval=0.5, what="the opt-in policy in force")
         config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path)
         async with running_operator(config, sa_kubeconfig):
             web = manifests.pod("x", namespace=opted, scheduler_name="default-scheduler")
@@ -510,7 +519,18 @@ async def test_a_labelled_namespace_is_scheduled_by_loadwise_with_the_charts_rig
                 done = len(ours) == 4 and all(p["spec"].get("nodeName") for p in ours)
                 return ours if done else None
 
-            pods = await wait_for(placed, 60, what="the opted-in namespace's pods placed")
+            try:
+                pods = await wait_for(placed, 60, what="the opted-in namespace's pods placed")
+            except TimeoutError as exc:  # say what was not placed, and why
+                seen = [
+                    (p["metadata"]["name"], p["spec"]["schedulerName"], p["spec"].get("nodeName"))
+                    for p in await kube.list(f"/api/v1/namespaces/{opted}/pods")
+                ]
+                said = [
+                    (e["involvedObject"]["name"], e["reason"], e["message"][:200])
+                    for e in await kube.list(f"/api/v1/namespaces/{opted}/events")
+                ]
+                raise AssertionError(f"{exc}: pods {seen}; events {said}") from exc
             assert {p["spec"]["schedulerName"] for p in pods} == {"loadwise-scheduler"}
             claims = await kube.list(f"/api/v1/namespaces/{opted}/persistentvolumeclaims")
             assert {c["status"]["phase"] for c in claims} == {"Bound"}
