@@ -439,6 +439,7 @@ class Report:
     volume_scenarios: int = 0  # scenarios with storage (differential_volumes.py)
     with_volumes: int = 0  # incoming pods with claims or ephemeral volumes
     volumes_placed: int = 0  # ... that loadwise placed (their claims bound)
+    in_tree: int = 0  # ... mounting the bound in-tree EBS disk (migrated to CSI on some nodes)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -462,6 +463,7 @@ class Report:
             "volume_scenarios": self.volume_scenarios,
             "pods_with_volumes": self.with_volumes,
             "pods_with_volumes_placed": self.volumes_placed,
+            "pods_with_an_in_tree_disk": self.in_tree,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -614,6 +616,7 @@ async def _scenario(
                         volumes.sided(body, side),
                     )
             report.with_volumes += 1
+            report.in_tree += volumes.mounts_in_tree_disk(template)
         ours = volumes.sided(template, "lw")
         ours["metadata"]["name"] = f"lw-{s}-{i}"
         ours["spec"]["schedulerName"] = scheduler_name
@@ -738,7 +741,8 @@ def main() -> int:
         f"another component; {result['pods_nominated_by_another_component']} pods nominated by "
         f"another component ({result['nominated_pods_placed_elsewhere']} placed elsewhere); "
         f"{result['volume_scenarios']} scenarios with storage, {result['pods_with_volumes']} pods "
-        f"with volumes ({result['pods_with_volumes_placed']} placed); "
+        f"with volumes ({result['pods_with_volumes_placed']} placed, "
+        f"{result['pods_with_an_in_tree_disk']} with an in-tree disk); "
         f"{result['seconds']}s; seed {args.seed}"
     )
     for d in report.disagreements:

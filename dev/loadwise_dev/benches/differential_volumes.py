@@ -11,8 +11,9 @@ they were): three classes per side (`SIDE-local`: WaitForFirstConsumer without a
 `SIDE-immediate`; `SIDE-dyn`: WaitForFirstConsumer provisioned by the bench itself, which plays a
 CSI driver's provisioner, sometimes restricted to zones), local PVs of assorted sizes on some
 nodes (hostname affinity, or zone affinity with zone labels), claims already bound to some of
-them, a ReadWriteOncePod claim in use by a placed pod, an unbound Immediate claim, and CSINode
-attach limits on some nodes with placed pods holding CSI volumes there. Each incoming pod may
+them, a ReadWriteOncePod claim in use by a placed pod, an unbound Immediate claim, CSINode
+attach limits on some nodes with placed pods holding CSI volumes there, and a bound in-tree EBS
+disk that some CSINodes say is migrated to CSI. Each incoming pod may
 get (`gen_volumes`) a new claim of either WaitForFirstConsumer class, a bound claim, the
 ReadWriteOncePod claim, the Immediate claim, a missing claim, or a generic ephemeral volume.
 """
@@ -87,7 +88,7 @@ def pv(name: str, size: str, cls: str, affinity: dict[str, Any], **spec: Any) ->
             **spec,
         },
     }
-    if "csi" not in body["spec"]:
+    if "csi" not in body["spec"] and "awsElasticBlockStore" not in body["spec"]:
         body["spec"]["local"] = {"path": f"/mnt/{name}"}
     return body
 
@@ -191,7 +192,33 @@ def gen_world(rng: random.Random, nodes: list[dict[str, Any]], s: int, ns: str) 
             )
             world.bound.append(claim_name)
             world.pods.append(_user(f"SIDE-s{s}-n{n}-csi{k}-user", ns, node, claim_name))
+    _in_tree_disk(rng, world, nodes, s)
     return world
+
+
+def _in_tree_disk(rng: random.Random, world: World, nodes: list[dict[str, Any]], s: int) -> None:
+    """Sometimes a bound claim on an in-tree EBS disk of one zone (by node affinity or by its
+    labels only), with some CSINodes saying the plugin is migrated: kube-scheduler then wants
+    the CSI driver's zone key there, which no node here carries."""
+    zones = sorted({z for n in nodes if (z := n["metadata"]["labels"].get(ZONE))})
+    if not zones or rng.random() >= 0.5:
+        return
+    zone = rng.choice(zones)
+    name = f"SIDE-s{s}-ebs"
+    affinity = {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zone]}]}
+    ebs = {"volumeID": f"aws://{zone}/vol-SIDE{s}"}
+    volume = pv(f"{name}-pv", "5Gi", "SIDE-local", affinity, awsElasticBlockStore=ebs)
+    if rng.random() < 0.5:
+        del volume["spec"]["nodeAffinity"]
+        volume["metadata"]["labels"] = {ZONE: zone}
+    volume["spec"]["claimRef"] = {"namespace": world.ns, "name": name}
+    world.volumes.append(volume)
+    world.claims.append(claim(name, world.ns, "SIDE-local", "1Gi", volumeName=f"{name}-pv"))
+    world.bound.append(name)
+    plugins = "storage.alpha.kubernetes.io/migrated-plugins"
+    for body in world.csi_nodes:
+        if rng.random() < 0.6:
+            body["metadata"]["annotations"] = {plugins: "kubernetes.io/aws-ebs"}
 
 
 def _user(name: str, ns: str, node: dict[str, Any], claim_name: str) -> dict[str, Any]:
@@ -275,6 +302,14 @@ def gen_volumes(
             claim_name = f"SIDE-s{s}-p{i}-missing"
         volumes.append({"name": name, "persistentVolumeClaim": {"claimName": claim_name}})
     return volumes, claims
+
+
+def mounts_in_tree_disk(pod: dict[str, Any]) -> bool:
+    """The pod mounts the claim of `_in_tree_disk`."""
+    return any(
+        str((v.get("persistentVolumeClaim") or {}).get("claimName", "")).endswith("-ebs")
+        for v in pod["spec"].get("volumes") or ()
+    )
 
 
 class Provisioner:

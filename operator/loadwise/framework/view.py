@@ -59,6 +59,10 @@ class StorageView(Protocol):
         """The node's CSINode: driver -> allocatable volume count (None: no limit)."""
         ...
 
+    def migrated_plugins(self, node_name: str) -> frozenset[str]:
+        """The in-tree plugins its CSINode says are migrated to CSI there (none without one)."""
+        ...
+
     def driver_publishes_capacity(self, driver: str) -> bool:
         """A CSIDriver named so exists with spec.storageCapacity true."""
         ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .csi_migration import TranslationError, as_seen_on
 from .storage import NO_PROVISIONER, Claim, StorageClass, Volume
 from .types import NodeInfo, PodInfo
 from .view import StorageView
@@ -103,11 +104,16 @@ def find_pod_volumes(
     """Filter (FindPodVolumes): the plan for this node, or the reasons it cannot take them.
     Raises VolumeError where kube-scheduler fails the cycle with an error."""
     bound_ok, bound_found = True, True
+    migrated = storage.migrated_plugins(node.name) if claims.bound else frozenset()
     for claim in claims.bound:  # checkBoundClaims
         volume = storage.volume(claim.volume_name)
         if volume is None:
             bound_found = False
             break
+        try:
+            volume = as_seen_on(volume, migrated)
+        except TranslationError as exc:
+            raise VolumeError(str(exc)) from exc
         if not volume.fits_node(node.labels):
             bound_ok = False
             break

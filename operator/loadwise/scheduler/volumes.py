@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..framework.csi_migration import migrated_plugins
 from ..framework.storage import (
     HOSTNAME,
     Claim,
@@ -52,6 +53,7 @@ class StorageState:
         self._claimed: dict[str, dict[str, Volume]] = {}
         self.classes: dict[str, StorageClass] = {}
         self.csi_nodes: dict[str, dict[str, int | None]] = {}
+        self.migrated: dict[str, frozenset[str]] = {}  # CSINode -> its migrated plugins
         self.drivers: dict[str, tuple[bool, bool]] = {}  # storageCapacity, preventIfMissing
         self._capacities: dict[str, StorageCapacity] = {}
         # VolumeAttachments: name -> (node, attacher, PV name); and their names per node
@@ -95,6 +97,9 @@ class StorageState:
 
     def csi_node(self, node_name: str) -> Mapping[str, int | None] | None:
         return self.csi_nodes.get(node_name)
+
+    def migrated_plugins(self, node_name: str) -> frozenset[str]:
+        return self.migrated.get(node_name, frozenset())
 
     def driver_publishes_capacity(self, driver: str) -> bool:
         return self.drivers.get(driver, (False, False))[0]
@@ -199,13 +204,17 @@ class StorageState:
         name = _name(raw)
         if event_type == "DELETED":
             self.csi_nodes.pop(name, None)
+            self.migrated.pop(name, None)
         else:
             self.csi_nodes[name] = parse_csi_node(raw)
+            annotations = (raw.get("metadata") or {}).get("annotations") or {}
+            self.migrated[name] = migrated_plugins(annotations)
         self.on_change()
 
     def relisted_csi_nodes(self, names: set[str]) -> None:
         for name in set(self.csi_nodes) - names:
             del self.csi_nodes[name]
+            self.migrated.pop(name, None)
 
     def on_driver_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         name = _name(raw)

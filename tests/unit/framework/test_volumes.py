@@ -497,3 +497,73 @@ def test_in_tree_volumes_count_under_their_csi_driver_where_the_node_has_a_csino
     state.observe_bound(parse_pod(user, placed=True), terminal=False)
     other = {"name": "d", "gcePersistentDisk": {"pdName": "disk-2"}}
     assert feasible(state, pod("q", volumes=[other])) == {"a", "c"}  # b's one GCE slot taken
+
+
+def _migrated_csinode(state: ClusterState, name: str, plugins: str) -> None:
+    annotations = {"storage.alpha.kubernetes.io/migrated-plugins": plugins}
+    state.storage.on_csi_node_event(
+        "ADDED", {"metadata": {"name": name, "annotations": annotations}, "spec": {"drivers": []}}
+    )
+
+
+def _bound_in_tree_pv(source: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "disk", "resourceVersion": "1", **meta},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "storageClassName": "std",
+            "claimRef": {"namespace": "ns", "name": "data", "uid": "c-data"},
+            **source,
+        },
+        "status": {"phase": "Bound"},
+    }
+
+
+def test_a_bound_in_tree_volume_needs_the_csi_zone_key_where_its_plugin_is_migrated() -> None:
+    """kube-scheduler's tryTranslatePVToCSI: on a node whose CSINode lists the plugin as
+    migrated, the PV's zone requirement is tested under the CSI driver's topology key."""
+    ebs_zone = "topology.ebs.csi.aws.com/zone"
+    b = node("b", "us-east-1a")
+    b["metadata"]["labels"][ebs_zone] = "us-east-1a"
+    state = state_with(node("a", "us-east-1a"), b, node("c", "us-east-1a"))
+    for name in ("a", "b"):
+        _migrated_csinode(state, name, "kubernetes.io/gce-pd,kubernetes.io/aws-ebs")
+    pv = _bound_in_tree_pv({"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-1"}})
+    pv["spec"]["nodeAffinity"] = {
+        "required": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1a"]}]}
+            ]
+        }
+    }
+    state.storage.on_class_event("ADDED", storage_class("std", "Immediate"))
+    state.storage.on_volume_event("ADDED", pv)
+    state.storage.on_claim_event("ADDED", claim("data", "std", volume="disk"))
+    # a: migrated, no CSI zone label; c: no CSINode, so the in-tree affinity is tested as is
+    assert feasible(state, pod("p", "data")) == {"b", "c"}
+    result = decide(state, pod("p", "data"))
+    assert isinstance(result, Decision) and result.node in {"b", "c"}
+
+
+def test_a_gce_disk_zoned_by_labels_only_gets_the_csi_zone_and_a_bad_region_is_an_error() -> None:
+    gke_zone = "topology.gke.io/zone"
+    beta_zone = "failure-domain.beta.kubernetes.io/zone"
+    nodes = []
+    for name, zone in (("a", "us-central1-a"), ("b", "us-central1-c"), ("c", "us-central1-b")):
+        raw = node(name)
+        raw["metadata"]["labels"][beta_zone] = zone
+        if name != "c":  # c lacks the CSI driver's key: VolumeZone takes it, the PV's affinity not
+            raw["metadata"]["labels"][gke_zone] = zone
+        nodes.append(raw)
+    state = state_with(*nodes)
+    for name in ("a", "b", "c"):
+        _migrated_csinode(state, name, "kubernetes.io/gce-pd")
+    regional = "us-central1-a__us-central1-b"
+    pv = _bound_in_tree_pv({"gcePersistentDisk": {"pdName": "pd"}}, labels={beta_zone: regional})
+    state.storage.on_class_event("ADDED", storage_class("std", "Immediate"))
+    state.storage.on_volume_event("ADDED", pv)
+    state.storage.on_claim_event("ADDED", claim("data", "std", volume="disk"))
+    assert feasible(state, pod("p", "data")) == {"a"}
+    pv["metadata"]["labels"] = {beta_zone: "us-central1-a__europe-west1-b"}
+    state.storage.on_volume_event("MODIFIED", pv)
+    assert feasible(state, pod("p", "data")) == set()  # kube-scheduler's error status
