@@ -15,7 +15,8 @@ them, a ReadWriteOncePod claim in use by a placed pod, an unbound Immediate clai
 attach limits on some nodes with placed pods holding CSI volumes there, and a bound in-tree EBS
 disk that some CSINodes say is migrated to CSI. Each incoming pod may
 get (`gen_volumes`) a new claim of either WaitForFirstConsumer class, a bound claim, the
-ReadWriteOncePod claim, the Immediate claim, a missing claim, or a generic ephemeral volume.
+ReadWriteOncePod claim, the Immediate claim, the in-tree disk's claim, a missing claim, or a
+generic ephemeral volume.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class World:
     bound: list[str] = field(default_factory=list)  # claims bound before any pod comes
     read_write_once_pod: str = ""
     immediate: str = ""
+    in_tree: str = ""  # the bound claim on an in-tree disk
 
 
 def gen_world(rng: random.Random, nodes: list[dict[str, Any]], s: int, ns: str) -> World:
@@ -215,6 +217,7 @@ def _in_tree_disk(rng: random.Random, world: World, nodes: list[dict[str, Any]],
     world.volumes.append(volume)
     world.claims.append(claim(name, world.ns, "SIDE-local", "1Gi", volumeName=f"{name}-pv"))
     world.bound.append(name)
+    world.in_tree = name
     plugins = "storage.alpha.kubernetes.io/migrated-plugins"
     for body in world.csi_nodes:
         if rng.random() < 0.6:
@@ -280,7 +283,7 @@ def gen_volumes(
     for k in range(rng.choice([1, 1, 1, 2])):
         kind = rng.choice(
             ["local", "local", "local", "dyn", "dyn", "bound", "rwop", "immediate",
-             "missing", "ephemeral"]
+             "missing", "ephemeral", "in-tree"]
         )  # fmt: skip
         name = f"v{k}"
         if kind in ("local", "dyn"):
@@ -294,6 +297,8 @@ def gen_volumes(
             claim_name = world.read_write_once_pod
         elif kind == "immediate" and world.immediate:
             claim_name = world.immediate
+        elif kind == "in-tree" and world.in_tree:
+            claim_name = world.in_tree
         elif kind == "ephemeral":
             template = {"spec": claim("x", world.ns, "SIDE-local", rng.choice(SIZES))["spec"]}
             volumes.append({"name": name, "ephemeral": {"volumeClaimTemplate": template}})
