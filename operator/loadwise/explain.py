@@ -28,6 +28,7 @@ from .components import build
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose, prefilter
+from .framework.heat import thresholds_text
 from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
@@ -186,7 +187,7 @@ async def relief_lines(rebalancer: Rebalancer, node: str, now: float) -> list[st
     for policy in enabled:
         spec = policy.spec
         sample = scheduler.samples_for(policy).get(node)
-        limits = f"cpu {spec.hot_thresholds.cpu:g}%, memory {spec.hot_thresholds.memory:g}%"
+        limits = thresholds_text(policy)
         if sample is None:
             lines.append(f"node {node}, policy {policy.name}: no sample from its source")
             continue

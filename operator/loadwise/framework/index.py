@@ -38,6 +38,7 @@ from .cycle import (
     refusal,
     select,
 )
+from .heat import expires_at, is_fresh
 from .plugin import UNSIGNABLE
 from .profile import DEFAULT_PROFILE, Profile, Shape
 from .scoring import UsageProfiles
@@ -259,9 +260,8 @@ class ScoreIndex:
             or shape.epoch != state.change_epoch
             or now >= shape.stale_at
         ):
-            max_age = policy.spec.metrics.max_age_seconds
             stale_at = min(
-                (s.timestamp + max_age for s in samples.values() if now - s.timestamp <= max_age),
+                (expires_at(s, policy) for s in samples.values() if is_fresh(s, policy, now)),
                 default=float("inf"),
             )
             shape = ShapeHeap(policy, samples, state.change_epoch, len(state.changes), stale_at)

@@ -17,14 +17,16 @@ Pure: the view (WhatIf) is edited and restored before returning.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..policies.policy import Policy
 from ..usage.cache import NodeSample
+from . import heat
 from .context import CycleContext
 from .cycle import Decision, conclude, diagnose
+from .heat import RELIEVABLE, sample_over
 from .profile import DEFAULT_PROFILE, Profile
 from .scoring import UsageProfiles, pod_estimate
 from .types import PodInfo, controller_of
@@ -136,31 +138,6 @@ class Relief:
     over: Mapping[str, float] = field(default_factory=dict)  # resource -> share over
 
 
-def hot_node_names(
-    policy: Policy, samples: Mapping[str, NodeSample], nodes: Iterable[str], now: float
-) -> set[str]:
-    """Nodes with a fresh sample over one of the policy's hot thresholds (the measured figure,
-    without estimates of pods placed since: what someone watching the nodes sees)."""
-    spec = policy.spec
-    hot = set()
-    for name in nodes:
-        sample = samples.get(name)
-        if sample is None or now - sample.timestamp > spec.metrics.max_age_seconds:
-            continue
-        if over_thresholds(policy, sample) or any(
-            sample.extra.get(d.name, 0.0) * 100 > d.hot_threshold for d in spec.dimensions
-        ):
-            hot.add(name)
-    return hot
-
-
-def over_thresholds(policy: Policy, sample: NodeSample) -> dict[str, float]:
-    """The share of allocatable above each hot threshold (only those exceeded)."""
-    limits = policy.spec.hot_thresholds
-    over = {"cpu": sample.cpu - limits.cpu / 100, "memory": sample.memory - limits.memory / 100}
-    return {resource: amount for resource, amount in over.items() if amount > 0}
-
-
 def plan_relief(
     node: str,
     sample: NodeSample,
@@ -182,9 +159,19 @@ def plan_relief(
     others cannot do it, and one big pod rather than many small ones.
     `max_moves`: what the rate limits leave for this node now (`held_back` says which limit,
     or which pods they keep from moving)."""
-    over = over_thresholds(policy, sample)
+    over = sample_over(policy, sample)
     if not over:
         return Relief(node, refused="not over its hot thresholds")
+    relievable = {r: amount for r, amount in over.items() if r in RELIEVABLE}
+    if not relievable:
+        names = ", ".join(over)
+        return Relief(
+            node,
+            refused=f"over its {names} threshold only, which moving pods cannot be shown to "
+            f"relieve: no pod's {names} use is measured (rebalancing moves pods by their CPU "
+            "and memory use)",
+            over=over,
+        )
     pods = list(candidates)
     if not pods:
         return Relief(node, refused=held_back or "no pod on it may be moved", over=over)
@@ -198,10 +185,10 @@ def plan_relief(
     for top in sorted({tier(c) for c in pods}):
         pool = sorted(
             (c for c in pods if tier(c) <= top),
-            key=lambda c: (-sum(getattr(c, r) for r in over), tier(c)),
+            key=lambda c: (-sum(getattr(c, r) for r in relievable), tier(c)),
         )
         trial = _Trial(view, policy, samples, now, rng, profile)
-        moves, left, unplaced = _relieve(node, pool, over, trial, learned, moved or {})
+        moves, left, unplaced = _relieve(node, pool, relievable, trial, learned, moved or {})
         if any(amount > 0 for amount in left.values()):
             why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
             why = f"{why}; {held_back}" if held_back else why
@@ -238,16 +225,16 @@ class _Trial:
         if not isinstance(decision, Decision):
             return decision.message
         chosen = decision.chosen
-        limits = self.policy.spec.hot_thresholds
         if decision.all_hot or chosen.hot:
             return "every node it fits on would be hot"
-        if (
-            chosen.cpu > limits.cpu / 100 - TARGET_HEADROOM
-            or chosen.memory > limits.memory / 100 - TARGET_HEADROOM
-        ):
+        if heat.over(self.policy, chosen.cpu, chosen.memory, chosen.extra, TARGET_HEADROOM):
+            dims = "".join(
+                f" {d.name} {v:.0%}"
+                for d, v in zip(self.policy.spec.dimensions, chosen.extra, strict=False)
+            )
             return (
                 f"{chosen.node} would be within {TARGET_HEADROOM:.0%} of its hot thresholds "
-                f"with it (cpu {chosen.cpu:.0%} mem {chosen.memory:.0%})"
+                f"with it (cpu {chosen.cpu:.0%} mem {chosen.memory:.0%}{dims})"
             )
         if chosen.source != "metrics":
             return f"{chosen.node} has no fresh sample (a target must be measured cool)"
@@ -312,7 +299,7 @@ class HotStreaks:
         self.relieving: set[str] = set()
 
     def update(
-        self, hot: Sequence[str] | set[str], nodes: Iterable[str], hot_after: int, cool_after: int
+        self, hot: Collection[str], nodes: Iterable[str], hot_after: int, cool_after: int
     ) -> set[str]:
         hot = set(hot)
         seen = set()

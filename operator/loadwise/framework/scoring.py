@@ -21,6 +21,7 @@ from typing import Literal, Protocol
 from ..policies.policy import Policy
 from ..resources import CPU, MEMORY
 from ..usage.cache import NodeSample
+from .heat import dimensions_of, headrooms, is_fresh
 from .types import NodeInfo, PodInfo
 from .view import ClusterView
 
@@ -93,11 +94,7 @@ def score_node(
     req_mem = _ratio(scored_mem + pod.requests.nonzero[1], alloc_mem)
     by_requests = _requests_score(policy, req_cpu, req_mem, pack)
     sample = samples.get(node.name)
-    if (
-        sample is None
-        or now - sample.timestamp > spec.metrics.max_age_seconds
-        or not spec.load_share
-    ):
+    if sample is None or not is_fresh(sample, policy, now) or not spec.load_share:
         return NodeScore(node.name, by_requests, req_cpu, req_mem, "requests", None)
     factors = (spec.placement_estimate, spec.memory_estimate)
     extra_cpu = extra_mem = 0.0
@@ -117,17 +114,9 @@ def score_node(
             extra_mem += unseen * mem_est
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
     mem = sample.memory + _ratio(extra_mem, alloc_mem)
-    dims = tuple(sample.extra.get(d.name, 0.0) for d in spec.dimensions)
-    # How far below its hot threshold each dimension is (negative: hot), with its weight.
-    headrooms = [
-        (spec.hot_thresholds.cpu / 100 - cpu, spec.weights.cpu),
-        (spec.hot_thresholds.memory / 100 - mem, spec.weights.memory),
-        *(
-            (d.hot_threshold / 100 - v, d.weight)
-            for d, v in zip(spec.dimensions, dims, strict=True)
-        ),
-    ]
-    hot = any(room < 0 for room, _ in headrooms)
+    dims = dimensions_of(policy, sample)
+    rooms = headrooms(policy, cpu, mem, dims)
+    hot = any(room < 0 for _, room, _ in rooms)
     if pack:
         by_load = _pack_score(policy, cpu, mem, dims)
     else:
@@ -135,7 +124,7 @@ def score_node(
         # up to its threshold only when nothing cooler fits, since estimates near the edge tip
         # it over. Only for the dimensions the score weights: one weighted 0 is no part of the
         # load score, and its threshold is kept by the hot pass-over alone.
-        fade = min((room for room, weight in headrooms if weight > 0), default=1.0)
+        fade = min((room for _, room, weight in rooms if weight > 0), default=1.0)
         by_load = (
             MAX_SCORE
             * _clamp(1.0 - _weighted(policy, cpu, mem, dims))

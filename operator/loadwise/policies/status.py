@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..framework.rebalance import hot_node_names
+from ..framework import heat as heat_rule
+from ..framework.heat import is_fresh
 from ..usage.cache import MetricsCache, NodeSample
 from .policy import Policy
 
@@ -55,9 +56,7 @@ def metrics_report(
         )
     max_age = policy.spec.metrics.max_age_seconds
     samples = cache.samples
-    fresh = sum(
-        1 for n in nodes if (s := samples.get(n)) is not None and now - s.timestamp <= max_age
-    )
+    fresh = sum(1 for n in nodes if is_fresh(samples.get(n), policy, now))
     declared = getattr(cache.source, "dimensions", {})  # Prometheus only
     missing = [d.name for d in policy.spec.dimensions if d.name not in declared]
     if missing:
@@ -87,7 +86,7 @@ def hot_nodes(
     policy: Policy, samples: Mapping[str, NodeSample], nodes: Iterable[str], now: float
 ) -> int:
     """How many nodes are over one of the policy's hot thresholds (loadwise_policy_hot_nodes)."""
-    return len(hot_node_names(policy, samples, nodes, now))
+    return len(heat_rule.hot_nodes(policy, samples, nodes, now))
 
 
 def status_fields(

@@ -22,11 +22,11 @@ from typing import Any
 
 from .. import observability as obs
 from ..framework.disruption_budgets import split_violating
+from ..framework.heat import hot_nodes
 from ..framework.rebalance import (
     Candidate,
     HotStreaks,
     Relief,
-    hot_node_names,
     ineligible,
     plan_relief,
 )
@@ -123,7 +123,7 @@ class Rebalancer:
             settings = policy.spec.rebalance
             streaks = self._streaks.setdefault(name, HotStreaks())
             relieving = streaks.update(
-                hot_node_names(policy, samples, nodes, now),
+                hot_nodes(policy, samples, nodes, now),
                 nodes,
                 settings.hot_refreshes,
                 settings.cool_refreshes,

@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
+
+from loadwise.framework.heat import sample_over
 from loadwise.framework.rebalance import (
     Candidate,
     HotStreaks,
     ineligible,
-    over_thresholds,
     plan_relief,
 )
 from loadwise.framework.types import parse_pod
@@ -105,7 +107,7 @@ def test_a_target_must_be_measured_and_the_node_over_a_threshold() -> None:
     )
     assert relief.moves == () and "no fresh sample" in relief.refused
     calm = NodeSample(0.5, 0.5, NOW)
-    assert over_thresholds(POLICY, calm) == {}
+    assert sample_over(POLICY, calm) == {}
     assert plan_relief("hot", calm, [], state, POLICY, usage, NOW, random.Random(1)).refused == (
         "not over its hot thresholds"
     )
@@ -179,6 +181,40 @@ def test_a_target_must_keep_headroom_under_its_thresholds() -> None:
         "hot", usage["hot"], [candidate(pod, 0.30)], state, POLICY, usage, NOW, random.Random(1)
     )
     assert not relief.moves and "within 5% of its hot thresholds with it" in relief.refused
+
+
+def test_a_target_keeps_headroom_on_the_policys_extra_dimensions_too() -> None:
+    """The same rule for every dimension: cool at 10% CPU but at 77% of its GPU (threshold 80),
+    a node is within 5 points of a hot threshold and takes no replacement; the warm one at 40%
+    GPU does. A node over on CPU and GPU is relieved of what pods are measured to use (CPU)."""
+    policy = Policy(
+        "p",
+        parse_spec(
+            {
+                "hotThresholds": {"cpu": 80, "memory": 90},
+                "dimensions": [{"name": "gpu", "weight": 1, "hotThreshold": 80}],
+            }
+        ),
+    )
+    pod = running("a", "hot")
+    state = cluster(pod)
+    usage = {
+        "hot": NodeSample(0.95, 0.3, NOW - 1, extra={"gpu": 0.9}),
+        "warm": NodeSample(0.40, 0.3, NOW - 1, extra={"gpu": 0.40}),
+        "cool": NodeSample(0.10, 0.3, NOW - 1, extra={"gpu": 0.77}),
+    }
+    relief = plan_relief(
+        "hot", usage["hot"], [candidate(pod, 0.30)], state, policy, usage, NOW, random.Random(1)
+    )
+    assert relief.over == pytest.approx({"cpu": 0.15, "gpu": 0.10})
+    assert [m.target for m in relief.moves] == ["warm"]
+    usage["warm"] = NodeSample(0.40, 0.3, NOW - 1, extra={"gpu": 0.78})
+    relief = plan_relief(
+        "hot", usage["hot"], [candidate(pod, 0.30)], state, policy, usage, NOW, random.Random(1)
+    )
+    assert not relief.moves
+    assert "within 5% of its hot thresholds with it" in relief.refused
+    assert "gpu 7" in relief.refused
 
 
 def test_a_replacement_is_estimated_at_least_by_what_its_pod_uses_now() -> None:

@@ -432,3 +432,40 @@ def test_readiness_reaches_a_placed_pod_through_status_churn() -> None:
     ]
     setup.scheduler.on_pod_event("MODIFIED", raw)
     assert setup.scheduler.state.pods["uid-tm-1"].ready_at == pytest.approx(at, abs=1)
+
+
+async def test_a_node_hot_only_on_an_extra_dimension_is_said_so_not_called_cool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The one heat rule: the streak and the plan judge the same dimensions. A node hot on
+    its GPU alone is hot for both; no pod's share of the GPU is measured, so the plan says that
+    nothing it may move would bring the GPU down, and names the GPU as what is over."""
+    setup = Setup()
+    spec = {
+        "podSelector": {"matchLabels": {"app": "flink"}},
+        "dimensions": [{"name": "gpu", "weight": 1, "hotThreshold": 80}],
+        "rebalance": {"enabled": True, "hotRefreshes": 2},
+    }
+    setup.scheduler.apply_policy("flink", spec)
+    caplog.set_level("INFO", logger="loadwise")
+    for _ in range(2):
+        now = time.time()
+        setup.cache.samples = {
+            "hot": NodeSample(0.3, 0.3, now, extra={"gpu": 0.95}),
+            "cool": NodeSample(0.2, 0.3, now, extra={"gpu": 0.1}),
+        }
+        setup.cache.pod_usage = {("default", "tm-1"): (1200, 2**28)}
+        setup.cache.refreshes += 1
+        await setup.rebalancer.run_once(now)
+    (policy,) = setup.scheduler.policies.policies()
+    relief = await setup.rebalancer.plan(policy, "hot", now)
+    assert relief.over == pytest.approx({"gpu": 0.15})
+    assert relief.moves == ()
+    assert relief.refused == (
+        "over its gpu threshold only, which moving pods cannot be shown to relieve: no pod's "
+        "gpu use is measured (rebalancing moves pods by their CPU and memory use)"
+    )
+    said = [r.getMessage() for r in caplog.records if "stays hot" in r.getMessage()]
+    assert said == [
+        "node hot stays hot under policy flink (gpu 15% over) and nothing moves: " + relief.refused
+    ]
