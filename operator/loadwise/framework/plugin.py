@@ -10,6 +10,10 @@ As kube-scheduler's plugins do (SignPod, EventsToRegister), each plugin says wha
 A plugin is `node_local` when its verdict or score for a node depends only on the pod's
 signature and that node's own state. Others (spread, inter-pod affinity, preferences normalised
 across nodes) sign UNSIGNABLE for a pod they apply to: such a pod leaves the batching path.
+Every plugin declares which it is (no default: a wrong guess changes decisions). A score plugin
+is never node-local: the score index orders a batch by load alone, so a preference must take
+the pods it applies to off that path. Its `sign` is UNSIGNABLE unless it overrides `sign` to
+say which pods it does not apply to; `Profile` refuses a score plugin declared node-local.
 Such a plugin may declare a `fast_path` the score index knows how to take for it (visiting
 nodes by domain instead of all of them); the index reads the declaration, never the class.
 """
@@ -58,7 +62,7 @@ class Inputs:
 class Plugin:
     name: ClassVar[str]
     inputs: ClassVar[Inputs] = Inputs()
-    node_local: ClassVar[bool] = True
+    node_local: ClassVar[bool]  # declared by every plugin (see the module doc)
     # A pod this plugin rejected may fit once another pod is placed (affinity, spread minimums).
     helped_by_placement: ClassVar[bool] = False
     # The score index's fast path this plugin allows for pods it signs UNSIGNABLE (above).
@@ -100,6 +104,12 @@ class ScorePlugin(Plugin):
     """A preference: 0..100 per node (higher is better), combined with the load score."""
 
     weight: ClassVar[int]
+    node_local: ClassVar[bool] = False  # never node-local (see the module doc)
+
+    def sign(self, ctx: CycleContext) -> Signature:
+        """UNSIGNABLE: the pod takes the full path, where preferences are scored. Override to
+        return () for pods the preference does not apply to (they may be batched)."""
+        return UNSIGNABLE
 
     def weight_for(self, ctx: CycleContext) -> float:
         """This plugin's weight for the pod (fixed, unless the policy sets it)."""

@@ -23,9 +23,23 @@ def _union(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(field for group in groups for field in group))
 
 
+def _check_declarations(plugin: Plugin) -> None:
+    """A plugin must say whether it is node-local, and a score plugin cannot be (plugin.py)."""
+    kind = type(plugin).__name__
+    if not isinstance(getattr(type(plugin), "node_local", None), bool):
+        raise ValueError(f"plugin {kind} does not declare node_local (True or False)")
+    if isinstance(plugin, ScorePlugin) and plugin.node_local:
+        raise ValueError(
+            f"score plugin {kind} declares node_local = True: the score index orders batched "
+            "pods by load alone and would ignore it; a score plugin is not node-local"
+        )
+
+
 class Profile:
     def __init__(self, plugins: Sequence[Plugin] = DEFAULT_PLUGINS) -> None:
         self.plugins = tuple(plugins)
+        for plugin in self.plugins:
+            _check_declarations(plugin)
         self.filters = tuple(p for p in self.plugins if isinstance(p, FilterPlugin))
         self.local_filters = tuple(f for f in self.filters if f.node_local)
         self.inter_pod_filters = tuple(f for f in self.filters if not f.node_local)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 class LoadAware(LoadPlugin):
     name = "LoadAware"
     inputs = Inputs(pod=("requests", "owner"), node=("allocatable",), placed=("requests", "owner"))
+    node_local = True  # the node's sample and the pods on it
     weight = LOAD_WEIGHT
 
     def load(self, ctx: CycleContext, node: NodeInfo) -> NodeScore:

@@ -15,6 +15,7 @@ class NodeAffinity(FilterPlugin):
     name = "NodeAffinity"
     always_unresolvable = True
     inputs = Inputs(pod=("node_affinity",), node=("labels",))
+    node_local = True
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         if ctx.pod.node_affinity.matches(node.name, node.labels):

@@ -10,6 +10,7 @@ from ..types import NodeInfo
 class NodePorts(FilterPlugin):
     name = "NodePorts"
     inputs = Inputs(pod=("host_ports",), placed=("host_ports",))
+    node_local = True
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         wanted = ctx.pod.host_ports

@@ -11,6 +11,7 @@ class NodeReady(FilterPlugin):
     name = "NodeReady"
     always_unresolvable = True
     inputs = Inputs(node=("ready",))
+    node_local = True
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         return None if node.ready else ["node(s) were not ready"]

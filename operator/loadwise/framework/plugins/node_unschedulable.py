@@ -14,6 +14,7 @@ class NodeUnschedulable(FilterPlugin):
     name = "NodeUnschedulable"
     always_unresolvable = True
     inputs = Inputs(pod=("tolerations",), node=("unschedulable",))
+    node_local = True
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         if node.unschedulable and not tolerated(_UNSCHEDULABLE_TAINT, ctx.pod.tolerations):

@@ -11,6 +11,7 @@ class NodeValid(FilterPlugin):
     name = "NodeValid"
     always_unresolvable = True
     inputs = Inputs(node=("valid",))
+    node_local = True
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         return None if node.valid else ["node(s) had invalid allocatable"]

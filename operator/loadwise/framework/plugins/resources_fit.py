@@ -12,6 +12,7 @@ from ..types import NodeInfo
 class NodeResourcesFit(FilterPlugin):
     name = "NodeResourcesFit"
     inputs = Inputs(pod=("requests",), node=("allocatable",), placed=("requests",))
+    node_local = True
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         """Reports every shortfall, as kube-scheduler does."""

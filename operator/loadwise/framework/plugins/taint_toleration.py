@@ -18,6 +18,7 @@ class TaintToleration(FilterPlugin):
     name = "TaintToleration"
     always_unresolvable = True
     inputs = Inputs(pod=("tolerations",), node=("taints",))
+    node_local = True
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         taint = first_untolerated(node.taints, ctx.pod.tolerations)
