@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loadwise.policies.status import stamp
+from loadwise.kube.times import stamp
 
 
 def marked_unschedulable(pod: Mapping[str, Any]) -> bool:

@@ -27,7 +27,7 @@ def run(config: Config) -> int:
     import kopf
 
     from .handlers import build_registry
-    from .kube.access import AccessError, preflight
+    from .preflight import AccessError, preflight
 
     logs.setup(config.log_level, config.log_format)
     problem = tls_problem(config)

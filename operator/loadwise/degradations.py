@@ -2,7 +2,7 @@
 
 Each active degradation is a log line when it starts and ends, `loadwise_degraded{reason}`,
 a Warning event (a Normal one on recovery) and the `loadwise.io/Degraded` condition; the
-last two are written by the leader (see policies/reporting.py), on the operator's Pod, or on
+last two are written by the leader (see reporting/reporter.py), on the operator's Pod, or on
 its Lease when it runs outside a pod. Readiness reports them too.
 """
 

@@ -32,11 +32,11 @@ from .framework.heat import thresholds_text
 from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
-from .kube.access import AccessError, connect
 from .kube.informer import Informer
 from .kube.transport import ApiError
 from .logs import one_line
 from .policies.policy import GROUP, PLURAL, VERSION, Policy
+from .preflight import AccessError, connect
 from .scheduler.move_store import StoreError, ledger_store
 from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
@@ -58,8 +58,8 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
     policy = scheduler.policies.for_pod(
         pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
     )
-    samples = scheduler.samples_for(policy)
-    learned = scheduler.learned_for(policy)
+    samples = scheduler.usage.samples_for(policy)
+    learned = scheduler.usage.learned_for(policy)
     ctx = CycleContext(pod, state, policy, samples, now, random.Random(0), learned)
     diagnoses = diagnose(ctx)
     result = prefilter(ctx) or conclude(ctx, diagnoses)
@@ -114,7 +114,7 @@ def metrics_warning(scheduler: Scheduler, policy: Policy) -> str | None:
     """A WARNING line when the policy's metrics source gave nothing here: the figures below are
     then requests alone, and the operator (with its own settings) may well see load."""
     source = policy.spec.metrics.source
-    cache = scheduler.caches.get(source)
+    cache = scheduler.usage.caches.get(source)
     consequence = (
         f"every node below is scored by requests alone, which is not what the operator sees "
         f"if it reads {source}; run explain with the operator's LOADWISE_* settings"
@@ -186,7 +186,7 @@ async def relief_lines(rebalancer: Rebalancer, node: str, now: float) -> list[st
     lines = []
     for policy in enabled:
         spec = policy.spec
-        sample = scheduler.samples_for(policy).get(node)
+        sample = scheduler.usage.samples_for(policy).get(node)
         limits = thresholds_text(policy)
         if sample is None:
             lines.append(f"node {node}, policy {policy.name}: no sample from its source")
@@ -274,13 +274,13 @@ async def _explain(target: str, config: Config) -> str:
 
         def policy_event(_: str | None, raw: Mapping[str, Any]) -> None:
             with contextlib.suppress(ValueError):  # the operator ignores invalid ones too
-                scheduler.apply_policy(raw["metadata"]["name"], raw.get("spec"))
+                scheduler.policies.apply(raw["metadata"]["name"], raw.get("spec"))
 
         await Informer(transport, f"/apis/{GROUP}/{VERSION}/{PLURAL}", policy_event).list()
         if parts.budgets is not None:
             with contextlib.suppress(ApiError):  # not allowed to list them: none is weighed
                 await parts.budgets.list()
-        for cache in scheduler.caches.values():
+        for cache in scheduler.usage.caches.values():
             await cache.refresh()
         if namespace == "node":
             rebalancer = Rebalancer(
@@ -294,7 +294,7 @@ async def _explain(target: str, config: Config) -> str:
         scheduler.state.remove_pod(pod.uid)  # explain it as if it were being placed now
         return f"{render(*explain_rows(scheduler, pod, time.time()))}\n{settings_line(config)}"
     finally:
-        for cache in scheduler.caches.values():
+        for cache in scheduler.usage.caches.values():
             close = getattr(cache.source, "close", None)
             if close is not None:
                 await close()

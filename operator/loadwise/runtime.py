@@ -33,7 +33,7 @@ from .kube.informer import Informer
 from .kube.leader import LeaderElector
 from .kube.transport import ApiError, Http
 from .policies.policywatch import PolicyWatch
-from .policies.reporting import Reporter
+from .reporting.reporter import Reporter
 from .scheduler.move_store import ledger_store
 from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
@@ -66,7 +66,7 @@ class Runtime:
         self.budget_informer = self.parts.budgets
         self.pod_informer = self.parts.pods
         self.device_classes: Informer | None = self.parts.device_classes
-        self.policies = PolicyWatch(transport, scheduler, self.degradations)
+        self.policies = PolicyWatch(transport, scheduler.policies, self.degradations)
         self.reporter = Reporter(
             transport,
             scheduler.binder,
@@ -245,7 +245,7 @@ class Runtime:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.scheduler.events.flush(), 5)
         await self.scheduler.events.stop()
-        for cache in self.scheduler.caches.values():
+        for cache in self.scheduler.usage.caches.values():
             if isinstance(cache.source, PrometheusSource):
                 await cache.source.close()
         for server in self._servers:

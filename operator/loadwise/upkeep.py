@@ -53,7 +53,7 @@ class Upkeep:
             self.last_refresh = time.monotonic()
 
     async def refresh_metrics(self) -> None:
-        for name, cache in self.scheduler.caches.items():
+        for name, cache in self.scheduler.usage.caches.items():
             if await cache.refresh_if_due():
                 ok = cache.last_error is None
                 obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
@@ -79,7 +79,7 @@ class Upkeep:
         self.last_refresh = time.monotonic()
         # A future sample covers placements up to about lag before its time: keep a margin.
         lag = max(
-            (cache.lag for cache in self.scheduler.caches.values()),
+            (cache.lag for cache in self.scheduler.usage.caches.values()),
             default=self.config.metrics_lag or 0.0,
         )
         self.scheduler.trim_placements(keep=2 * lag + 4 * self.config.metrics_interval)

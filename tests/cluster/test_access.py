@@ -15,7 +15,7 @@ import pytest
 
 from loadwise.config import Config
 from loadwise.explain import _explain
-from loadwise.kube.access import needed
+from loadwise.preflight import needed
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster
 from loadwise_dev.controlplane import kubeconfig, make_pki

@@ -122,7 +122,7 @@ async def test_kubectl_top_and_loadwise_read_kwok_usage_alike_and_loadwise_place
     await mkube.create(POLICIES, manifests.policy("ms", metrics={"source": "metrics-server"}))
     config = cluster.operator_config(metrics_sources=("metrics-server",))
     async with running_operator(config, cluster.cp.kubeconfig) as runtime:
-        cache = runtime.scheduler.caches["metrics-server"]
+        cache = runtime.scheduler.usage.caches["metrics-server"]
 
         async def sampled() -> bool:
             await cache.refresh()

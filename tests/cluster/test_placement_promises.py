@@ -145,7 +145,7 @@ async def test_extra_dimension_from_prometheus_makes_a_node_hot(
     async with operator() as runtime:
 
         async def seen() -> bool:
-            samples = runtime.scheduler.caches["prometheus"].samples
+            samples = runtime.scheduler.usage.caches["prometheus"].samples
             sample = samples.get("gpu-busy")
             return sample is not None and sample.extra.get("gpu", 0) > 0.9
 
@@ -170,7 +170,7 @@ async def test_usage_is_learned_per_workload_from_prometheus(
         await placed_by_label(kube, ns, "app=hungry", 2)
         sets = await kube.list(f"/apis/apps/v1/namespaces/{ns}/replicasets")
         workload = f"{ns}/ReplicaSet/{sets[0]['metadata']['name']}"
-        learned = runtime.scheduler.caches["prometheus"].learned
+        learned = runtime.scheduler.usage.caches["prometheus"].learned
 
         async def known() -> tuple[int, int] | None:
             # The first figures may be low: KWOK serves a pod's use from when it starts it,

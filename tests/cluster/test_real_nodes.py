@@ -236,7 +236,7 @@ async def test_a_real_node_made_hot_by_real_cpu_gets_nothing_new_while_a_cooler_
             await wait_for(hot, 60, interval=0.5, what="Prometheus to see the real node hot")
 
             async def operator_sees_it() -> bool:
-                sample = runtime.scheduler.caches["prometheus"].samples.get(REAL)
+                sample = runtime.scheduler.usage.caches["prometheus"].samples.get(REAL)
                 return sample is not None and sample.cpu > 0.85
 
             await wait_for(operator_sees_it, 10, interval=0.2, what="loadwise to see it hot")
@@ -253,7 +253,7 @@ async def test_a_real_node_made_hot_by_real_cpu_gets_nothing_new_while_a_cooler_
             series = f'container_cpu_usage_seconds_total{{node="{REAL}",namespace="{rns}"}}'
             answer = await asyncio.to_thread(prometheus.query, series)
             assert answer["data"]["result"], "Prometheus has no cAdvisor series of the burners"
-            learned = runtime.scheduler.caches["prometheus"].learned
+            learned = runtime.scheduler.usage.caches["prometheus"].learned
 
             async def burners_learned() -> bool:
                 return learned.workloads > 0
@@ -368,7 +368,7 @@ async def test_kubectl_top_and_loadwise_read_the_real_metrics_server_alike(
             assert top_pod.returncode == 0, top_pod.stderr
             millicores = int(top_pod.stdout.split()[1].rstrip("m"))
             assert 150 <= millicores <= 450, top_pod.stdout  # it burns 300m
-            cache = runtime.scheduler.caches["metrics-server"]
+            cache = runtime.scheduler.usage.caches["metrics-server"]
 
             async def sampled() -> bool:
                 return REAL in cache.samples

@@ -86,7 +86,7 @@ async def wait_event_or_why(
     try:
         return await wait_event(kube, ns, pod, reason, timeout=timeout)
     except TimeoutError as exc:
-        samples = runtime.scheduler.caches["prometheus"].samples
+        samples = runtime.scheduler.usage.caches["prometheus"].samples
         seen = {n: (round(s.cpu, 3), round(s.memory, 3)) for n, s in samples.items()}
         plans = [
             await runtime.rebalancer.plan(policy, "kw-a", time.time())

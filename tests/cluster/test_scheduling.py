@@ -214,6 +214,6 @@ async def test_dead_metrics_source_degrades_to_requests(
     async with operator(prometheus_url="http://127.0.0.1:9") as runtime:
         await create_pods(kube, ns, ["p"])
         await wait_bound(kube, ns, ["p"])
-        assert runtime.scheduler.caches["prometheus"].last_error is not None
+        assert runtime.scheduler.usage.caches["prometheus"].last_error is not None
     event = await wait_event(kube, ns, "p", "Scheduled")
     assert "by requests" in event["message"]

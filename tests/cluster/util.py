@@ -70,7 +70,7 @@ async def wait_operator_metrics(
     busy machine), and a test of load-aware placement must not run on request-based scoring."""
 
     async def seen() -> bool:
-        samples = runtime.scheduler.caches["prometheus"].samples
+        samples = runtime.scheduler.usage.caches["prometheus"].samples
         return all(
             (s := samples.get(node)) is not None and abs(s.cpu - cpu) <= tolerance
             for node, cpu in expected.items()

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from loadwise.config import Config, env_name
-from loadwise.kube.access import PERMISSIONS, needed
 from loadwise.policies.policy import parse_spec
+from loadwise.preflight import PERMISSIONS, needed
 from loadwise_dev.controlplane import helm_binary
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "loadwise"
@@ -424,7 +424,7 @@ def test_the_default_policy_is_a_fallback() -> None:
 
 
 # Read access the chart grants that loadwise does not use (kube-scheduler's role grants the
-# same): every other grant is in loadwise.kube.access.PERMISSIONS, which the preflight check asks.
+# same): every other grant is in loadwise.preflight.PERMISSIONS, which the preflight check asks.
 UNUSED_GRANTS = {
     ("get", "", "nodes"),
     ("get", "", "pods"),
@@ -461,7 +461,7 @@ def permission_key(p: Any) -> tuple[str, str, str]:
     ids=["defaults", "metrics-server", "no-election", "no-preemption", "evictions"],
 )
 def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
-    """loadwise.kube.access.PERMISSIONS is the one list: the chart grants each permission the
+    """loadwise.preflight.PERMISSIONS is the one list: the chart grants each permission the
     settings need (Leases in the release namespace only) and nothing else but UNUSED_GRANTS."""
     docs = render(*sets)
     env = container_env(one(docs, "Deployment"))

@@ -117,7 +117,7 @@ async def test_decisions_are_debug_lines_with_pod_node_and_policy(
     caplog.set_level(logging.DEBUG, logger="loadwise.scheduler.scheduler")
     api = Api()
     sched = scheduler(api)
-    sched.apply_policy("batch", {})
+    sched.policies.apply("batch", {})
     sched.on_node_event("ADDED", manifests.node("n1", cpu="1"))
     async with running(sched):
         sched.on_pod_event("ADDED", raw_pod("web"))

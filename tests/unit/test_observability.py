@@ -62,7 +62,7 @@ def test_the_pending_gauge_follows_every_queue_change_without_a_timer() -> None:
 async def test_attempts_durations_and_the_sli_have_kube_schedulers_names_and_labels() -> None:
     api = Api(retried=[(500, b"etcdserver: leader changed")])  # then 201
     sched = scheduler(api, backoff=0.05)
-    sched.apply_policy("batch", {})
+    sched.policies.apply("batch", {})
     sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
     before = {
         "scheduled": value("scheduler_schedule_attempts_total", result="scheduled", profile=NAME),
@@ -127,11 +127,11 @@ async def test_attempts_durations_and_the_sli_have_kube_schedulers_names_and_lab
 async def test_hot_nodes_passed_over_and_the_estimate_are_counted_per_policy() -> None:
     api = Api()
     sched = scheduler(api)
-    sched.apply_policy("hotpol", {"placementEstimate": 2})
+    sched.policies.apply("hotpol", {"placementEstimate": 2})
     for name in ("hot1", "hot2", "cool"):
         sched.on_node_event("ADDED", manifests.node(name, cpu="2"))
     now = time.time()
-    sched.caches["prometheus"].samples = {
+    sched.usage.caches["prometheus"].samples = {
         "hot1": NodeSample(0.95, 0.1, now),
         "hot2": NodeSample(0.9, 0.1, now),
         "cool": NodeSample(0.2, 0.1, now),

@@ -16,9 +16,9 @@ import pytest
 
 from loadwise import cli
 from loadwise import observability as obs
+from loadwise import preflight as access
 from loadwise import secure_serving as serving
 from loadwise.config import Config
-from loadwise.kube import access
 from loadwise_dev.controlplane import free_port
 
 from ..fakes import FakeTransport, Reply

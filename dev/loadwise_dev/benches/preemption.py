@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from loadwise.policies.status import stamp
+from loadwise.kube.times import stamp
 
 from .. import manifests
 from ..kube import Kube, KubeError

@@ -7,13 +7,12 @@ the same words.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from ..framework.selectors import requirement_matches
+from ..labels import requirement_matches
 from .rebalance_settings import Rebalance
 from .spec_model import SpecModel as _Model
 
@@ -369,44 +368,3 @@ def parse_spec(spec: Mapping[str, Any] | None) -> SchedulingPolicySpec:
         return SchedulingPolicySpec.model_validate(dict(spec or {}))
     except ValidationError as exc:
         raise ValueError(validation_message(exc)) from None
-
-
-class PolicySet:
-    """The valid policies, ordered by precedence, and the choice for a pod."""
-
-    def __init__(self) -> None:
-        self._ordered: list[Policy] = []
-
-    def __len__(self) -> int:
-        return len(self._ordered)
-
-    def upsert(self, policy: Policy) -> None:
-        self.remove(policy.name)
-        bisect.insort(self._ordered, policy, key=lambda p: p.sort_key)
-
-    def remove(self, name: str) -> None:
-        self._ordered = [p for p in self._ordered if p.name != name]
-
-    def names(self) -> list[str]:
-        return [p.name for p in self._ordered]
-
-    def policies(self) -> list[Policy]:
-        return list(self._ordered)
-
-    def for_pod(
-        self,
-        labels: Mapping[str, str],
-        namespace_labels: Mapping[str, str] | None = None,
-        scheduler_name: str | None = None,
-    ) -> Policy:
-        """Precedence order: the first policy whose scheduler name, namespace selector and pod
-        selector all match; the built-in default when none does."""
-        for policy in self._ordered:
-            spec = policy.spec
-            if spec.scheduler_name is not None and spec.scheduler_name != scheduler_name:
-                continue
-            if not spec.namespace_selector.matches(namespace_labels or {}):
-                continue
-            if spec.pod_selector.matches(labels):
-                return policy
-        return DEFAULT_POLICY

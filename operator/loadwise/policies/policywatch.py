@@ -19,8 +19,8 @@ from typing import Any
 from ..degradations import Degradations
 from ..kube.informer import Informer
 from ..kube.transport import ApiError, Http
-from ..scheduler.scheduler import Scheduler
 from .policy import GROUP, PLURAL, VERSION
+from .policy_set import PolicySet
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,8 @@ class PolicyObject:
 
 
 class PolicyWatch:
-    def __init__(self, transport: Http, scheduler: Scheduler, degradations: Degradations) -> None:
-        self.scheduler = scheduler
+    def __init__(self, transport: Http, policies: PolicySet, degradations: Degradations) -> None:
+        self.policies = policies  # the set the scheduler reads: applied and removed here
         self.degradations = degradations
         self.objects: dict[str, PolicyObject] = {}
         self.crd_present: bool | None = None  # None: not looked yet
@@ -57,7 +57,7 @@ class PolicyWatch:
             return
         if event_type == "DELETED":
             self.objects.pop(name, None)
-            self.scheduler.remove_policy(name)
+            self.policies.remove(name)
             self._check_any_valid()
             return
         generation = int(meta.get("generation") or 0)
@@ -79,7 +79,7 @@ class PolicyWatch:
         try:
             if spec is not None and not isinstance(spec, Mapping):
                 raise ValueError(f"spec: must be an object, not {type(spec).__name__}")
-            self.scheduler.apply_policy(name, spec)
+            self.policies.apply(name, spec)
         except ValueError as exc:
             obj.error = str(exc)
             log.warning("SchedulingPolicy %s is invalid and ignored: %s", name, exc)
@@ -89,13 +89,13 @@ class PolicyWatch:
     def relisted(self, names: set[str]) -> None:
         for name in set(self.objects) - names:
             self.objects.pop(name, None)
-            self.scheduler.remove_policy(name)
+            self.policies.remove(name)
         self._check_any_valid()
 
     def _check_any_valid(self) -> None:
         if not self.crd_present:
             return
-        if len(self.scheduler.policies) == 0:
+        if len(self.policies) == 0:
             invalid = len(self.objects)
             extra = f" ({invalid} invalid one(s) ignored)" if invalid else ""
             self.degradations.set(

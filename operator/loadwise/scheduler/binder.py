@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from ..framework.types import PodInfo
+from ..kube.times import stamp
 from ..kube.transport import STRATEGIC_MERGE, Http
 from ..logs import one_line
-from ..policies.status import stamp
 
 log = logging.getLogger(__name__)
 

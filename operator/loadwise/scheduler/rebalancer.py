@@ -114,11 +114,11 @@ class Rebalancer:
             del self._streaks[name]
             self._seen_refresh.pop(name, None)
         for name, policy in enabled.items():
-            cache = scheduler.caches.get(policy.spec.metrics.source)
+            cache = scheduler.usage.caches.get(policy.spec.metrics.source)
             if cache is None or self._seen_refresh.get(name) == cache.refreshes:
                 continue  # streaks count refreshes, not passes
             self._seen_refresh[name] = cache.refreshes
-            samples = scheduler.samples_for(policy)
+            samples = scheduler.usage.samples_for(policy)
             nodes = scheduler.state.nodes
             settings = policy.spec.rebalance
             streaks = self._streaks.setdefault(name, HotStreaks())
@@ -158,9 +158,9 @@ class Rebalancer:
         """What relieving `node` under `policy` would move where, now (the loop and
         `loadwise explain node/NAME` both ask this)."""
         scheduler = self.scheduler
-        samples = scheduler.samples_for(policy)
+        samples = scheduler.usage.samples_for(policy)
         sample = samples.get(node)
-        cache = scheduler.caches.get(policy.spec.metrics.source)
+        cache = scheduler.usage.caches.get(policy.spec.metrics.source)
         if sample is None or cache is None:
             return Relief(node, refused="no sample of it from the policy's source")
         candidates, kept, pods_use = await self._candidates(policy, node, cache.pod_usage, now)
@@ -206,7 +206,7 @@ class Rebalancer:
                 now,
                 scheduler.rng,
                 scheduler.profile,
-                scheduler.learned_for(policy),
+                scheduler.usage.learned_for(policy),
                 max_moves,
                 held_back,
                 moved,

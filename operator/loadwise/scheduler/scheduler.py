@@ -17,18 +17,19 @@ import logging
 import random
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from .. import observability as obs
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
 from ..framework.preemption import NoPreemption, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
-from ..framework.scoring import UsageProfiles, score_node, weighted_load
+from ..framework.scoring import score_node, weighted_load
 from ..framework.types import PodInfo
 from ..framework.volume_binding import VolumeError, VolumePlan
-from ..policies.policy import Policy, PolicySet, parse_spec
-from ..usage.cache import MetricsCache, NodeSample
+from ..policies.policy import Policy
+from ..policies.policy_set import PolicySet
+from ..usage.by_policy import UsageSources
+from ..usage.cache import MetricsCache
 from .binder import Binder, BindResult
 from .decisions import DecisionMetrics, decision_record
 from .device_classes import DeviceClasses
@@ -63,10 +64,11 @@ class Scheduler:
         self.profile = profile
         self.name = scheduler_name
         self.binder = binder
-        self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
+        self.usage = UsageSources(caches)
         self.queue = queue
         self.state = state if state is not None else ClusterState(profile.placed_changed)
         self.policies = PolicySet()
+        self.policies.on_change = self._policies_changed
         self.failure_event_interval = failure_event_interval
         self.rng = rng or random.Random()
         self.index = ScoreIndex(profile)
@@ -129,22 +131,11 @@ class Scheduler:
         if gauge is not None:
             gauge.set(count)
 
-    # --- policies ----------------------------------------------------------------------------
-    def apply_policy(self, name: str, spec: Mapping[str, Any] | None) -> Policy:
-        """Validate and install a policy; raises ValueError (and drops any previous version)."""
-        try:
-            policy = Policy(name, parse_spec(spec))
-        except ValueError:
-            self.policies.remove(name)
-            raise
-        self.policies.upsert(policy)
-        self._keep_history()
+    def _policies_changed(self) -> None:
+        """A policy was applied or removed: the sources resize their history, and waiting
+        pods are tried again under what is now in force."""
+        self.usage.keep_history(self.policies.policies())
         self.queue.move_all_to_active()
-        return policy
-
-    def remove_policy(self, name: str) -> None:
-        self.policies.remove(name)
-        self._keep_history()
 
     # --- the loop ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -195,8 +186,8 @@ class Scheduler:
             pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
         )
         started = time.perf_counter()
-        samples, now = self.samples_for(policy), time.time()
-        learned = self.learned_for(policy)
+        samples, now = self.usage.samples_for(policy), time.time()
+        learned = self.usage.learned_for(policy)
         reserved = self.moves.claim(pod, now) if self.moves.records else None
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
         result: Decision | Unschedulable
@@ -275,7 +266,11 @@ class Scheduler:
         """DefaultPreemption (preemptor.py), ties between candidates going to the node with
         the least weighted load under the pod's policy."""
         state = self.state
-        samples, now, learned = self.samples_for(policy), time.time(), self.learned_for(policy)
+        samples, now, learned = (
+            self.usage.samples_for(policy),
+            time.time(),
+            self.usage.learned_for(policy),
+        )
 
         def load_of(name: str) -> float:
             node = state.nodes[name]
@@ -284,40 +279,6 @@ class Scheduler:
             )
 
         return self.preemption.post_filter(pod, held, load_of)
-
-    def samples_for(self, policy: Policy) -> Mapping[str, NodeSample]:
-        """The node samples the policy judges load by: its source's latest, or an aggregate
-        over a window of them (spec.metrics.aggregation)."""
-        metrics = policy.spec.metrics
-        cache = self.caches.get(metrics.source)
-        if cache is None:
-            return {}
-        if metrics.aggregation == "latest":
-            return cache.samples
-        return cache.history.aggregated(metrics.aggregation, metrics.window_seconds, cache.samples)
-
-    def _keep_history(self) -> None:
-        """Each source keeps the history its policies' longest window needs (none: none)."""
-        for name, cache in self.caches.items():
-            cache.history.keep = cache.learned.keep = max(
-                (
-                    float(p.spec.metrics.window_seconds)
-                    for p in self.policies.policies()
-                    if p.spec.metrics.source == name and p.spec.metrics.aggregation != "latest"
-                ),
-                default=0.0,
-            )
-
-    def learned_for(self, policy: Policy) -> UsageProfiles | None:
-        """The usage learned per workload by the policy's source. It changes only with a
-        refresh, which also replaces the source's samples mapping (the score index's key)."""
-        metrics = policy.spec.metrics
-        cache = self.caches.get(metrics.source)
-        if cache is None:
-            return None
-        if metrics.aggregation == "latest":
-            return cache.learned
-        return cache.learned.over(metrics.aggregation, metrics.window_seconds)
 
     def _should_report(self, uid: str, message: str) -> bool:
         now = time.monotonic()
@@ -467,7 +428,7 @@ class Scheduler:
         coverage of its samples in any cache, and (for samples yet to come) the last `keep`
         seconds."""
         floor = time.time() - keep
-        caches = list(self.caches.values())
+        caches = list(self.usage.caches.values())
 
         def covered_until(node: str) -> float:
             coverages = [s.coverage for c in caches if (s := c.samples.get(node)) is not None]

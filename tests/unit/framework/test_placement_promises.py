@@ -205,7 +205,7 @@ def test_tenants_spread_across_cool_nodes_and_never_onto_hot_ones() -> None:
 
 
 def test_policy_status_names_a_dimension_the_operator_does_not_declare() -> None:
-    from loadwise.policies.status import metrics_report
+    from loadwise.reporting.policy_status import metrics_report
     from loadwise.usage.cache import MetricsCache
     from loadwise.usage.prometheus import PrometheusSource
 

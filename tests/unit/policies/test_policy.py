@@ -1,6 +1,7 @@
 import pytest
 
-from loadwise.policies.policy import DEFAULT_POLICY, Policy, PolicySet, parse_spec
+from loadwise.policies.policy import DEFAULT_POLICY, Policy, parse_spec
+from loadwise.policies.policy_set import PolicySet
 
 
 def test_defaults() -> None:

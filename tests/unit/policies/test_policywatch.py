@@ -31,7 +31,7 @@ def watch() -> tuple[PolicyWatch, Scheduler, Degradations, FakeTransport]:
         SchedulingQueue(),
     )
     degradations = Degradations()
-    policies = PolicyWatch(transport, scheduler, degradations)
+    policies = PolicyWatch(transport, scheduler.policies, degradations)
     policies.crd_present = True
     return policies, scheduler, degradations, transport
 

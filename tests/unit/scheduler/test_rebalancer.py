@@ -126,7 +126,7 @@ class Setup:
     def evict_policy(self, **rebalance: Any) -> None:
         settings = {"enabled": True, "mode": "Evict", "hotRefreshes": 2, **rebalance}
         spec = {"podSelector": {"matchLabels": {"app": "flink"}}, "rebalance": settings}
-        self.scheduler.apply_policy("flink", spec)
+        self.scheduler.policies.apply("flink", spec)
 
     async def hot_for(self, refreshes: int, hot: float = 0.95) -> None:
         for _ in range(refreshes):
@@ -143,7 +143,7 @@ def would_evict_count(policy: str) -> float:
 
 async def test_a_node_hot_two_refreshes_in_a_row_gets_its_plan_said_once() -> None:
     setup = Setup()
-    setup.scheduler.apply_policy(
+    setup.scheduler.policies.apply(
         "flink", {"podSelector": {"matchLabels": {"app": "flink"}},
                   "rebalance": {"enabled": True, "hotRefreshes": 2, "coolRefreshes": 2}},
     )  # fmt: skip
@@ -177,7 +177,7 @@ async def test_a_node_hot_two_refreshes_in_a_row_gets_its_plan_said_once() -> No
 
 async def test_off_by_default() -> None:
     setup = Setup()
-    setup.scheduler.apply_policy("plain", {"podSelector": {"matchLabels": {"app": "flink"}}})
+    setup.scheduler.policies.apply("plain", {"podSelector": {"matchLabels": {"app": "flink"}}})
     for _ in range(5):
         setup.refresh(hot=0.99)
         await setup.rebalancer.run_once(time.time())
@@ -446,7 +446,7 @@ async def test_a_node_hot_only_on_an_extra_dimension_is_said_so_not_called_cool(
         "dimensions": [{"name": "gpu", "weight": 1, "hotThreshold": 80}],
         "rebalance": {"enabled": True, "hotRefreshes": 2},
     }
-    setup.scheduler.apply_policy("flink", spec)
+    setup.scheduler.policies.apply("flink", spec)
     caplog.set_level("INFO", logger="loadwise")
     for _ in range(2):
         now = time.time()

@@ -120,7 +120,7 @@ def uid(raw: Mapping[str, Any]) -> str:
 async def test_bound_writes_the_decision_and_keeps_the_reservation_until_the_watch() -> None:
     api = Api()
     sched = scheduler(api)
-    sched.apply_policy("batch", {"weights": {"cpu": 1, "memory": 1}})
+    sched.policies.apply("batch", {"weights": {"cpu": 1, "memory": 1}})
     sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))
     raw = raw_pod("web", cpu="500m")
     async with running(sched):

@@ -93,8 +93,10 @@ def test_a_node_that_idles_between_bursts_is_judged_by_its_peaks(how: str) -> No
     takes the pod; judged by its peaks it is hot, and the steady node at 40% takes it."""
     cache = MetricsCache(None, 10.0)
     scheduler = scheduler_with(cache)
-    scheduler.apply_policy("latest", {})
-    peaks = scheduler.apply_policy("peaks", {"metrics": {"aggregation": how, "windowSeconds": 600}})
+    scheduler.policies.apply("latest", {})
+    peaks = scheduler.policies.apply(
+        "peaks", {"metrics": {"aggregation": how, "windowSeconds": 600}}
+    )
     assert cache.history.keep == 600
     steady = [NodeSample(0.4, 0.2, s.timestamp) for s in bursts("steady")]
     for bursty_sample, steady_sample in zip(bursts("bursty"), steady, strict=True):
@@ -104,14 +106,14 @@ def test_a_node_that_idles_between_bursts_is_judged_by_its_peaks(how: str) -> No
     chosen = {}
     for policy in scheduler.policies.policies():
         decision = schedule_one(
-            pod_info("p"), scheduler.state, policy, scheduler.samples_for(policy), now,
+            pod_info("p"), scheduler.state, policy, scheduler.usage.samples_for(policy), now,
             random.Random(0),
         )  # fmt: skip
         assert isinstance(decision, Decision)
         chosen[policy.name] = (decision.node, decision.hot_skipped)
     assert chosen["latest"] == ("bursty", 0)
     assert chosen["peaks"] == ("steady", 1)  # the bursty node is hot by its peaks
-    scheduler.remove_policy(peaks.name)
+    scheduler.policies.remove(peaks.name)
     assert cache.history.keep == 0
 
 

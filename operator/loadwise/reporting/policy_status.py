@@ -8,18 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from ..framework import heat as heat_rule
 from ..framework.heat import is_fresh
+from ..kube.times import stamp
+from ..policies.policy import Policy
 from ..usage.cache import MetricsCache, NodeSample
-from .policy import Policy
-
-
-def stamp(when: float | None = None) -> str:
-    moment = datetime.now(UTC) if when is None else datetime.fromtimestamp(when, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_condition(

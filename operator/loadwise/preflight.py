@@ -20,10 +20,10 @@ from typing import Any, Literal
 import aiohttp
 from kubernetes_asyncio import client
 
-from ..components import api_client
-from ..config import Config
-from ..logs import one_line
-from .transport import Transport
+from .components import api_client
+from .config import Config
+from .kube.transport import Transport
+from .logs import one_line
 
 log = logging.getLogger(__name__)
 

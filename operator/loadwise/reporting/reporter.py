@@ -15,12 +15,13 @@ from typing import Any
 
 from .. import observability as obs
 from ..degradations import Degradations
+from ..kube.times import stamp
 from ..kube.transport import STRATEGIC_MERGE, Http
+from ..policies.policy import GROUP, VERSION
+from ..policies.policywatch import POLICIES_PATH, PolicyObject, PolicyWatch
 from ..scheduler.binder import Binder
 from ..scheduler.scheduler import Scheduler
-from .policy import GROUP, VERSION
-from .policywatch import POLICIES_PATH, PolicyObject, PolicyWatch
-from .status import hot_nodes, metrics_report, set_condition, stamp, status_fields
+from .policy_status import hot_nodes, metrics_report, set_condition, status_fields
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class Reporter:
         policy = next((p for p in scheduler.policies.policies() if p.name == name), None)
         if policy is None:
             return {"conditions": conditions}
-        cache = scheduler.caches.get(policy.spec.metrics.source)
+        cache = scheduler.usage.caches.get(policy.spec.metrics.source)
         report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
         fields = status_fields(
             report,
@@ -156,7 +157,7 @@ class Reporter:
         fields["available"] = report.available
         obs.POLICY_METRICS_AVAILABLE.labels(name).set(1 if report.available else 0)
         obs.POLICY_FRESH_NODES.labels(name).set(report.fresh_nodes)
-        samples = scheduler.samples_for(policy)
+        samples = scheduler.usage.samples_for(policy)
         hot = hot_nodes(policy, samples, scheduler.state.nodes, time.time())
         obs.POLICY_HOT_NODES.labels(name).set(hot)
         self._gauged.add(name)

@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY
 from loadwise.degradations import Degradations
 from loadwise.kube.transport import STRATEGIC_MERGE
 from loadwise.policies.policywatch import POLICIES_PATH, PolicyWatch
-from loadwise.policies.reporting import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
-from loadwise.policies.status import set_condition
+from loadwise.reporting.policy_status import set_condition
+from loadwise.reporting.reporter import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
 from loadwise.scheduler.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
@@ -45,7 +45,7 @@ class Setup:
         self.scheduler = Scheduler(NAME, binder, {"prometheus": self.cache}, SchedulingQueue())
         self.scheduler.on_node_event("ADDED", manifests.node("n1"))
         self.degradations = Degradations()
-        self.policies = PolicyWatch(self.fake, self.scheduler, self.degradations)
+        self.policies = PolicyWatch(self.fake, self.scheduler.policies, self.degradations)
         self.policies.crd_present = True
         self.reporter = Reporter(
             self.fake, binder, self.scheduler, self.policies, self.degradations, target
