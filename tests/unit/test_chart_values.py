@@ -651,6 +651,28 @@ def test_the_alerts_are_valid_rules_and_fire_on_what_they_name(tmp_path: Path) -
     assert "prometheusRule.enabled needs serviceMonitor.enabled" in refused.stderr
 
 
+def test_every_alert_has_a_runbook_section_its_annotation_points_to() -> None:
+    """docs/runbooks.md has a `## <alert>` section for each alert; with runbookBaseURL every
+    alert's runbook_url is that URL and the section's anchor, without it a `runbook` note."""
+    runbooks = (CHART.parent.parent / "docs" / "runbooks.md").read_text()
+    sections = set(re.findall(r"^## (\w+)$", runbooks, re.MULTILINE))
+    base = "https://docs.example/runbooks.md"
+    for values, key in (
+        ((), "runbook"),
+        ((f"prometheusRule.runbookBaseURL={base}",), "runbook_url"),
+    ):
+        docs = render("serviceMonitor.enabled=true", "prometheusRule.enabled=true", *values)
+        rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        assert {r["alert"] for r in rules} == sections
+        for rule in rules:
+            alert = rule["alert"]
+            if key == "runbook_url":
+                assert rule["annotations"][key] == f"{base}#{alert.lower()}"
+            else:
+                assert f"section {alert}" in rule["annotations"][key]
+                assert "runbook_url" not in rule["annotations"]
+
+
 def test_every_setting_is_a_value_or_named_for_extra_env() -> None:
     """Every `loadwise run` setting is reachable from values: rendered from a value of its own,
     or named in values.yaml as one to set through extraEnv (which overrides the chart's)."""

@@ -118,3 +118,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- $total -}}
 {{- end -}}
+
+{{/*
+An alert's runbook: runbook_url under prometheusRule.runbookBaseURL, else the section's name.
+Called with (list $ "AlertName").
+*/}}
+{{- define "loadwise.runbook" -}}
+{{- $root := index . 0 -}}
+{{- $alert := index . 1 -}}
+{{- with $root.Values.prometheusRule.runbookBaseURL -}}
+runbook_url: {{ printf "%s#%s" . (lower $alert) | quote }}
+{{- else -}}
+runbook: {{ printf "docs/runbooks.md, section %s, in loadwise's source" $alert | quote }}
+{{- end -}}
+{{- end }}
