@@ -43,7 +43,7 @@ from .kube import Kube, KubeError
 from .kwok import ANNOTATION, kwok_node
 from .kwok_usage import BACKGROUND_NS, KwokUsage
 from .local_path import LocalPath
-from .metrics_server import MetricsServer
+from .real_metrics_server import MetricsServer
 from .realnode import sweep
 
 STATE_VARIABLE = "LOADWISE_DEV_STATE"

@@ -13,7 +13,7 @@ own objects (the module's files, see hack/ensure-tools): its CRDs are installed,
 plane's serving certificate), and the ClusterResourceUsage `usage-from-annotation` makes each
 pod use what its `kwok.x-k8s.io/usage-cpu` and `kwok.x-k8s.io/usage-memory` annotations say
 (1m and 1Mi without them). A node uses what its pods use: one without pods has no figure. The
-real metrics-server reads it (metrics_server.py) through the node annotation
+real metrics-server reads it (real_metrics_server.py) through the node annotation
 `metrics.k8s.io/resource-metrics-path`. A Metric of our own, `loadwise-cadvisor`, serves the
 series of the kubelet's `/metrics/cadvisor` that Prometheus stacks read (the containers' CPU
 counters and working sets, `machine_cpu_cores`, `machine_memory_bytes`) at

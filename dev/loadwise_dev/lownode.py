@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .drift import Eviction
+from .engines.drift import Eviction
 from .kube import Kube, KubeError
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from .degradations import Degradations
 from .kube.informer import Informer, ignore, uid_of
 from .kube.transport import REQUEST_TIMEOUT, Http
 from .scheduler.scheduler import Scheduler
-from .usage.spread import STATS, utilisation_stats
+from .usage.utilisation_stats import STATS, utilisation_stats
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loadwise_dev import faultbench
+from loadwise_dev.engines import faults as faultbench
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]  # slow: `make quick` skips them
 

@@ -8,7 +8,7 @@ import pytest
 
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
-from loadwise_dev.faults import TcpProxy
+from loadwise_dev.fault_proxy import TcpProxy
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES, OperatorFactory

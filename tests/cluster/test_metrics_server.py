@@ -25,8 +25,8 @@ from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.controlplane import k8s_bin_dir
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.kwok import USAGE_CPU, USAGE_MEMORY
-from loadwise_dev.metrics_server import MetricsServer
 from loadwise_dev.prometheus_server import Prometheus
+from loadwise_dev.real_metrics_server import MetricsServer
 
 from .conftest import POLICIES
 from .util import wait_bound, wait_event

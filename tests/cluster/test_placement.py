@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadwise_dev import placement
 from loadwise_dev.cluster import LocalCluster
+from loadwise_dev.engines import placement
 
 pytestmark = pytest.mark.cluster
 

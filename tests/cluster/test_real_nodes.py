@@ -25,8 +25,8 @@ from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.images import BURN
 from loadwise_dev.kube import Kube, KubeError
-from loadwise_dev.metrics_server import MetricsServer
 from loadwise_dev.prometheus_server import SIM_CPU_QUERY, Prometheus
+from loadwise_dev.real_metrics_server import MetricsServer
 from loadwise_dev.realnode import STACKS, RealNode, stack_scrape_configs
 
 from .conftest import POLICIES

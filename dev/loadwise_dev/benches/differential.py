@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import manifests
+from ..engines import differential_volumes as volumes
 from ..kube import Kube, KubeError
-from . import differential_volumes as volumes
 
 NS, NS_B = "diff", "diff-b"
 ZONE = "topology.kubernetes.io/zone"

@@ -1,6 +1,6 @@
 """Faults (issue 10): real faults injected mid-burst into a nearly full cluster scheduled by two
 loadwise replicas (real processes, leader election unless the row says otherwise); the result is
-read from the API server's truth. The harness is loadwise_dev.faultbench.
+read from the API server's truth. The harness is loadwise_dev.engines.faults.
 
 bench/faults [--rows a,b,c] [--json PATH] [--seed S] [--small] [--product DIR]
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadwise_dev import faultbench
+from loadwise_dev.engines import faults as faultbench
 
 
 def product_commit(product: str | None) -> str:

@@ -28,8 +28,8 @@ import json
 import logging
 from pathlib import Path
 
-from loadwise_dev import placement
 from loadwise_dev.cluster import LocalCluster
+from loadwise_dev.engines import placement
 
 COLUMNS = (
     ("new_hot_nodes", "new hot", "{}"),

@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadwise_dev import drift
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
+from loadwise_dev.engines import drift
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.lownode import LowNodeUtilization
 

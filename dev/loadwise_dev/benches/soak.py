@@ -4,7 +4,7 @@ sampling the leader's RSS and open fds, the pending-pods gauge and error counter
 bench/soak [--minutes M] [--rate R] [--lifetime S] [--interval S] [--json PATH] [--png PATH]
            [--product DIR]
 
-Same environment as bench/faults (loadwise_dev.faultbench.Env): its own control plane,
+Same environment as bench/faults (loadwise_dev.engines.faults.Env): its own control plane,
 Prometheus, 20 simulated nodes, two `loadwise run` processes. Pods (10m/16Mi, so the cluster never
 fills) are created at R/s and force-deleted S seconds after creation. Every `--interval` seconds
 each replica is sampled: VmRSS and open fds from /proc, `scheduler_pending_pods`,
@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadwise_dev import faultbench, manifests
+from loadwise_dev import manifests
+from loadwise_dev.engines import faults as faultbench
 from loadwise_dev.replicas import labelled, metric
 
 log = logging.getLogger("soak")

@@ -148,7 +148,7 @@ class Binder:
         body = {"status": {"nominatedNodeName": None}}
         await self._best_effort("nomination", "PATCH", path, body)
 
-    async def evict(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
+    async def preempt_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
         """kube-scheduler's PreemptPod: the DisruptionTarget condition, then a plain graceful
         DELETE (not the Eviction API: budgets were weighed when choosing), then a `Preempted`
         event. True when the victim is going (or already gone); False when a write failed."""

@@ -135,7 +135,7 @@ class Preemptor:
                 extra={"pod": pod.key, "node": node},
             )
             await asyncio.gather(
-                *(self.binder.evict(v, pod, node) for v in victims if not v.deleting),
+                *(self.binder.preempt_victim(v, pod, node) for v in victims if not v.deleting),
                 *(self.binder.clear_nomination(other) for other in cleared),
             )
             await self.binder.event(pod, "Warning", "FailedScheduling", message)

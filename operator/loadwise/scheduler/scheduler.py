@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from .. import observability as obs
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
+from ..framework.pod_volumes import VolumeError, VolumePlan
 from ..framework.preemption import NoPreemption, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.scoring import score_node, weighted_load
 from ..framework.types import PodInfo
-from ..framework.volume_binding import VolumeError, VolumePlan
 from ..policies.policy import Policy
 from ..policies.policy_set import PolicySet
 from ..usage.by_policy import UsageSources
@@ -157,7 +157,7 @@ class Scheduler:
                     return
                 handed_off = False
                 try:
-                    handed_off = self.schedule_one(pod)
+                    handed_off = self.schedule_popped(pod)
                 except Exception:  # a bug must cost one attempt, never the loop
                     log.exception(
                         "scheduling %s failed; retrying after backoff",
@@ -174,7 +174,7 @@ class Scheduler:
             if term == self._term:  # stopped otherwise than by abandon(): end the term here
                 self.abandon()
 
-    def schedule_one(self, pod: PodInfo) -> bool:
+    def schedule_popped(self, pod: PodInfo) -> bool:
         """kube-scheduler's ScheduleOne for a popped pod: the scheduling cycle, then the binding
         cycle handed to a task, or PostFilter and the failure handler. The caller holds a bind
         slot: returns True when the slot was handed to a task it started (which releases it),

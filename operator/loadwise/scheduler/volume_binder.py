@@ -27,15 +27,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..framework.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, Claim, ClaimRef, Volume
-from ..framework.types import NodeInfo, PodInfo
-from ..framework.volume_binding import (
+from ..framework.pod_volumes import (
     PodClaims,
     VolumeError,
     VolumePlan,
     find_pod_volumes,
     pod_claims,
 )
+from ..framework.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, Claim, ClaimRef, Volume
+from ..framework.types import NodeInfo, PodInfo
 from ..kube.transport import Http
 from .volumes import StorageState
 

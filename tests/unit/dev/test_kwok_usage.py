@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
-from loadwise_dev import drift
 from loadwise_dev.devcluster import CPU_LOAD, MEMORY_LOAD, load_of
+from loadwise_dev.engines import drift
 from loadwise_dev.kube import Kube
 from loadwise_dev.kwok import Kwok
 from loadwise_dev.kwok_usage import CPU_QUERY, KwokUsage, declared, usage_annotations

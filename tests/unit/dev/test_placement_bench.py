@@ -11,9 +11,9 @@ from types import ModuleType
 
 import pytest
 
-from loadwise_dev import placement
+from loadwise_dev.engines import placement
+from loadwise_dev.engines.placement import PodPlan, water_fill
 from loadwise_dev.exporter import UsageExporter
-from loadwise_dev.placement import PodPlan, water_fill
 
 from ...helpers import load_bench
 

@@ -440,7 +440,7 @@ async def test_preemption_can_be_turned_off_as_a_kube_scheduler_profile_can(enab
     scheduler.on_pod_event("ADDED", vip)
     pod = await scheduler.queue.pop()
     await scheduler.inflight.slots.acquire()
-    if not scheduler.schedule_one(pod):
+    if not scheduler.schedule_popped(pod):
         scheduler.inflight.slots.release()
     await scheduler.drain()
     deletes = [c for c in transport.calls if c.method == "DELETE"]

@@ -325,7 +325,7 @@ async def test_a_bind_cancelled_before_it_starts_releases_its_reservation_and_sl
     sched.on_pod_event("ADDED", raw)
     await sched.inflight.slots.acquire()  # what the loop does before it pops
     pod = sched.queue.pop_nowait()
-    assert pod is not None and sched.schedule_one(pod)
+    assert pod is not None and sched.schedule_popped(pod)
     assert sched.state.accounted_cpu() == 500
     for task in list(sched.inflight.tasks):
         task.cancel()  # before its first step: its own `finally` would never run

@@ -1,5 +1,5 @@
 """VolumeBinding: the pod's claims must be bound, or bindable on the node (a matching
-PersistentVolume, or provisioning there); see ../volume_binding.py. Its PreFilter refuses a pod
+PersistentVolume, or provisioning there); see ../pod_volumes.py. Its PreFilter refuses a pod
 whose claims are missing, lost, being deleted or unbound with immediate binding; its Filter's
 refusals are all UnschedulableAndUnresolvable, as kube-scheduler's."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from ..context import CycleContext
 from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, Signature
+from ..pod_volumes import PodClaims, VolumeError, find_pod_volumes, pod_claims
 from ..types import NodeInfo
-from ..volume_binding import PodClaims, VolumeError, find_pod_volumes, pod_claims
 
 
 def claims_of(ctx: CycleContext) -> PodClaims | str | None:

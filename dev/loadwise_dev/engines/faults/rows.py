@@ -11,9 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ..truth import meta, spec
-from .env import Env
-from .faults import (
+from ...truth import meta, spec
+from .breakers import (
     _apiserver_down,
     black_hole,
     crd_late,
@@ -27,6 +26,7 @@ from .faults import (
     sigterm,
     watch_gone,
 )
+from .env import Env
 from .model import (
     EXPIRED_LOG,
     STALE_LOG,

@@ -20,9 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .exporter import UsageExporter
-from .kube import Kube, KubeError
-from .kwok_usage import KwokUsage, usage_annotations
+from ..exporter import UsageExporter
+from ..kube import Kube, KubeError
+from ..kwok_usage import KwokUsage, usage_annotations
 
 HOT_CPU = 0.8  # the policy's default hot threshold (percent CPU / 100)
 HOT_MEMORY = 0.9

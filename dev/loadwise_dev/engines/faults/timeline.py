@@ -13,9 +13,9 @@ from typing import Any
 
 import aiohttp
 
-from ..kube import KubeError
-from ..replicas import stop_background
-from ..truth import meta, spec
+from ...kube import KubeError
+from ...replicas import stop_background
+from ...truth import meta, spec
 from .model import (
     BY_METRICS,
     SCHEDULER,

@@ -18,13 +18,13 @@ import aiohttp
 
 from loadwise.config import Config
 
-from .. import manifests
-from ..cluster import LocalCluster, wait_for
-from ..controlplane import ControlPlane, kubeconfig
-from ..faults import ThreadedTcpProxy
-from ..kube import Kube, KubeError
-from ..replicas import Replica, Sampler
-from ..truth import Truth
+from ... import manifests
+from ...cluster import LocalCluster, wait_for
+from ...controlplane import ControlPlane, kubeconfig
+from ...fault_proxy import ThreadedTcpProxy
+from ...kube import Kube, KubeError
+from ...replicas import Replica, Sampler
+from ...truth import Truth
 from .model import (
     LEASE_NAME,
     LEASE_NAMESPACE,

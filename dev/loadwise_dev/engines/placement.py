@@ -39,11 +39,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from . import manifests
-from .cluster import LocalCluster, running_operator, wait_for
-from .exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY
-from .kube import Kube, KubeError
-from .usage import UsageFeeder, usage_annotations
+from .. import manifests
+from ..cluster import LocalCluster, running_operator, wait_for
+from ..exporter import SIM_DIMENSIONS, SIM_POD_CPU_QUERY
+from ..kube import Kube, KubeError
+from ..usage import UsageFeeder, usage_annotations
 
 NS = "placement"
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"

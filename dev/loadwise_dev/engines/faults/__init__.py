@@ -25,8 +25,7 @@ after it" are measurable), let it settle, then measure:
 
 from __future__ import annotations
 
-from .env import Env
-from .faults import (
+from .breakers import (
     black_hole,
     crd_late,
     kill9,
@@ -41,6 +40,7 @@ from .faults import (
     sigterm,
     watch_gone,
 )
+from .env import Env
 from .model import (
     BY_METRICS,
     EXPIRED_LOG,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadwise.usage.cache import NodeSample
-from loadwise.usage.spread import utilisation_stats
+from loadwise.usage.utilisation_stats import utilisation_stats
 
 
 def test_stats_over_the_clusters_nodes_with_a_fresh_sample() -> None:

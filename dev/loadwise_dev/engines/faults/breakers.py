@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from .. import oddities
-from ..cluster import wait_for
-from ..kube import KubeError
-from ..truth import meta, spec
+from ... import oddities
+from ...cluster import wait_for
+from ...kube import KubeError
+from ...truth import meta, spec
 from .env import Env
 from .model import (
     NS,
