@@ -1,4 +1,4 @@
-"""Simulated usage from KWOK's own objects, read through the real Prometheus (issue 21).
+"""Simulated usage from KWOK's own objects, read through the real Prometheus.
 
 What the harness's exporter (exporter.py) does by hand, done by the field's simulator: each pod
 on a KWOK node uses what its `kwok.x-k8s.io/usage-cpu` / `-memory` annotations say (KWOK's

@@ -42,7 +42,7 @@ async def test_policies_are_loaded_before_the_first_decision(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
 ) -> None:
     """Pods pending when the operator starts are placed under the user's policy, never the
-    built-in default (issue 10: it happened after every restart)."""
+    built-in default (it happened after every restart)."""
     await local_cluster.add_node(kube, "n1")
     await kube.create(POLICIES, manifests.policy("mine", cpu=1, memory=0))
     names = [f"early-{i}" for i in range(5)]

@@ -1,4 +1,4 @@
-"""Faults (issue 10): real faults injected mid-burst into a nearly full cluster scheduled by two
+"""Faults: real faults injected mid-burst into a nearly full cluster scheduled by two
 loadwise replicas (real processes, leader election unless the row says otherwise); the result is
 read from the API server's truth. The harness is loadwise_dev.engines.faults.
 

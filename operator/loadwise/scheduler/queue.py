@@ -194,7 +194,7 @@ class SchedulingQueue:
             self._wake.clear()  # no await since pop_nowait: nothing was added in between
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
             # that arrives just as the wake-up does, so a loop cancelled on losing leadership
-            # went on scheduling (issue 26).
+            # went on scheduling.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._next_deadline(self.clock())):
                     await self._wake.wait()

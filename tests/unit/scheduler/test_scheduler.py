@@ -296,10 +296,10 @@ async def test_a_report_in_flight_is_cancelled_by_abandon_and_frees_its_slot() -
     await sched.events.stop()
 
 
-# --- issue 26: a term that ends leaves no reservation behind ------------------------------------
+# --- a term that ends leaves no reservation behind ---------------------------------------------
 async def test_a_loop_cancelled_just_as_the_queue_wakes_stops_and_places_nothing() -> None:
     """On Python 3.11 asyncio.wait_for swallows a cancellation that arrives together with the
-    wake-up: the loop of a replica that had lost the lease went on binding (issue 26)."""
+    wake-up: the loop of a replica that had lost the lease went on binding."""
     api = Api()
     sched = scheduler(api)
     sched.on_node_event("ADDED", manifests.node("n1", cpu="2"))

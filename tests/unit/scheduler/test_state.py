@@ -66,7 +66,7 @@ def test_drop_missing_keeps_assumed_pods_and_frees_the_rest() -> None:
 
 def test_drop_missing_frees_a_pod_whose_bind_landed_but_was_never_confirmed() -> None:
     """Bound, then deleted while the watch was away: the relist that misses it frees its room
-    (issue 10: 49 pods stayed pending on 4.9 free CPUs)."""
+    (a fault run once left 49 pods pending on 4.9 free CPUs)."""
     state = ClusterState()
     state.upsert_node(manifests.node("n"))
     landed, in_flight = pod_info(cpu="1"), pod_info(cpu="1")

@@ -1,4 +1,4 @@
-"""Fault benchmark harness (issue 10): real faults injected into a real control plane while two
+"""Fault benchmark harness: real faults injected into a real control plane while two
 operator replicas (real processes, leader election unless a row says otherwise) schedule a burst
 into a nearly full cluster; the result is read from the API server's truth.
 
