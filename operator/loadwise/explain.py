@@ -58,9 +58,7 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
     policy = scheduler.policies.for_pod(
         pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
     )
-    samples = scheduler.usage.samples_for(policy)
-    learned = scheduler.usage.learned_for(policy)
-    ctx = CycleContext(pod, state, policy, samples, now, random.Random(0), learned)
+    ctx = CycleContext(pod, state, scheduler.usage.basis(policy, now, random.Random(0)))
     diagnoses = diagnose(ctx)
     result = prefilter(ctx) or conclude(ctx, diagnoses)
     totals = {s.node: total for total, s in result.ranked} if isinstance(result, Decision) else {}
@@ -83,7 +81,7 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
         summary = f"{pod.key} -> {result.node} (policy {policy.name}, score {result.score:.0f})"
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
-    summary = f"{summary}\n{estimate_line(pod, policy, learned)}"
+    summary = f"{summary}\n{estimate_line(pod, policy, ctx.learned)}"
     if not isinstance(result, Decision) and not pod.invalid_reason:
         line = (
             preemption_line(scheduler, pod, policy)

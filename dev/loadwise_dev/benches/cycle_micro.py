@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.index import ScoreIndex
 from loadwise.framework.types import PodInfo, parse_pod
@@ -165,18 +166,18 @@ def run(case: str, nodes: int, placed_per_node: int, count: int, check: bool) ->
     index = ScoreIndex()
     batch = pods(case, count + 1)
     warm = batch.pop()  # builds the shape's heap, as any pod of a new shape does
-    index.schedule(warm, state, DEFAULT_POLICY, samples, NOW, rng)
+    index.schedule(warm, state, Basis(DEFAULT_POLICY, samples, NOW, rng))
     elapsed = 0.0
     for pod in batch:
         started = time.perf_counter()
-        result = index.schedule(pod, state, DEFAULT_POLICY, samples, NOW, rng)
+        result = index.schedule(pod, state, Basis(DEFAULT_POLICY, samples, NOW, rng))
         if isinstance(result, Decision):
             state.assume(pod, result.node, at=NOW)
         elapsed += time.perf_counter() - started
         if check:
             if isinstance(result, Decision):
                 state.remove_pod(pod.uid)
-            slow = schedule_one(pod, state, DEFAULT_POLICY, samples, NOW, random.Random(0))
+            slow = schedule_one(pod, state, Basis(DEFAULT_POLICY, samples, NOW, random.Random(0)))
             assert type(slow) is type(result), (case, pod.name, slow, result)
             if isinstance(result, Decision) and isinstance(slow, Decision):
                 assert abs(slow.score - result.score) < 1e-6, (case, pod.name)

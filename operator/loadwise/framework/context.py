@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -19,28 +20,47 @@ _NO_SAMPLES: Mapping[str, NodeSample] = {}
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What the decisions of one moment are judged against: the pod's policy, its metrics
+    source's samples and learned usage (read without I/O), the wall clock (sample ages and
+    placement times are wall-clock times) and the tie-break generator. The scheduler, explain
+    and rebalancing's trial placements each make one and hand it down whole."""
+
+    policy: Policy
+    samples: Mapping[str, NodeSample] = field(default_factory=dict)
+    now: float = 0.0
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    learned: UsageProfiles | None = None
+
+
 class CycleContext:
     def __init__(
         self,
         pod: PodInfo,
         state: ClusterView,
-        policy: Policy | None = None,
-        samples: Mapping[str, NodeSample] = _NO_SAMPLES,
-        now: float = 0.0,
-        rng: random.Random | None = None,
-        learned: UsageProfiles | None = None,
+        basis: Basis | None = None,
         nominated: spread.NominatedHere | None = None,
     ) -> None:
+        """`basis` None: a context for filtering only (no policy, no samples)."""
         self.pod = pod
         self.state = state
-        self._policy = policy
-        self.samples = samples  # the policy's metrics source's, read without I/O
-        self.now = now  # wall clock: sample ages and placement times are wall-clock times
-        self.rng = rng or random.Random(0)  # tie-breaks
-        self.learned = learned  # the policy's source's usage per workload (estimates)
+        self._basis = basis
+        # Copied out of the basis: the plugins read them on every node.
+        self._policy = basis.policy if basis is not None else None
+        self.samples = basis.samples if basis is not None else _NO_SAMPLES
+        self.now = basis.now if basis is not None else 0.0
+        self.rng = basis.rng if basis is not None else random.Random(0)
+        self.learned = basis.learned if basis is not None else None
         # a node with the pods nominated to it placed there in `state` for this context
         self.nominated = nominated
         self._data: dict[Callable[[CycleContext], Any], Any] = {}
+
+    @property
+    def basis(self) -> Basis:
+        if self._basis is None:
+            raise RuntimeError("this context was made for filtering only: no basis")
+        return self._basis
 
     @property
     def policy(self) -> Policy:

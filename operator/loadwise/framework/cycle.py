@@ -5,18 +5,15 @@ candidate nodes and cached verdicts to the same `select`; preemption's dry run a
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..policies.policy import Policy
-from ..usage.cache import NodeSample
 from . import spread
-from .context import CycleContext
+from .context import Basis, CycleContext
 from .plugin import FilterPlugin
 from .profile import DEFAULT_PROFILE, Profile
-from .scoring import NodeScore, UsageProfiles, combine, normalize
+from .scoring import NodeScore, combine, normalize
 from .types import NodeInfo, PodInfo
 from .view import ClusterView, WhatIf
 
@@ -75,12 +72,8 @@ class Nominated:
 def schedule_one(
     pod: PodInfo,
     state: ClusterView,
-    policy: Policy,
-    samples: Mapping[str, NodeSample],
-    now: float,
-    rng: random.Random,
+    basis: Basis,
     profile: Profile = DEFAULT_PROFILE,
-    learned: UsageProfiles | None = None,
     nominated: Nominated | None = None,
 ) -> Decision | Unschedulable:
     """The full cycle: every filter and the load score on every node. A pod nominated to a
@@ -88,7 +81,7 @@ def schedule_one(
     evaluateNominatedNode does: the room was made for it."""
     if pod.invalid_reason:
         return invalid(pod)
-    ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
+    ctx = CycleContext(pod, state, basis)
     rejected = prefilter(ctx, profile)
     if rejected is not None:
         return rejected

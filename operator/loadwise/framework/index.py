@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import random
 from collections import OrderedDict
-from collections.abc import Mapping
 
-from ..policies.policy import Policy
-from ..usage.cache import NodeSample
 from . import by_domain, podaffinity, spread
-from .context import CycleContext
+from .context import Basis, CycleContext
 from .cycle import (
     Decision,
     NodeDiagnosis,
@@ -41,7 +37,6 @@ from .cycle import (
 from .heat import expires_at, is_fresh
 from .plugin import UNSIGNABLE
 from .profile import DEFAULT_PROFILE, Profile, Shape
-from .scoring import UsageProfiles
 from .shapes import Entry, HeapItem, ShapeHeap, domains_of, top, valid
 from .types import PodInfo
 from .view import ClusterView
@@ -73,19 +68,16 @@ class ScoreIndex:
         self,
         pod: PodInfo,
         state: ClusterView,
-        policy: Policy,
-        samples: Mapping[str, NodeSample],
-        now: float,
-        rng: random.Random,
-        learned: UsageProfiles | None = None,
+        basis: Basis,
     ) -> Decision | Unschedulable:
-        """schedule_one's result. `learned` changes
-        only with a refresh, which replaces `samples` too: a heap built on both stays valid
-        while `samples` is the same object."""
+        """schedule_one's result. The basis's learned usage changes only with a refresh,
+        which replaces its samples too: a heap built on both stays valid while the samples
+        are the same object."""
         if pod.invalid_reason:
             return invalid(pod)
         # One context: its PreFilter data serves signing and the inter-pod checks.
-        ctx = CycleContext(pod, state, policy, samples, now, rng, learned)
+        ctx = CycleContext(pod, state, basis)
+        policy = basis.policy
         profile = self.profile
         rejected = prefilter(ctx, profile)
         if rejected is not None:

@@ -16,7 +16,6 @@ Pure: the view (WhatIf) is edited and restored before returning.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from ..policies.policy import Policy
 from ..usage.cache import NodeSample
 from . import heat
-from .context import CycleContext
+from .context import Basis, CycleContext
 from .cycle import Decision, conclude, diagnose
 from .heat import RELIEVABLE, sample_over
 from .profile import DEFAULT_PROFILE, Profile
@@ -138,27 +137,33 @@ class Relief:
     over: Mapping[str, float] = field(default_factory=dict)  # resource -> share over
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What bounds one node's plan: `max_moves`, what the rate limits leave for it now (None:
+    no bound); `held_back`, which limit, or which pods they keep from moving; `moved`, per
+    workload, the most its pods moved lately were measured to use (cpu millicores, memory
+    bytes), which a replacement's estimate is raised to."""
+
+    max_moves: int | None = None
+    held_back: str = ""
+    moved: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+
 def plan_relief(
     node: str,
     sample: NodeSample,
     candidates: Iterable[Candidate],
     view: WhatIf,
-    policy: Policy,
-    samples: Mapping[str, NodeSample],
-    now: float,
-    rng: random.Random,
+    basis: Basis,
     profile: Profile = DEFAULT_PROFILE,
-    learned: UsageProfiles | None = None,
-    max_moves: int | None = None,
-    held_back: str = "",
-    moved: Mapping[str, tuple[int, int]] | None = None,
+    limits: Limits = Limits(),
 ) -> Relief:
     """Lower tiers first: pods of the lowest (priority, QoS class) may relieve the node alone,
     else the next tier joins them, and so on; within the pods allowed, the largest shares of
     what is over go first (the fewest evictions), so a high-priority pod moves only if the
-    others cannot do it, and one big pod rather than many small ones.
-    `max_moves`: what the rate limits leave for this node now (`held_back` says which limit,
-    or which pods they keep from moving)."""
+    others cannot do it, and one big pod rather than many small ones. `basis`: the policy, its
+    samples and learned usage every replacement is placed by."""
+    policy, max_moves, held_back = basis.policy, limits.max_moves, limits.held_back
     over = sample_over(policy, sample)
     if not over:
         return Relief(node, refused="not over its hot thresholds")
@@ -187,8 +192,8 @@ def plan_relief(
             (c for c in pods if tier(c) <= top),
             key=lambda c: (-sum(getattr(c, r) for r in relievable), tier(c)),
         )
-        trial = _Trial(view, policy, samples, now, rng, profile)
-        moves, left, unplaced = _relieve(node, pool, relievable, trial, learned, moved or {})
+        trial = _Trial(view, basis, profile)
+        moves, left, unplaced = _relieve(node, pool, relievable, trial, limits.moved)
         if any(amount > 0 for amount in left.values()):
             why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
             why = f"{why}; {held_back}" if held_back else why
@@ -206,20 +211,20 @@ class _Trial:
     its samples, at one moment."""
 
     view: WhatIf
-    policy: Policy
-    samples: Mapping[str, NodeSample]
-    now: float
-    rng: random.Random
+    basis: Basis
     profile: Profile
+
+    @property
+    def policy(self) -> Policy:
+        return self.basis.policy
 
     def place(
         self, replacement: PodInfo, source: str, learned: UsageProfiles | None
     ) -> Decision | str:
         """The cycle's decision for the replacement among the nodes but `source`, or why it
-        would not go to a cool, measured node."""
-        ctx = CycleContext(
-            replacement, self.view, self.policy, self.samples, self.now, self.rng, learned
-        )
+        would not go to a cool, measured node (`learned`: its estimates, raised to what the
+        pods it replaces use)."""
+        ctx = CycleContext(replacement, self.view, replace(self.basis, learned=learned))
         verdicts = [d for d in diagnose(ctx, self.profile) if d.node.name != source]
         decision = conclude(ctx, verdicts, self.profile)
         if not isinstance(decision, Decision):
@@ -246,7 +251,6 @@ def _relieve(
     pool: Sequence[Candidate],
     over: Mapping[str, float],
     trial: _Trial,
-    learned: UsageProfiles | None,
     moved: Mapping[str, tuple[int, int]],
 ) -> tuple[list[Move], dict[str, float], list[str]]:
     """Greedy over `pool` in its order: each pod's replacement is placed by the cycle, with
@@ -269,14 +273,14 @@ def _relieve(
             replacement = replace(
                 candidate.pod, uid=f"{pod.uid}{HELD}", node_name="", assumed=False
             )
-            estimates = at_least(candidate, trial.policy, learned, moved)
+            estimates = at_least(candidate, trial.policy, trial.basis.learned, moved)
             decision = trial.place(replacement, node, estimates)
             if isinstance(decision, str):
                 unplaced.append(f"{pod.name}: {decision}")
                 view.put_back(set_aside.pop())
                 continue
             moves.append(Move(pod, node, decision.node, decision, candidate.grace, candidate.used))
-            placed_now = replace(replacement, node_name=decision.node, placed_at=trial.now)
+            placed_now = replace(replacement, node_name=decision.node, placed_at=trial.basis.now)
             view.put_back(placed_now, placed=True)
             placed.append(replacement.uid)
             for resource in left:

@@ -14,16 +14,18 @@ target (Pack) nodes score higher.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..policies.policy import Policy
 from ..resources import CPU, MEMORY
-from ..usage.cache import NodeSample
 from .heat import dimensions_of, headrooms, is_fresh
 from .types import NodeInfo, PodInfo
 from .view import ClusterView
+
+if TYPE_CHECKING:  # the context carries the basis; it imports this module's types
+    from .context import Basis
 
 MAX_SCORE = 100
 APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the load score fades
@@ -75,16 +77,14 @@ def score_node(
     pod: PodInfo,
     node: NodeInfo,
     state: ClusterView,
-    policy: Policy,
-    samples: Mapping[str, NodeSample],
-    now: float,
-    learned: UsageProfiles | None = None,
+    basis: Basis,
 ) -> NodeScore:
     """score = load_share x load score + rest x requests score, each 0..100 (see module doc).
 
     Measured load = the node's fresh sample + the estimates of the pods placed since that sample
     and of the incoming pod. Without a fresh sample (or with load_share 0) the node is scored by
     requests alone."""
+    policy, samples, now, learned = basis.policy, basis.samples, basis.now, basis.learned
     spec = policy.spec
     pack = spec.strategy == "Pack"
     alloc_cpu = node.allocatable.get(CPU, 0)

@@ -26,6 +26,7 @@ from ..framework.heat import hot_nodes
 from ..framework.rebalance import (
     Candidate,
     HotStreaks,
+    Limits,
     Relief,
     ineligible,
     plan_relief,
@@ -196,21 +197,9 @@ class Rebalancer:
         for pod in (*held, *(dataclasses.replace(p, placed_at=now) for p in arriving)):
             view.put_back(pod, placed=True)
         try:
-            return plan_relief(
-                node,
-                judged,
-                candidates,
-                view,
-                policy,
-                samples,
-                now,
-                scheduler.rng,
-                scheduler.profile,
-                scheduler.usage.learned_for(policy),
-                max_moves,
-                held_back,
-                moved,
-            )
+            basis = scheduler.usage.basis(policy, now, scheduler.rng)
+            limits = Limits(max_moves, held_back, moved)
+            return plan_relief(node, judged, candidates, view, basis, scheduler.profile, limits)
         finally:
             for pod in (*held, *arriving):
                 view.set_aside(pod.uid)

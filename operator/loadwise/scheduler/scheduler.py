@@ -28,7 +28,6 @@ from ..framework.scoring import score_node, weighted_load
 from ..framework.types import PodInfo
 from ..policies.policy import Policy
 from ..policies.policy_set import PolicySet
-from ..usage.by_policy import UsageSources
 from ..usage.cache import MetricsCache
 from .binder import Binder, BindResult
 from .decisions import DecisionMetrics, decision_record
@@ -40,6 +39,7 @@ from .moves import Moves
 from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
+from .usage_sources import UsageSources
 from .volume_binder import VolumeBinder, VolumeBindError
 
 log = logging.getLogger(__name__)
@@ -186,8 +186,8 @@ class Scheduler:
             pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
         )
         started = time.perf_counter()
-        samples, now = self.usage.samples_for(policy), time.time()
-        learned = self.usage.learned_for(policy)
+        basis = self.usage.basis(policy, time.time(), self.rng)
+        samples, now = basis.samples, basis.now
         reserved = self.moves.claim(pod, now) if self.moves.records else None
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
         result: Decision | Unschedulable
@@ -198,11 +198,9 @@ class Scheduler:
             nominated = Nominated(self.state, held)
             # a replacement of a pod rebalancing moved takes the room held for it if it fits
             ask = dataclasses.replace(pod, nominated_node=reserved) if reserved else pod
-            result = schedule_one(
-                ask, self.state, policy, samples, now, self.rng, self.profile, learned, nominated
-            )
+            result = schedule_one(ask, self.state, basis, self.profile, nominated)
         else:
-            result = self.index.schedule(pod, self.state, policy, samples, now, self.rng, learned)
+            result = self.index.schedule(pod, self.state, basis)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):
@@ -266,17 +264,10 @@ class Scheduler:
         """DefaultPreemption (preemptor.py), ties between candidates going to the node with
         the least weighted load under the pod's policy."""
         state = self.state
-        samples, now, learned = (
-            self.usage.samples_for(policy),
-            time.time(),
-            self.usage.learned_for(policy),
-        )
+        basis = self.usage.basis(policy, time.time(), self.rng)
 
         def load_of(name: str) -> float:
-            node = state.nodes[name]
-            return weighted_load(
-                policy, score_node(pod, node, state, policy, samples, now, learned)
-            )
+            return weighted_load(policy, score_node(pod, state.nodes[name], state, basis))
 
         return self.preemption.post_filter(pod, held, load_of)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from loadwise.framework import spread
-from loadwise.framework.context import CycleContext
+from loadwise.framework.context import Basis, CycleContext
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.plugin import UNSIGNABLE
 from loadwise.framework.plugins.topology_spread import SpreadPreference
@@ -289,7 +289,7 @@ def test_a_replicaset_of_best_effort_pods_is_spread_over_equal_nodes() -> None:
         raw = raw_pod(f"web-{i}", labels=WEB, owner=RS)
         del raw["spec"]["containers"][0]["resources"]  # BestEffort
         pod = parse_pod(raw)
-        result = schedule_one(pod, state, DEFAULT_POLICY, {}, 0.0, random.Random(i))
+        result = schedule_one(pod, state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(i)))
         assert isinstance(result, Decision)
         state.assume(pod, result.node, at=0.0)
     per_node = [sum(1 for _ in state.pods_on(f"n{i}")) for i in range(6)]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.types import parse_pod
 from loadwise.policies.policy import DEFAULT_POLICY
@@ -33,7 +34,7 @@ def place(state: ClusterState, raw: Any, node: str) -> None:
 
 
 def outcome(state: ClusterState, raw: Any) -> str:
-    result = schedule_one(parse_pod(raw), state, DEFAULT_POLICY, {}, 0.0, random.Random(0))
+    result = schedule_one(parse_pod(raw), state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(0)))
     return result.node if isinstance(result, Decision) else "unschedulable"
 
 
@@ -43,7 +44,9 @@ def feasible(state: ClusterState, raw: Any) -> set[str]:
     while True:
         for name in seen:
             state.nodes[name].unschedulable = True
-        result = schedule_one(parse_pod(raw), state, DEFAULT_POLICY, {}, 0.0, random.Random(0))
+        result = schedule_one(
+            parse_pod(raw), state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(0))
+        )
         for name in seen:
             state.nodes[name].unschedulable = False
         if not isinstance(result, Decision):
@@ -65,7 +68,7 @@ def test_untolerated_taint_message_names_the_taint() -> None:
     node = manifests.node("gpu")
     node["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
     result = schedule_one(
-        parse_pod(pod()), state_with(node), DEFAULT_POLICY, {}, 0, random.Random()
+        parse_pod(pod()), state_with(node), Basis(DEFAULT_POLICY, {}, 0, random.Random())
     )
     assert isinstance(result, Unschedulable)
     assert (
@@ -160,7 +163,9 @@ def test_empty_term_matches_nothing_and_message() -> None:
         }
     }
     result = schedule_one(
-        parse_pod(pod(affinity=affinity)), _labelled(), DEFAULT_POLICY, {}, 0, random.Random()
+        parse_pod(pod(affinity=affinity)),
+        _labelled(),
+        Basis(DEFAULT_POLICY, {}, 0, random.Random()),
     )
     assert isinstance(result, Unschedulable)
     assert (
@@ -260,7 +265,7 @@ def test_existing_pods_anti_affinity_repels_incoming_pod() -> None:
     )
     place(state, loner, "a1")
     result = schedule_one(
-        parse_pod(pod(labels={"app": "web"})), state, DEFAULT_POLICY, {}, 0, random.Random()
+        parse_pod(pod(labels={"app": "web"})), state, Basis(DEFAULT_POLICY, {}, 0, random.Random())
     )
     assert isinstance(result, Decision) and result.node == "b1"
     assert feasible(state, pod(labels={"app": "other"})) == {"a1", "b1"}
@@ -316,20 +321,14 @@ def test_spread_node_without_the_key_is_refused_with_reason() -> None:
     result = schedule_one(
         parse_pod(pod(labels={"app": "web"}, topologySpreadConstraints=_spread())),
         state,
-        DEFAULT_POLICY,
-        {},
-        0,
-        random.Random(),
+        Basis(DEFAULT_POLICY, {}, 0, random.Random()),
     )
     assert isinstance(result, Decision) and result.node == "a1"
     state.nodes["a1"].unschedulable = True
     result = schedule_one(
         parse_pod(pod(labels={"app": "web"}, topologySpreadConstraints=_spread())),
         state,
-        DEFAULT_POLICY,
-        {},
-        0,
-        random.Random(),
+        Basis(DEFAULT_POLICY, {}, 0, random.Random()),
     )
     assert isinstance(result, Unschedulable)
     assert (

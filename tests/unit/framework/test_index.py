@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.index import ScoreIndex, node_local
 from loadwise.framework.plugin import Inputs
@@ -294,8 +295,8 @@ def compare(
             pod = random_soft_pod(rng, i)
         else:
             pod = random_heavy_pod(rng, i) if heavy else random_pod(rng, i)
-        fast = index.schedule(pod, state, policy, samples, now, rng)
-        slow = schedule_one(pod, Recounted(state), policy, samples, now, rng)
+        fast = index.schedule(pod, state, Basis(policy, samples, now, rng))
+        slow = schedule_one(pod, Recounted(state), Basis(policy, samples, now, rng))
         local = node_local(pod, state)
         constrained += not local
         same(fast, slow, policy, local)
@@ -347,7 +348,7 @@ def test_a_pod_costs_a_few_evaluations_not_one_per_node() -> None:
     policy, rng, samples = POLICIES[0], random.Random(0), {"n0": NodeSample(0.1, 0.1, 0.0)}
     for i in range(200):
         pod = pod_info(f"p{i}")
-        decision = index.schedule(pod, state, policy, samples, 1.0, rng)
+        decision = index.schedule(pod, state, Basis(policy, samples, 1.0, rng))
         assert isinstance(decision, Decision)
         state.assume(pod, decision.node)
     # One build of 500 nodes, then the node each pod went to.
@@ -360,8 +361,8 @@ def test_invalid_pods_get_the_full_cycles_answer() -> None:
     raw = manifests.pod("bad", cpu="lots")
     raw["metadata"]["uid"] = "bad-1"
     pod = parse_pod(raw)
-    fast = ScoreIndex().schedule(pod, state, POLICIES[0], {}, 0.0, random.Random(0))
-    slow = schedule_one(pod, state, POLICIES[0], {}, 0.0, random.Random(0))
+    fast = ScoreIndex().schedule(pod, state, Basis(POLICIES[0], {}, 0.0, random.Random(0)))
+    slow = schedule_one(pod, state, Basis(POLICIES[0], {}, 0.0, random.Random(0)))
     assert isinstance(fast, Unschedulable) and fast.message == slow.message
     assert "pod cannot be scheduled" in fast.message
 
@@ -386,7 +387,7 @@ def test_constrained_pods_reuse_node_local_verdicts_and_scores() -> None:
             }
         ]
         pod = parse_pod(raw)
-        decision = index.schedule(pod, state, policy, samples, 1.0, rng)
+        decision = index.schedule(pod, state, Basis(policy, samples, 1.0, rng))
         assert isinstance(decision, Decision)
         state.assume(pod, decision.node)
         zones.append(state.nodes[decision.node].labels["zone"])

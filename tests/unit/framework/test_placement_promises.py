@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.policies.policy import Policy, parse_spec
@@ -54,7 +55,7 @@ def place(
     rng = random.Random(seed)
     placed: Counter[str] = Counter()
     for pod in pods:
-        result = schedule_one(pod, state, policy, samples, NOW, rng, learned=learned)
+        result = schedule_one(pod, state, Basis(policy, samples, NOW, rng, learned))
         assert isinstance(result, Decision), result
         state.assume(pod, result.node, at=NOW)
         placed[result.node] += 1
@@ -104,7 +105,7 @@ def test_pack_fills_the_fullest_node_under_the_target_then_spills() -> None:
     order = []
     rng = random.Random(1)
     for pod in pods:
-        result = schedule_one(pod, state, pack, usage, NOW, rng)
+        result = schedule_one(pod, state, Basis(pack, usage, NOW, rng))
         assert isinstance(result, Decision)
         state.assume(pod, result.node, at=NOW)
         order.append(result.node)
@@ -126,7 +127,7 @@ def test_pack_spills_to_the_least_loaded_when_nothing_stays_under_target() -> No
     state = state_with(*(manifests.node(n, cpu="4") for n in ("a", "b")))
     usage = {"a": NodeSample(0.72, 0.1, NOW - 1), "b": NodeSample(0.75, 0.1, NOW - 1)}
     pack = spec_policy(strategy="Pack", targetUtilization={"cpu": 70, "memory": 80})
-    result = schedule_one(pod_info(), state, pack, usage, NOW, random.Random(1))
+    result = schedule_one(pod_info(), state, Basis(pack, usage, NOW, random.Random(1)))
     assert isinstance(result, Decision) and result.node == "a"
 
 
@@ -137,14 +138,14 @@ def test_extra_dimension_weights_and_hot_threshold() -> None:
         "cpu-busy": NodeSample(0.5, 0.1, NOW - 1, extra={"gpu": 0.1}),
     }
     rng = random.Random(1)
-    plain = schedule_one(pod_info(), state, spec_policy(), usage, NOW, rng)
+    plain = schedule_one(pod_info(), state, Basis(spec_policy(), usage, NOW, rng))
     assert isinstance(plain, Decision) and plain.node == "gpu-busy"  # gpu not in the policy
     gpu = spec_policy(dimensions=[{"name": "gpu", "weight": 1, "hotThreshold": 90}])
-    result = schedule_one(pod_info(), state, gpu, usage, NOW, rng)
+    result = schedule_one(pod_info(), state, Basis(gpu, usage, NOW, rng))
     assert isinstance(result, Decision)
     assert (result.node, result.hot_skipped) == ("cpu-busy", 1)
     weighted = spec_policy(dimensions=[{"name": "gpu", "weight": 5}])  # no threshold: weight
-    result = schedule_one(pod_info(), state, weighted, usage, NOW, rng)
+    result = schedule_one(pod_info(), state, Basis(weighted, usage, NOW, rng))
     assert isinstance(result, Decision) and result.node == "cpu-busy"
     assert result.chosen.extra == (0.1,)
 
@@ -170,12 +171,12 @@ def test_learned_usage_replaces_the_requests_estimate() -> None:
         {"default/ReplicaSet/hungry": (1500, 0), "default/ReplicaSet/idle": (50, 0)}
     )
     pod = best_effort("next", owner="other")
-    result = schedule_one(pod, state, spec_policy(), usage, NOW, random.Random(1), learned=profiles)
+    result = schedule_one(pod, state, Basis(spec_policy(), usage, NOW, random.Random(1), profiles))
     assert isinstance(result, Decision) and result.node == "n1"
     assert result.chosen.cpu == 0.2 + (2 * 50 + 1.5 * 100) / 8000  # learned, learned, requests
     off = spec_policy(learnedEstimate=False)
     picks = {
-        schedule_one(pod, state, off, usage, NOW, random.Random(s), learned=profiles).node  # type: ignore[union-attr]
+        schedule_one(pod, state, Basis(off, usage, NOW, random.Random(s), profiles)).node  # type: ignore[union-attr]
         for s in range(12)
     }
     assert picks == {"n0", "n1"}  # by requests they are equal: ties broken at random
@@ -190,7 +191,7 @@ def test_tenants_spread_across_cool_nodes_and_never_onto_hot_ones() -> None:
     placed: dict[str, Counter[str]] = {t: Counter() for t in "abc"}
     rng = random.Random(2)
     for pod in pods:
-        result = schedule_one(pod, state, policy, usage, NOW, rng)
+        result = schedule_one(pod, state, Basis(policy, usage, NOW, rng))
         assert isinstance(result, Decision)
         state.assume(pod, result.node, at=NOW)
         placed[pod.labels["tenant"]][result.node] += 1
@@ -227,10 +228,14 @@ def test_a_pod_inside_the_rate_window_counts_for_what_the_window_does_not_show()
     sample = {"a": NodeSample(0.1, 0.0, NOW - 1, NOW - 11)}
     state.assume(pod_info("old", cpu="1"), "a", at=NOW - 7)
     policy = spec_policy(weights={"cpu": 1, "memory": 0}, memoryEstimate=0)
-    result = schedule_one(pod_info("new", cpu="0"), state, policy, sample, NOW, random.Random(1))
+    result = schedule_one(
+        pod_info("new", cpu="0"), state, Basis(policy, sample, NOW, random.Random(1))
+    )
     assert isinstance(result, Decision)
     assert result.chosen.cpu == pytest.approx(0.1 + 0.4 * 1.5 * 1000 / 4000)
     state.assume(pod_info("later", cpu="1"), "a", at=NOW - 0.5)
-    result = schedule_one(pod_info("new", cpu="0"), state, policy, sample, NOW, random.Random(1))
+    result = schedule_one(
+        pod_info("new", cpu="0"), state, Basis(policy, sample, NOW, random.Random(1))
+    )
     assert isinstance(result, Decision)
     assert result.chosen.cpu == pytest.approx(0.1 + (0.4 + 1) * 1.5 * 1000 / 4000)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from loadwise.framework.context import CycleContext
+from loadwise.framework.context import Basis, CycleContext
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.index import ScoreIndex
 from loadwise.framework.plugin import FilterPlugin, Inputs, ScorePlugin
@@ -42,8 +42,8 @@ def test_a_new_filter_works_in_the_cycle_and_the_index() -> None:
     )
     rng = random.Random(0)
     for schedule in (
-        lambda pod: schedule_one(pod, state, DEFAULT_POLICY, {}, 0.0, rng, PROFILE),
-        lambda pod: ScoreIndex(PROFILE).schedule(pod, state, DEFAULT_POLICY, {}, 0.0, rng),
+        lambda pod: schedule_one(pod, state, Basis(DEFAULT_POLICY, {}, 0.0, rng), PROFILE),
+        lambda pod: ScoreIndex(PROFILE).schedule(pod, state, Basis(DEFAULT_POLICY, {}, 0.0, rng)),
     ):
         first = schedule(pod_info("a"))
         assert isinstance(first, Decision) and first.node == "ok"
@@ -74,9 +74,11 @@ def test_a_new_score_plugin_counts_in_the_cycle_and_the_index() -> None:
     profile = Profile((*DEFAULT_PLUGINS, PreferFast()))
     for prof in (DEFAULT_PROFILE, profile):
         decisions = [
-            schedule_one(pod_info("a"), state, DEFAULT_POLICY, {}, 0.0, random.Random(0), prof),
+            schedule_one(
+                pod_info("a"), state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(0)), prof
+            ),
             ScoreIndex(prof).schedule(
-                pod_info("a"), state, DEFAULT_POLICY, {}, 0.0, random.Random(0)
+                pod_info("a"), state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(0))
             ),
         ]
         want = "fast" if prof is profile else "idle"

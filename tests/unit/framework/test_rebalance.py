@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
+from loadwise.framework.context import Basis
 from loadwise.framework.heat import sample_over
 from loadwise.framework.rebalance import (
     Candidate,
     HotStreaks,
+    Limits,
     ineligible,
     plan_relief,
 )
@@ -71,7 +73,7 @@ def test_a_hot_node_sheds_the_fewest_pods_to_a_cool_node_and_the_view_is_restore
         candidate(pods[2], 0.40),  # the most useful, but of a higher priority
     ]
     relief = plan_relief(
-        "hot", usage["hot"], candidates, state, POLICY, usage, NOW, random.Random(1)
+        "hot", usage["hot"], candidates, state, Basis(POLICY, usage, NOW, random.Random(1))
     )
     assert relief.refused == "" and relief.over == {"cpu": 0.95 - 0.8}
     # Lowest priority first, then the larger share: big alone brings the node under 80%.
@@ -85,15 +87,13 @@ def test_nothing_moves_when_no_cool_node_would_take_it_or_it_would_not_be_enough
     pods = [running("a", "hot"), running("b", "hot")]
     state = cluster(*pods)
     usage = samples(hot=0.95, warm=0.85, cool=0.82)  # every other node hot too
-    relief = plan_relief(
-        "hot", usage["hot"], [candidate(p, 0.3) for p in pods], state, POLICY, usage, NOW,
-        random.Random(1),
-    )  # fmt: skip
+    basis = Basis(POLICY, usage, NOW, random.Random(1))
+    relief = plan_relief("hot", usage["hot"], [candidate(p, 0.3) for p in pods], state, basis)
     assert relief.moves == () and "every node it fits on would be hot" in relief.refused
     usage = samples(hot=0.99, warm=0.3, cool=0.2)
     too_little = [candidate(p, 0.05) for p in pods]  # 10% of 19% over
     relief = plan_relief(
-        "hot", usage["hot"], too_little, state, POLICY, usage, NOW, random.Random(1)
+        "hot", usage["hot"], too_little, state, Basis(POLICY, usage, NOW, random.Random(1))
     )
     assert relief.moves == () and "use too little" in relief.refused
 
@@ -103,14 +103,18 @@ def test_a_target_must_be_measured_and_the_node_over_a_threshold() -> None:
     state = cluster(pod)
     usage = {"hot": NodeSample(0.95, 0.3, NOW - 1)}  # warm and cool have no sample
     relief = plan_relief(
-        "hot", usage["hot"], [candidate(pod, 0.3)], state, POLICY, usage, NOW, random.Random(1)
+        "hot",
+        usage["hot"],
+        [candidate(pod, 0.3)],
+        state,
+        Basis(POLICY, usage, NOW, random.Random(1)),
     )
     assert relief.moves == () and "no fresh sample" in relief.refused
     calm = NodeSample(0.5, 0.5, NOW)
     assert sample_over(POLICY, calm) == {}
-    assert plan_relief("hot", calm, [], state, POLICY, usage, NOW, random.Random(1)).refused == (
-        "not over its hot thresholds"
-    )
+    assert plan_relief(
+        "hot", calm, [], state, Basis(POLICY, usage, NOW, random.Random(1))
+    ).refused == ("not over its hot thresholds")
 
 
 def test_which_pods_may_move() -> None:
@@ -159,7 +163,9 @@ def test_a_replacement_too_big_for_every_cool_node_is_passed_over_for_the_next_p
     state = cluster(*pods)
     usage = samples(hot=0.95, warm=0.78, cool=0.2)
     wanted = [candidate(pods[0], 0.30), candidate(pods[1], 0.10), candidate(pods[2], 0.10)]
-    relief = plan_relief("hot", usage["hot"], wanted, state, POLICY, usage, NOW, random.Random(1))
+    relief = plan_relief(
+        "hot", usage["hot"], wanted, state, Basis(POLICY, usage, NOW, random.Random(1))
+    )
     assert [m.pod.name for m in relief.moves] == ["a", "b"]
     # the second replacement is placed with the first counted on its target
     assert [m.target for m in relief.moves] == ["cool", "cool"]
@@ -173,12 +179,20 @@ def test_a_target_must_keep_headroom_under_its_thresholds() -> None:
     state = cluster(pod)
     usage = samples(hot=0.95, warm=0.60, cool=0.20)
     relief = plan_relief(
-        "hot", usage["hot"], [candidate(pod, 0.30)], state, POLICY, usage, NOW, random.Random(1)
+        "hot",
+        usage["hot"],
+        [candidate(pod, 0.30)],
+        state,
+        Basis(POLICY, usage, NOW, random.Random(1)),
     )
     assert [m.target for m in relief.moves] == ["cool"]
     usage = samples(hot=0.95, warm=0.60, cool=0.62)
     relief = plan_relief(
-        "hot", usage["hot"], [candidate(pod, 0.30)], state, POLICY, usage, NOW, random.Random(1)
+        "hot",
+        usage["hot"],
+        [candidate(pod, 0.30)],
+        state,
+        Basis(POLICY, usage, NOW, random.Random(1)),
     )
     assert not relief.moves and "within 5% of its hot thresholds with it" in relief.refused
 
@@ -204,13 +218,21 @@ def test_a_target_keeps_headroom_on_the_policys_extra_dimensions_too() -> None:
         "cool": NodeSample(0.10, 0.3, NOW - 1, extra={"gpu": 0.77}),
     }
     relief = plan_relief(
-        "hot", usage["hot"], [candidate(pod, 0.30)], state, policy, usage, NOW, random.Random(1)
+        "hot",
+        usage["hot"],
+        [candidate(pod, 0.30)],
+        state,
+        Basis(policy, usage, NOW, random.Random(1)),
     )
     assert relief.over == pytest.approx({"cpu": 0.15, "gpu": 0.10})
     assert [m.target for m in relief.moves] == ["warm"]
     usage["warm"] = NodeSample(0.40, 0.3, NOW - 1, extra={"gpu": 0.78})
     relief = plan_relief(
-        "hot", usage["hot"], [candidate(pod, 0.30)], state, policy, usage, NOW, random.Random(1)
+        "hot",
+        usage["hot"],
+        [candidate(pod, 0.30)],
+        state,
+        Basis(policy, usage, NOW, random.Random(1)),
     )
     assert not relief.moves
     assert "within 5% of its hot thresholds with it" in relief.refused
@@ -224,11 +246,13 @@ def test_a_replacement_is_estimated_at_least_by_what_its_pod_uses_now() -> None:
     state = cluster(pod)
     usage = samples(hot=0.95, warm=0.90, cool=0.45)
     small = Candidate(parse_pod(pod), "Burstable", 0.4, 0.05, used=(1600, 0))
-    relief = plan_relief("hot", usage["hot"], [small], state, POLICY, usage, NOW, random.Random(1))
+    relief = plan_relief(
+        "hot", usage["hot"], [small], state, Basis(POLICY, usage, NOW, random.Random(1))
+    )
     assert not relief.moves and "every node it fits on would be hot" in relief.refused
     guessed = Candidate(parse_pod(pod), "Burstable", 0.4, 0.05, used=(100, 0))
     relief = plan_relief(
-        "hot", usage["hot"], [guessed], state, POLICY, usage, NOW, random.Random(1)
+        "hot", usage["hot"], [guessed], state, Basis(POLICY, usage, NOW, random.Random(1))
     )
     assert [m.target for m in relief.moves] == ["cool"]
 
@@ -241,18 +265,16 @@ def test_a_higher_priority_pod_moves_only_when_the_others_cannot_relieve_the_nod
     state = cluster(*pods)
     usage = samples(hot=0.95, warm=0.78, cool=0.2)
     small = [candidate(p, 0.04) for p in pods[:3]]
-    relief = plan_relief(
-        "hot", usage["hot"], [*small, candidate(pods[3], 0.30)], state, POLICY, usage, NOW,
-        random.Random(1),
-    )  # fmt: skip
+    basis = Basis(POLICY, usage, NOW, random.Random(1))
+    relief = plan_relief("hot", usage["hot"], [*small, candidate(pods[3], 0.30)], state, basis)
     assert [m.pod.name for m in relief.moves] == ["vip"]
     enough = [candidate(p, 0.08) for p in pods[:3]]
-    relief = plan_relief(
-        "hot", usage["hot"], [*enough, candidate(pods[3], 0.30)], state, POLICY, usage, NOW,
-        random.Random(1),
-    )  # fmt: skip
+    basis = Basis(POLICY, usage, NOW, random.Random(1))
+    relief = plan_relief("hot", usage["hot"], [*enough, candidate(pods[3], 0.30)], state, basis)
     assert sorted(m.pod.name for m in relief.moves) == ["s0", "s1"]
-    assert plan_relief(
-        "hot", usage["hot"], [*small, candidate(pods[3], 0.30)], state, POLICY, usage, NOW,
-        random.Random(1), max_moves=0, held_back="limits.perNodePerHour leaves 0",
-    ).refused == "limits.perNodePerHour leaves 0"  # fmt: skip
+    limits = Limits(max_moves=0, held_back="limits.perNodePerHour leaves 0")
+    basis = Basis(POLICY, usage, NOW, random.Random(1))
+    relief = plan_relief(
+        "hot", usage["hot"], [*small, candidate(pods[3], 0.30)], state, basis, limits=limits
+    )
+    assert relief.refused == "limits.perNodePerHour leaves 0"

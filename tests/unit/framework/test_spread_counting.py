@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.types import parse_pod
 from loadwise.policies.policy import DEFAULT_POLICY
@@ -39,5 +40,5 @@ def test_an_empty_selector_counts_no_pods_though_the_pod_matches_it() -> None:
     # Counted, zone a would be 3 + 1 - 0 > 1 and refused; kube-scheduler counts 0 in both zones,
     # so the skew is 0 + 1 - 0 everywhere and a1 stays feasible.
     state.nodes["b1"].unschedulable = True
-    result = schedule_one(incoming, state, DEFAULT_POLICY, {}, 0.0, random.Random(0))
+    result = schedule_one(incoming, state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(0)))
     assert isinstance(result, Decision) and result.node == "a1"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.index import ScoreIndex
 from loadwise.framework.pod_volumes import pod_claims
@@ -117,14 +118,14 @@ def cluster(*objects: dict[str, Any], nodes: tuple[str, ...] = ("a", "b", "c")) 
 
 
 def decide(state: ClusterState, raw: dict[str, Any]) -> Decision | Unschedulable:
-    return schedule_one(parse_pod(raw), state, DEFAULT_POLICY, {}, 0.0, random.Random(0))
+    return schedule_one(parse_pod(raw), state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(0)))
 
 
 def feasible(state: ClusterState, raw: dict[str, Any]) -> set[str]:
     from loadwise.framework.context import CycleContext
     from loadwise.framework.cycle import refusal
 
-    ctx = CycleContext(parse_pod(raw), state, DEFAULT_POLICY)
+    ctx = CycleContext(parse_pod(raw), state, Basis(DEFAULT_POLICY))
     return {
         n.name for n in state.nodes.values() if refusal(ctx, n, DEFAULT_PROFILE.filters) is None
     }
@@ -372,7 +373,7 @@ def test_csi_volume_limits_count_the_volumes_already_on_the_node() -> None:
     from loadwise.framework.context import CycleContext
     from loadwise.framework.cycle import refusal
 
-    ctx = CycleContext(parse_pod(pod("p", "new")), state, DEFAULT_POLICY)
+    ctx = CycleContext(parse_pod(pod("p", "new")), state, Basis(DEFAULT_POLICY))
     for name, n in state.nodes.items():
         failed = refusal(ctx, n, DEFAULT_PROFILE.filters)
         verdicts[name] = failed[1] if failed else None
@@ -390,7 +391,9 @@ def test_the_score_index_and_the_full_cycle_agree_on_volume_pods() -> None:
     for name in ("d", "e"):
         raw = pod(f"p-{name}", name)
         full = decide(state, raw)
-        fast = index.schedule(parse_pod(raw), state, DEFAULT_POLICY, {}, 0.0, random.Random(0))
+        fast = index.schedule(
+            parse_pod(raw), state, Basis(DEFAULT_POLICY, {}, 0.0, random.Random(0))
+        )
         assert isinstance(full, Decision) and isinstance(fast, Decision)
         assert full.node in {"b", "c"} and fast.node in {"b", "c"}
 

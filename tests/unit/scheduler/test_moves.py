@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from loadwise.framework.index import ScoreIndex
 from loadwise.framework.types import Owner, parse_pod
@@ -55,24 +56,25 @@ def test_the_workload_stays_off_the_node_it_left_until_the_cool_down_ends() -> N
     moves.add(record(cpu=100))
     for at in (NOW, NOW + 599):
         for rng_seed in range(5):  # whatever the tie-break, never the source
-            result = schedule_one(pod("new"), state, POLICY, {}, at, random.Random(rng_seed))
+            result = schedule_one(pod("new"), state, Basis(POLICY, {}, at, random.Random(rng_seed)))
             assert isinstance(result, Decision) and result.node != "a"
             index = ScoreIndex().schedule(
-                pod("new"), state, POLICY, {}, at, random.Random(rng_seed)
+                pod("new"), state, Basis(POLICY, {}, at, random.Random(rng_seed))
             )
             assert isinstance(index, Decision) and index.node != "a"
     # another workload is not kept off it
-    assert {schedule_one(pod("x", owner="other"), state, POLICY, {}, NOW, random.Random(s)).node  # type: ignore[union-attr]
+    other = pod("x", owner="other")
+    assert {schedule_one(other, state, Basis(POLICY, {}, NOW, random.Random(s))).node  # type: ignore[union-attr]
             for s in range(20)} >= {"a"}  # fmt: skip
     # only the source fits: the refusal says why
     only_a = pod("new", on="a")
-    refused = schedule_one(only_a, state, POLICY, {}, NOW, random.Random(0))
+    refused = schedule_one(only_a, state, Basis(POLICY, {}, NOW, random.Random(0)))
     assert isinstance(refused, Unschedulable)
     assert "1 node(s) had a pod of this workload moved off them by rebalancing (cool-down)" in (
         refused.message
     )
     assert isinstance(
-        schedule_one(only_a, state, POLICY, {}, NOW + 601, random.Random(0)), Decision
+        schedule_one(only_a, state, Basis(POLICY, {}, NOW + 601, random.Random(0))), Decision
     )
 
 
@@ -83,15 +85,15 @@ def test_the_room_on_the_target_is_held_until_claimed_and_then_used_by_the_repla
     other = pod("other", owner="else", cpu="2")
     for seed in range(5):
         held = preemptor.held_for(other)
-        result = schedule_one(other, state, POLICY, {}, NOW, random.Random(seed),
-                              nominated=Nominated(state, held))  # fmt: skip
+        basis = Basis(POLICY, {}, NOW, random.Random(seed))
+        result = schedule_one(other, state, basis, nominated=Nominated(state, held))
         assert isinstance(result, Decision) and result.node != "b"
     # the replacement claims the room: it is tried on the target first and takes it
     replacement = pod("new", cpu="3")
     target = moves.claim(replacement, NOW)
     assert target == "b" and not preemptor.nominated
     replacement.nominated_node = target
-    result = schedule_one(replacement, state, POLICY, {}, NOW, random.Random(0))
+    result = schedule_one(replacement, state, Basis(POLICY, {}, NOW, random.Random(0)))
     assert isinstance(result, Decision) and result.node == "b"
     assert moves.claim(pod("second"), NOW) is None  # one claim per move
 

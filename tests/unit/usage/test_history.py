@@ -105,10 +105,8 @@ def test_a_node_that_idles_between_bursts_is_judged_by_its_peaks(how: str) -> No
     now = steady[-1].timestamp + 1
     chosen = {}
     for policy in scheduler.policies.policies():
-        decision = schedule_one(
-            pod_info("p"), scheduler.state, policy, scheduler.usage.samples_for(policy), now,
-            random.Random(0),
-        )  # fmt: skip
+        basis = scheduler.usage.basis(policy, now, random.Random(0))
+        decision = schedule_one(pod_info("p"), scheduler.state, basis)
         assert isinstance(decision, Decision)
         chosen[policy.name] = (decision.node, decision.hot_skipped)
     assert chosen["latest"] == ("bursty", 0)

@@ -27,7 +27,7 @@ class LoadAware(LoadPlugin):
     weight = LOAD_WEIGHT
 
     def load(self, ctx: CycleContext, node: NodeInfo) -> NodeScore:
-        return score_node(ctx.pod, node, ctx.state, ctx.policy, ctx.samples, ctx.now, ctx.learned)
+        return score_node(ctx.pod, node, ctx.state, ctx.basis)
 
     def order(self, ctx: CycleContext, score: NodeScore) -> tuple[int, float]:
         # Cool nodes by score; hot ones by measured load itself: near or past the thresholds

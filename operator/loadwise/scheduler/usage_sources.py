@@ -3,11 +3,13 @@ aggregation over a window (spec.metrics), or the latest figures."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Mapping
 
+from ..framework.context import Basis
 from ..policies.policy import Policy
-from .cache import MetricsCache, NodeSample
-from .learned import LearnedUsage, WindowedEstimates
+from ..usage.cache import MetricsCache, NodeSample
+from ..usage.learned import LearnedUsage, WindowedEstimates
 
 
 class UsageSources:
@@ -38,6 +40,10 @@ class UsageSources:
         if metrics.aggregation == "latest":
             return cache.learned
         return cache.learned.over(metrics.aggregation, metrics.window_seconds)
+
+    def basis(self, policy: Policy, now: float, rng: random.Random) -> Basis:
+        """What a decision for a pod of `policy` is judged against at `now`."""
+        return Basis(policy, self.samples_for(policy), now, rng, self.learned_for(policy))
 
     def keep_history(self, policies: Iterable[Policy]) -> None:
         """Each source keeps the history its policies' longest window needs (none: none)."""
