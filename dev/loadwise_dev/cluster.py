@@ -159,7 +159,7 @@ class LocalCluster:
             values["prometheus_preset"] = "kube-prometheus-stack"
             values["prometheus_memory_query"] = kwok_usage.MEMORY_QUERY
         values.update(overrides)
-        return Config(**values)
+        return Config.of(**values)
 
     # --- setup helpers -------------------------------------------------------------------------
     async def install_crd(self, kube: Kube) -> None:

@@ -308,7 +308,7 @@ class Supervisor:
         )
         log.close()
         self.record_process("operator", self.operator.pid)
-        self.record(operator_http=f"http://127.0.0.1:{config.http_port}")
+        self.record(operator_http=f"http://127.0.0.1:{config.serving.http_port}")
 
     async def _wait_leader(self, kube: Kube) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}"

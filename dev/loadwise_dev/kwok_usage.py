@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loadwise.resources import to_amount
-from loadwise.usage.prometheus import PRESETS
+from loadwise.usage.prometheus_settings import PRESETS
 from loadwise.usage.scrape_intervals import with_window
 
 from . import manifests

@@ -29,7 +29,7 @@ def run(config: Config) -> int:
     from .handlers import build_registry
     from .preflight import AccessError, preflight
 
-    logs.setup(config.log_level, config.log_format)
+    logs.setup(config.logging.level, config.logging.format)
     problem = tls_problem(config)
     if problem is not None:
         print(f"loadwise: {problem}", file=sys.stderr)
@@ -46,16 +46,16 @@ def run(config: Config) -> int:
 def tls_problem(config: Config) -> str | None:
     """Why the HTTPS port cannot use the given certificate and key, if it cannot. Checked
     before kopf starts: Runtime.start would fail on it at every retry, for ever."""
-    if not (config.secure_port and config.tls_cert_file):
+    if not (config.serving.secure_port and config.serving.tls_cert_file):
         return None
     from .secure_serving import server_tls
 
     try:
-        server_tls(config.tls_cert_file, config.tls_private_key_file)
+        server_tls(config.serving.tls_cert_file, config.serving.tls_private_key_file)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         return (
-            f"cannot serve HTTPS with {config.tls_cert_file} and "
-            f"{config.tls_private_key_file}: {logs.one_line(exc)}"
+            f"cannot serve HTTPS with {config.serving.tls_cert_file} and "
+            f"{config.serving.tls_private_key_file}: {logs.one_line(exc)}"
         )
     return None
 

@@ -30,9 +30,8 @@ from .scheduler.volumes import StorageState
 from .scheduler.workload_selectors import WorkloadSelectors, namespaced_name
 from .usage.cache import MetricsCache, MetricsSource
 from .usage.learned import WorkloadOf
-from .usage.metrics_server import MetricsServerSource
-from .usage.prometheus import Connection, PrometheusSource
 from .usage.scrape_intervals import DEFAULT_LAG
+from .usage.source_kind import BuildContext
 
 
 async def api_client(pool_size: int) -> client.ApiClient:
@@ -52,36 +51,14 @@ async def api_client(pool_size: int) -> client.ApiClient:
 def metrics_sources(
     config: Config, transport: Http, state: ClusterState, ready: asyncio.Event | None = None
 ) -> dict[str, MetricsSource]:
-    sources: dict[str, MetricsSource] = {}
-    if "prometheus" in config.metrics_sources:
-        sources["prometheus"] = PrometheusSource(
-            config.prometheus_url,
-            cpu_query=config.prometheus_cpu_query,
-            memory_query=config.prometheus_memory_query,
-            node_label=config.prometheus_node_label,
-            lag=config.metrics_lag,
-            timeout=config.prometheus_timeout,
-            dimensions=config.prometheus_dimensions,
-            pod_cpu_query=config.prometheus_pod_cpu_query,
-            pod_memory_query=config.prometheus_pod_memory_query,
-            known_nodes=lambda: state.nodes.keys(),
-            ready=ready,
-            connection=Connection(
-                config.prometheus_ca_file,
-                config.prometheus_bearer_token_file,
-                config.prometheus_username,
-                config.prometheus_password_file,
-                config.prometheus_headers,
-            ),
-        )
-    if "metrics-server" in config.metrics_sources:
+    """The enabled sources (usage/sources.py), each built from its settings."""
 
-        def allocatable(name: str) -> dict[str, int] | None:
-            node = state.nodes.get(name)
-            return dict(node.allocatable) if node is not None else None
+    def allocatable(name: str) -> dict[str, int] | None:
+        node = state.nodes.get(name)
+        return dict(node.allocatable) if node is not None else None
 
-        sources["metrics-server"] = MetricsServerSource(transport, allocatable, ready)
-    return sources
+    context = BuildContext(transport, state.nodes.keys, allocatable, config.metrics.lag, ready)
+    return {source.source_name: source.build(context) for source in config.enabled_sources()}
 
 
 def workload_lookup(state: ClusterState, max_age: float = 1.0) -> WorkloadOf:
@@ -111,13 +88,13 @@ def metrics_caches(
 ) -> dict[str, MetricsCache]:
     """One cache per enabled source, learning per-workload usage unless turned off. `ready`:
     set when the state is listed (what answers need of it waits for that, not the requests)."""
-    workload_of = workload_lookup(state) if config.learn_usage else None
+    workload_of = workload_lookup(state) if config.metrics.learn_usage else None
     # A pod's usage is learned once a whole rate window lies after its start, which comes
     # after its binding (image pull, container start): two lags after placement.
     # (at least: the cache doubles the lag its source reports, when longer).
-    learn_after = 2 * (DEFAULT_LAG if config.metrics_lag is None else config.metrics_lag)
+    learn_after = 2 * (DEFAULT_LAG if config.metrics.lag is None else config.metrics.lag)
     return {
-        name: MetricsCache(source, config.metrics_interval, workload_of, learn_after, ready)
+        name: MetricsCache(source, config.metrics.interval, workload_of, learn_after, ready)
         for name, source in metrics_sources(config, transport, state, ready).items()
     }
 
@@ -163,12 +140,16 @@ def new_scheduler(
         config.scheduler_name,
         Binder(transport, config.scheduler_name, identity),
         metrics_caches(config, transport, state, ready),
-        SchedulingQueue(config.initial_backoff, config.max_backoff, config.unschedulable_timeout),
-        bind_concurrency=config.bind_concurrency,
-        failure_event_interval=config.failure_event_interval,
+        SchedulingQueue(
+            config.scheduling.initial_backoff,
+            config.scheduling.max_backoff,
+            config.scheduling.unschedulable_timeout,
+        ),
+        bind_concurrency=config.scheduling.bind_concurrency,
+        failure_event_interval=config.scheduling.failure_event_interval,
         state=state,
-        volume_bind_timeout=config.volume_bind_timeout,
-        preemption=config.preemption,
+        volume_bind_timeout=config.scheduling.volume_bind_timeout,
+        preemption=config.scheduling.preemption,
     )
 
 
@@ -275,7 +256,7 @@ def informers(transport: Http, scheduler: Scheduler, config: Config) -> Informer
             namespaced_name,
             preemption.relisted_budgets,
         )
-        if config.preemption
+        if config.scheduling.preemption
         else None,
         Informer(
             transport,
@@ -304,30 +285,34 @@ def build(
     pool_size: int | None = None,
 ) -> Built:
     """Everything a replica (or a dry run) is made of, wired; nothing started or listed."""
-    transport = Transport(api, pool_size=pool_size or config.bind_concurrency + 8)
+    transport = Transport(api, pool_size=pool_size or config.scheduling.bind_concurrency + 8)
     scheduler = new_scheduler(config, transport, ready, dry_run=dry_run)
     return Built(api, transport, scheduler, informers(transport, scheduler, config))
 
 
 def identity_of(config: Config) -> str:
-    return config.identity or config.pod_name or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return (
+        config.replica.identity
+        or config.replica.pod_name
+        or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    )
 
 
 def operator_object(config: Config) -> dict[str, str] | None:
     """What operator-level events and the Degraded condition go on: our Pod, else our Lease."""
-    if config.pod_name and config.pod_namespace:
+    if config.replica.pod_name and config.replica.pod_namespace:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "name": config.pod_name,
-            "namespace": config.pod_namespace,
+            "name": config.replica.pod_name,
+            "namespace": config.replica.pod_namespace,
         }
-    if config.leader_elect:
+    if config.election.leader_elect:
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "name": config.lease_name,
-            "namespace": config.lease_namespace,
+            "name": config.election.lease_name,
+            "namespace": config.election.lease_namespace,
         }
     return None
 

@@ -52,7 +52,9 @@ class Row:
     basis: str = ""
 
 
-def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[Row], str]:
+def explain_rows(
+    scheduler: Scheduler, config: Config, pod: PodInfo, now: float
+) -> tuple[list[Row], str]:
     """Every node's verdict for `pod`, and a one-line summary of the decision."""
     state = scheduler.state
     policy = scheduler.policies.for_pod(
@@ -89,7 +91,7 @@ def explain_rows(scheduler: Scheduler, pod: PodInfo, now: float) -> tuple[list[R
             else "preemption: off (LOADWISE_PREEMPTION=false)"
         )
         summary = f"{summary}\n{line}"
-    warning = metrics_warning(scheduler, policy)
+    warning = metrics_warning(scheduler, policy, config)
     return rows, f"{warning}\n{summary}" if warning else summary
 
 
@@ -108,7 +110,7 @@ def preemption_line(scheduler: Scheduler, pod: PodInfo, policy: Policy) -> str:
     )
 
 
-def metrics_warning(scheduler: Scheduler, policy: Policy) -> str | None:
+def metrics_warning(scheduler: Scheduler, policy: Policy, config: Config) -> str | None:
     """A WARNING line when the policy's metrics source gave nothing here: the figures below are
     then requests alone, and the operator (with its own settings) may well see load."""
     source = policy.spec.metrics.source
@@ -123,31 +125,26 @@ def metrics_warning(scheduler: Scheduler, policy: Policy) -> str | None:
             f"in LOADWISE_METRICS_SOURCES here: {consequence}"
         )
     if cache.last_success is None:
-        where = getattr(cache.source, "url", "") or source
+        settings = next(s for s in config.enabled_sources() if s.source_name == source)
+        hint = f" ({settings.reach_hint()})" if settings.reach_hint() else ""
         return (
-            f"WARNING: cannot read metrics from {source} ({where}): {cache.last_error}; "
-            f"{consequence} (e.g. LOADWISE_PROMETHEUS_URL through kubectl port-forward)"
+            f"WARNING: cannot read metrics from {source} ({settings.where()}): "
+            f"{cache.last_error}; {consequence}{hint}"
         )
     return None
-
-
-def _lag(config: Config) -> str:
-    if config.metrics_lag is not None:
-        return f"{config.metrics_lag:g}s"
-    return "from the scrape interval"
 
 
 def settings_line(config: Config) -> str:
     """Which settings judged the metrics above: this command's own LOADWISE_* environment,
     which need not be the operator's (its Deployment sets them)."""
-    sources = ", ".join(config.metrics_sources) or "none"
+    sources = ", ".join(config.metrics.enabled) or "none"
     parts = [f"metrics sources {sources}"]
-    if "prometheus" in config.metrics_sources:
-        parts.append(
-            f"Prometheus {config.prometheus_url} (preset {config.prometheus_preset}, node label "
-            f"{config.prometheus_node_label!r}, lag {_lag(config)})"
-        )
-    parts.append(f"preemption {'on' if config.preemption else 'off'}")
+    parts.extend(
+        described
+        for source in config.enabled_sources()
+        if (described := source.describe(config.metrics.lag)) != source.source_name
+    )
+    parts.append(f"preemption {'on' if config.scheduling.preemption else 'off'}")
     return (
         "settings: this command's LOADWISE_* environment, not read from the operator (set the "
         f"same to see what it sees): {'; '.join(parts)}"
@@ -290,7 +287,9 @@ async def _explain(target: str, config: Config) -> str:
             return "\n".join([*lines, settings_line(config)])
         pod = parse_pod(found[0])
         scheduler.state.remove_pod(pod.uid)  # explain it as if it were being placed now
-        return f"{render(*explain_rows(scheduler, pod, time.time()))}\n{settings_line(config)}"
+        return (
+            f"{render(*explain_rows(scheduler, config, pod, time.time()))}\n{settings_line(config)}"
+        )
     finally:
         for cache in scheduler.usage.caches.values():
             close = getattr(cache.source, "close", None)

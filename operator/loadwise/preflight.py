@@ -13,37 +13,19 @@ import json
 import logging
 import os
 import ssl
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
 
 from .components import api_client
 from .config import Config
+from .kube.permission import Permission
 from .kube.transport import Transport
 from .logs import one_line
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Permission:
-    """One API permission loadwise uses. `when`: needed always, only with leader election (in
-    the Lease's namespace), or only with the metrics-server source enabled."""
-
-    verb: str
-    group: str
-    resource: str
-    subresource: str = ""
-    when: Literal["always", "leader_elect", "metrics_server", "preemption", "evictions"] = "always"
-
-    def describe(self) -> str:
-        name = f"{self.resource}.{self.group}" if self.group else self.resource
-        return (
-            f"{self.verb} {name}/{self.subresource}" if self.subresource else f"{self.verb} {name}"
-        )
 
 
 # Every permission loadwise uses, in the order a refusal names them: the preflight check asks
@@ -89,10 +71,6 @@ PERMISSIONS: tuple[Permission, ...] = (
         Permission(verb, "coordination.k8s.io", "leases", when="leader_elect")  # leader.py
         for verb in ("get", "list", "watch", "create", "update")  # list/watch: standby's watch
     ),
-    *(
-        Permission("list", "metrics.k8s.io", resource, when="metrics_server")
-        for resource in ("nodes", "pods")
-    ),
     Permission("create", "", "pods", "eviction", when="evictions"),  # rebalancing's Evict mode
     *(  # its ledger (move_store.py), beside the Lease
         Permission(verb, "", "configmaps", when="evictions") for verb in ("get", "create", "update")
@@ -101,15 +79,16 @@ PERMISSIONS: tuple[Permission, ...] = (
 
 
 def needed(config: Config) -> list[Permission]:
-    """The permissions `config` makes loadwise use."""
+    """The permissions `config` makes loadwise use: the table's that apply, and those of the
+    metrics sources it enables."""
     applies = {
         "always": True,
-        "leader_elect": config.leader_elect,
-        "metrics_server": "metrics-server" in config.metrics_sources,
-        "preemption": config.preemption,
-        "evictions": config.rebalance_evictions,
+        "leader_elect": config.election.leader_elect,
+        "preemption": config.scheduling.preemption,
+        "evictions": config.scheduling.rebalance_evictions,
     }
-    return [p for p in PERMISSIONS if applies[p.when]]
+    sources = [p for source in config.enabled_sources() for p in source.permissions]
+    return [p for p in PERMISSIONS if applies[p.when]] + sources
 
 
 class AccessError(Exception):
@@ -200,9 +179,9 @@ async def _allowed(transport: Transport, check: Permission, config: Config) -> b
     if check.subresource:
         attributes["subresource"] = check.subresource
     if check.when == "leader_elect" or check.resource == "configmaps":  # Roles: that namespace
-        attributes["namespace"] = config.lease_namespace
+        attributes["namespace"] = config.election.lease_namespace
     if check.resource == "configmaps":  # the chart's Role names the ledger
-        attributes["name"] = f"{config.lease_name}-rebalance"
+        attributes["name"] = f"{config.election.lease_name}-rebalance"
     status, body = await transport.request(
         "POST",
         "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",

@@ -80,18 +80,18 @@ class Runtime:
             scheduler.binder,
             scheduler,
             ledger_store(transport, config),
-            config.rebalance_evictions,
+            config.scheduling.rebalance_evictions,
         )
         self.elector: LeaderElector | None = None
-        if config.leader_elect:
+        if config.election.leader_elect:
             self.elector = LeaderElector(
                 transport,
-                config.lease_namespace,
-                config.lease_name,
+                config.election.lease_namespace,
+                config.election.lease_name,
                 self.identity,
-                config.lease_duration,
-                config.renew_deadline,
-                config.retry_period,
+                config.election.lease_duration,
+                config.election.renew_deadline,
+                config.election.retry_period,
                 on_elected=self._elected,
                 on_lost=self._lost,
             )
@@ -119,21 +119,26 @@ class Runtime:
             built = build(config, api, seeded)
             runtime = cls(config, api, built.transport, built.scheduler, built.informers)
             # First: a port taken fails start-up before anything runs.
-            if config.secure_port:
+            if config.serving.secure_port:
                 runtime._servers.append(
                     await serving.serve(
-                        config.http_host,
-                        config.secure_port,
+                        config.serving.http_host,
+                        config.serving.secure_port,
                         runtime.health,
                         runtime.readiness,
                         auth=serving.DelegatedAuth(built.transport),
-                        tls=serving.server_tls(config.tls_cert_file, config.tls_private_key_file),
+                        tls=serving.server_tls(
+                            config.serving.tls_cert_file, config.serving.tls_private_key_file
+                        ),
                     )
                 )
-            if config.http_port:  # plain and open: local development only
+            if config.serving.http_port:  # plain and open: local development only
                 runtime._servers.append(
                     await serving.serve(
-                        config.http_host, config.http_port, runtime.health, runtime.readiness
+                        config.serving.http_host,
+                        config.serving.http_port,
+                        runtime.health,
+                        runtime.readiness,
                     )
                 )
             # The first metrics requests go out while the state is listed; their answers are
@@ -281,7 +286,7 @@ class Runtime:
         self.scheduler.audit_reservations(bound=0.0)
         self.leading = True
         try:
-            interval = self.config.metrics_interval
+            interval = self.config.metrics.interval
             await asyncio.gather(
                 self.scheduler.run(),
                 self.reporter.run(interval),
@@ -322,7 +327,9 @@ class Runtime:
         held = self.scheduler.oldest_reservation()
         if held > self.upkeep.reservation_bound + 2 * AUDIT_INTERVAL:
             problems.append(f"a reservation held {held:.0f}s with no bind answer (not released)")
-        refresh_limit = 3 * self.config.metrics_interval + 2 * self.config.prometheus_timeout
+        refresh_limit = (
+            3 * self.config.metrics.interval + 2 * self.config.sources.prometheus.timeout
+        )
         last_refresh = self.upkeep.last_refresh
         if now - last_refresh > refresh_limit:
             problems.append(f"metrics refresh stalled for {now - last_refresh:.0f}s")

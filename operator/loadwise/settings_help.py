@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pydantic_core import PydanticUndefined
 
 from .config import Config, env_name, env_value, flag_name
+from .setting_groups import flat_fields
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,9 @@ class Setting:
 
 
 def settings() -> Iterator[Setting]:
-    """Every setting of Config, in definition order, from the model itself."""
-    for name, info in Config.model_fields.items():
+    """Every setting of Config by its flat name, in definition order, from the models."""
+    for field in flat_fields(Config):
+        name, info = field.name, field.info
         default = info.get_default(call_default_factory=True)
         yield Setting(
             field=name,

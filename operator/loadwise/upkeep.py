@@ -45,7 +45,7 @@ class Upkeep:
 
     async def refresh_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.config.metrics_interval)
+            await asyncio.sleep(self.config.metrics.interval)
             try:
                 await self.refresh_metrics()
             except Exception:  # a bug must cost one refresh, never the refreshing
@@ -80,16 +80,16 @@ class Upkeep:
         # A future sample covers placements up to about lag before its time: keep a margin.
         lag = max(
             (cache.lag for cache in self.scheduler.usage.caches.values()),
-            default=self.config.metrics_lag or 0.0,
+            default=self.config.metrics.lag or 0.0,
         )
-        self.scheduler.trim_placements(keep=2 * lag + 4 * self.config.metrics_interval)
+        self.scheduler.trim_placements(keep=2 * lag + 4 * self.config.metrics.interval)
         self.scheduler.update_gauges()
 
     async def probe_forever(self) -> None:
         """Tell a silent network (a black hole) from a quiet cluster: watches cannot."""
         failures = 0
         first_failure = 0.0
-        interval = self.config.api_probe_interval
+        interval = self.config.replica.api_probe_interval
         while True:
             await asyncio.sleep(interval)
             started = time.monotonic()
@@ -127,7 +127,7 @@ class Upkeep:
 
     async def _probe_api(self) -> bool:
         try:
-            async with asyncio.timeout(min(PROBE_TIMEOUT, self.config.api_probe_interval)):
+            async with asyncio.timeout(min(PROBE_TIMEOUT, self.config.replica.api_probe_interval)):
                 await self.transport.request("GET", "/readyz")
             return True  # any answer: the network and the server are there
         except Exception:
@@ -156,7 +156,7 @@ class Upkeep:
     def reservation_bound(self) -> float:
         """How long a reservation may wait for its bind to settle: the bind's timeout plus the
         longest backoff."""
-        return float(REQUEST_TIMEOUT.total or 30.0) + self.config.max_backoff
+        return float(REQUEST_TIMEOUT.total or 30.0) + self.config.scheduling.max_backoff
 
     def audit_reservations(self) -> None:
         released = self.scheduler.audit_reservations(self.reservation_bound)
@@ -178,7 +178,7 @@ class Upkeep:
 
     async def reconcile_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.config.reconcile_interval)
+            await asyncio.sleep(self.config.replica.reconcile_interval)
             try:
                 await self.reconcile()
             except Exception as exc:  # the next round tries again

@@ -62,7 +62,7 @@ async def test_the_charts_alerts_fire_on_a_real_prometheus_scraping_a_real_loadw
         port = free_port()
         config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path, port)
         nowhere = free_port()  # nothing listens there: every refresh of the source fails
-        config = config.model_copy(update={"prometheus_url": f"http://127.0.0.1:{nowhere}"})
+        config = config.but(prometheus_url=f"http://127.0.0.1:{nowhere}")
         token_file = tmp_path / "scraper.token"
         token_file.write_text(await token_of(kube, "scraper"))  # the chart binds its role
         rules = tmp_path / "rules.yaml"

@@ -188,13 +188,11 @@ async def charts_operator(
     )
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-    config = Config.from_env(env).model_copy(
-        update={
-            "secure_port": secure_port,
-            "http_host": "127.0.0.1",
-            "prometheus_cpu_query": cluster.operator_config().prometheus_cpu_query,
-            "metrics_interval": 1.0,
-        }
+    config = Config.from_env(env).but(
+        secure_port=secure_port,
+        http_host="127.0.0.1",
+        prometheus_cpu_query=cluster.operator_config().sources.prometheus.cpu_query,
+        metrics_interval=1.0,
     )
     sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     sa_kubeconfig = tmp_path / "sa.kubeconfig"
@@ -242,7 +240,9 @@ async def test_helm_install_then_schedule_and_serve_with_the_charts_service_acco
         await kube.get(f"/api/v1/namespaces/{NAMESPACE}/services/{RELEASE}-loadwise")
         port = free_port()
         config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path, port)
-        assert config.leader_elect and config.http_port == 0  # the chart opens no plain port
+        assert (
+            config.election.leader_elect and config.serving.http_port == 0
+        )  # the chart opens no plain port
         scraper = await service_account_token(kube, "scraper")  # bound by the chart
         nosy = await service_account_token(kube, "nosy")  # a valid token, no permission
 

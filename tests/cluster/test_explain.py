@@ -46,4 +46,4 @@ async def test_explain_shows_every_nodes_verdict_without_binding(
     # It says whose settings judged the metrics: its own, which may differ from the operator's.
     settings = output.splitlines()[-1]
     assert settings.startswith("settings: this command's LOADWISE_* environment, not read")
-    assert f"Prometheus {local_cluster.operator_config().prometheus_url}" in settings
+    assert f"Prometheus {local_cluster.operator_config().sources.prometheus.url}" in settings

@@ -128,7 +128,7 @@ async def test_image_runs_as_the_chart_runs_it_and_schedules(
         )
         api = urlsplit(local_cluster.cp.server)
         secure_port = free_port()
-        cpu_query = local_cluster.operator_config().prometheus_cpu_query
+        cpu_query = local_cluster.operator_config().sources.prometheus.cpu_query
         env: dict[str, str] = {e["name"]: e["value"] for e in rendered["env"] if "value" in e}
         env.update(
             {

@@ -31,9 +31,9 @@ async def test_every_line_is_json_and_the_decision_has_its_fields(
     settings = {
         "LOADWISE_METRICS_SOURCES": "prometheus",
         "LOADWISE_PROMETHEUS_URL": local_cluster.prometheus.url,
-        "LOADWISE_PROMETHEUS_PRESET": config.prometheus_preset,
-        "LOADWISE_PROMETHEUS_CPU_QUERY": config.prometheus_cpu_query,
-        "LOADWISE_PROMETHEUS_MEMORY_QUERY": config.prometheus_memory_query,
+        "LOADWISE_PROMETHEUS_PRESET": config.sources.prometheus.preset,
+        "LOADWISE_PROMETHEUS_CPU_QUERY": config.sources.prometheus.cpu_query,
+        "LOADWISE_PROMETHEUS_MEMORY_QUERY": config.sources.prometheus.memory_query,
         "LOADWISE_METRICS_LAG": "6",
         "LOADWISE_LEADER_ELECT": "false",
         "LOADWISE_LOG_FORMAT": "json",

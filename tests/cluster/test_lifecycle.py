@@ -66,7 +66,7 @@ async def test_without_any_policy_metrics_refresh_and_the_degradation_is_visible
     await local_cluster.wait_metrics({"busy": 0.85, "idle": 0.1})
     async with operator() as runtime:
         await wait_operator_metrics(runtime, {"busy": 0.85, "idle": 0.1})
-        lease = runtime.config.lease_name
+        lease = runtime.config.election.lease_name
         await kube.create(f"/api/v1/namespaces/{ns}/pods", manifests.pod("p", namespace=ns))
         assert (await wait_bound(kube, ns, ["p"]))["p"] == "idle"
         message = (await wait_event(kube, ns, "p", "Scheduled"))["message"]

@@ -151,13 +151,8 @@ async def test_the_same_usage_reaches_loadwise_through_prometheus_as_cadvisor_se
     await cluster.add_node(mkube, "idle")
     job = cluster.kwok.cadvisor_scrape_config(["busy", "quiet", "idle"])
     prometheus = await asyncio.to_thread(Prometheus([], "10s", [job]).start)
-    config = Config(prometheus_preset="kube-prometheus-stack")
-    source = PrometheusSource(
-        prometheus.url,
-        cpu_query=config.prometheus_cpu_query,
-        memory_query=config.prometheus_memory_query,
-        node_label=config.prometheus_node_label,
-    )
+    config = Config.of(prometheus_preset="kube-prometheus-stack")
+    source = PrometheusSource(config.sources.prometheus.model_copy(update={"url": prometheus.url}))
     try:
 
         async def sampled() -> dict[str, NodeSample] | None:

@@ -12,6 +12,7 @@ import pytest
 
 from loadwise.usage.cache import SourceError
 from loadwise.usage.prometheus import Connection, PrometheusSource
+from loadwise.usage.prometheus_settings import PrometheusSettings
 from loadwise_dev.controlplane import make_pki
 from loadwise_dev.prometheus_server import Prometheus
 
@@ -44,9 +45,15 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
 
 
 def source(prometheus: Prometheus, connection: Connection) -> PrometheusSource:
-    return PrometheusSource(
-        prometheus.url, cpu_query=QUERY, memory_query=QUERY, connection=connection
+    settings = PrometheusSettings(
+        url=prometheus.url,
+        cpu_query=QUERY,
+        memory_query=QUERY,
+        ca_file=connection.ca_file,
+        username=connection.username,
+        password_file=connection.password_file,
     )
+    return PrometheusSource(settings)
 
 
 def secret(tmp_path: Path, text: str) -> str:

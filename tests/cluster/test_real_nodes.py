@@ -433,12 +433,7 @@ async def test_each_stacks_preset_reads_the_real_exporters_as_that_stack_labels_
 
         def source(config: Config) -> PrometheusSource:
             return PrometheusSource(
-                config.prometheus_url,
-                cpu_query=config.prometheus_cpu_query,
-                memory_query=config.prometheus_memory_query,
-                node_label=config.prometheus_node_label,
-                lag=config.metrics_lag,
-                known_nodes=lambda: {REAL, "elsewhere"},
+                config.sources.prometheus, config.metrics.lag, lambda: {REAL, "elsewhere"}
             )
 
         preset = source(config)

@@ -235,8 +235,8 @@ async def test_a_node_that_stays_hot_is_relieved_and_the_replacement_takes_the_h
             assert await node_events(kube, "kw-b", "Rebalanced")
             config = local_cluster.operator_config()
             ledger = await kube.get(
-                f"/api/v1/namespaces/{config.lease_namespace}/configmaps/"
-                f"{runtime.config.lease_name}-rebalance"
+                f"/api/v1/namespaces/{config.election.lease_namespace}/configmaps/"
+                f"{runtime.config.election.lease_name}-rebalance"
             )
             assert f'"uid":"{uid}"' in ledger["data"]["moves.json"]
             assert '"state":"evicted"' in ledger["data"]["moves.json"]
@@ -301,7 +301,7 @@ async def test_a_new_leader_neither_repeats_nor_forgets_the_moves_of_the_last(
     first workload is still kept off kw-a."""
     await two_nodes(kube, local_cluster, kw_b=0.7)
     await kube.create(POLICIES, evicting(limits={"perNodePerHour": 1}))
-    lease = local_cluster.operator_config().lease_name
+    lease = local_cluster.operator_config().election.lease_name
     usage = kwok_usage(local_cluster)
     try:
         async with operator(lease_name=lease, rebalance_evictions=True) as first:

@@ -122,7 +122,7 @@ async def test_upgrade_from_the_previous_release_with_policies_in_place(
         "KUBECONFIG": str(sa_kubeconfig),
         "LOADWISE_SECURE_PORT": "0",  # as charts_operator: loopback, no fixed port
         "LOADWISE_HTTP_HOST": "127.0.0.1",
-        "LOADWISE_PROMETHEUS_CPU_QUERY": config.prometheus_cpu_query,
+        "LOADWISE_PROMETHEUS_CPU_QUERY": config.sources.prometheus.cpu_query,
         "LOADWISE_METRICS_INTERVAL": "1",
     }
     log_path = tmp_path / "previous-operator.log"
@@ -173,7 +173,7 @@ async def test_upgrade_from_the_previous_release_with_policies_in_place(
     assert image.endswith(":" + _chart_version()), image
 
     config, sa_kubeconfig = await charts_operator(cluster, ukube, tmp_path)
-    assert config.metrics_lag == 6 and config.prometheus_url == cluster.prometheus.url
+    assert config.metrics.lag == 6 and config.sources.prometheus.url == cluster.prometheus.url
     async with running_operator(config, sa_kubeconfig):
         await ukube.create(
             f"/api/v1/namespaces/{ns}/pods",

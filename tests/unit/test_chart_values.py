@@ -16,6 +16,7 @@ import yaml
 from loadwise.config import Config, env_name
 from loadwise.policies.policy import parse_spec
 from loadwise.preflight import PERMISSIONS, needed
+from loadwise.setting_groups import flat_fields
 from loadwise_dev.controlplane import helm_binary
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "loadwise"
@@ -129,11 +130,12 @@ def test_the_schema_covers_every_value_and_forbids_unknown_keys() -> None:
 
 def test_the_schema_enums_are_the_operators() -> None:
     """One source of truth: a value the schema admits is one the operator accepts."""
-    level = Config.model_fields["log_level"].annotation
+    fields = {f.name: f.info for f in flat_fields(Config)}
+    level = fields["log_level"].annotation
     assert SCHEMA["properties"]["logLevel"]["enum"] == list(get_args(level))
-    log_format = Config.model_fields["log_format"].annotation
+    log_format = fields["log_format"].annotation
     assert SCHEMA["properties"]["logFormat"]["enum"] == list(get_args(log_format))
-    preset = Config.model_fields["prometheus_preset"].annotation
+    preset = fields["prometheus_preset"].annotation
     metrics = SCHEMA["properties"]["metrics"]["properties"]
     assert metrics["preset"]["enum"] == list(get_args(preset))
 
@@ -144,15 +146,15 @@ def test_the_preset_is_one_value_and_explicit_settings_still_win() -> None:
     assert "LOADWISE_PROMETHEUS_NODE_LABEL" not in env and "LOADWISE_METRICS_LAG" not in env
     stack = "metrics.preset=kube-prometheus-stack"
     config = Config.from_env(container_env(one(render(stack), "Deployment")))
-    assert config.prometheus_preset == "kube-prometheus-stack"
-    assert "machine_cpu_cores" in config.prometheus_cpu_query
-    assert config.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
-    assert config.metrics_lag is None  # derived from the scrape interval
+    assert config.sources.prometheus.preset == "kube-prometheus-stack"
+    assert "machine_cpu_cores" in config.sources.prometheus.cpu_query
+    assert config.sources.prometheus.url == "http://prometheus-operated.monitoring.svc:9090"
+    assert config.metrics.lag is None  # derived from the scrape interval
     sets = (stack, "metrics.nodeLabel=kubernetes_node", "metrics.lagSeconds=90")
     sets += ("metrics.prometheusUrl=http://kps-kube-prometheus-prometheus.mon.svc:9090",)
     config = Config.from_env(container_env(one(render(*sets), "Deployment")))
-    assert (config.prometheus_node_label, config.metrics_lag) == ("kubernetes_node", 90)
-    assert config.prometheus_url == "http://kps-kube-prometheus-prometheus.mon.svc:9090"
+    assert (config.sources.prometheus.node_label, config.metrics.lag) == ("kubernetes_node", 90)
+    assert config.sources.prometheus.url == "http://kps-kube-prometheus-prometheus.mon.svc:9090"
 
 
 @pytest.mark.parametrize(
@@ -246,7 +248,7 @@ def test_a_sub_second_refresh_is_refused_and_edge_values_render() -> None:
     fractional = Config.from_env(
         container_env(one(render("metrics.refreshSeconds=1.5"), "Deployment"))
     )
-    assert fractional.metrics_interval == 1.5
+    assert fractional.metrics.interval == 1.5
     for bad in ("0.5", "ten"):
         done = helm("template", "lw", str(CHART), "--set", f"metrics.refreshSeconds={bad}")
         assert done.returncode != 0 and "/metrics/refreshSeconds" in done.stderr, bad
@@ -262,8 +264,8 @@ def test_a_sub_second_refresh_is_refused_and_edge_values_render() -> None:
     )
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
     config = Config.from_env(container_env(one(docs, "Deployment")))
-    assert (config.metrics_interval, config.secure_port) == (1.0, 1024)
-    assert config.prometheus_cpu_query == "up"
+    assert (config.metrics.interval, config.serving.secure_port) == (1.0, 1024)
+    assert config.sources.prometheus.cpu_query == "up"
     # One replica renders no PodDisruptionBudget, so its minAvailable is not held against it.
     assert not [d for d in render("replicas=1") if d["kind"] == "PodDisruptionBudget"]
 
@@ -303,7 +305,11 @@ def test_the_deployment_serves_https_only_with_open_probes_and_valid_settings() 
     # Every variable the chart sets is a setting the operator knows, with a valid value
     # (unknown LOADWISE_* variables are refused at start-up).
     config = Config.from_env(env)
-    assert (config.secure_port, config.http_port, config.tls_cert_file) == (10259, 0, "")
+    assert (config.serving.secure_port, config.serving.http_port, config.serving.tls_cert_file) == (
+        10259,
+        0,
+        "",
+    )
     assert "priorityClassName" not in pod
     # The chart's own Service would give release "loadwise" LOADWISE_LOADWISE_* variables.
     assert pod["enableServiceLinks"] is False
@@ -321,8 +327,8 @@ def test_a_tls_secret_and_a_priority_class() -> None:
     assert pod["priorityClassName"] == "system-cluster-critical"
     assert {"name": "tls", "secret": {"secretName": "lw-tls"}} in pod["volumes"]
     config = Config.from_env(container_env(deployment))
-    assert config.tls_cert_file == "/etc/loadwise/tls/tls.crt"
-    assert config.tls_private_key_file == "/etc/loadwise/tls/tls.key"
+    assert config.serving.tls_cert_file == "/etc/loadwise/tls/tls.crt"
+    assert config.serving.tls_private_key_file == "/etc/loadwise/tls/tls.key"
 
 
 def test_metrics_access_rbac_and_the_service_monitor() -> None:
@@ -461,7 +467,8 @@ def permission_key(p: Any) -> tuple[str, str, str]:
     ids=["defaults", "metrics-server", "no-election", "no-preemption", "evictions"],
 )
 def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
-    """loadwise.preflight.PERMISSIONS is the one list: the chart grants each permission the
+    """loadwise.preflight.PERMISSIONS and the metrics sources' own are the one list: the
+    chart grants each permission the
     settings need (Leases in the release namespace only) and nothing else but UNUSED_GRANTS."""
     docs = render(*sets)
     env = container_env(one(docs, "Deployment"))
@@ -469,29 +476,25 @@ def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) 
     cluster = grants(one(docs, "ClusterRole", "lw-loadwise"))
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
     for role in roles.values():
-        assert role["metadata"]["namespace"] == config.lease_namespace
-    leases = grants(roles["lw-loadwise-leader-election"]) if config.leader_elect else set()
+        assert role["metadata"]["namespace"] == config.election.lease_namespace
+    leases = grants(roles["lw-loadwise-leader-election"]) if config.election.leader_elect else set()
     ledger = roles.get("lw-loadwise-rebalancing")
     wanted = needed(config)
     in_roles = {p for p in wanted if p.when == "leader_elect" or p.resource == "configmaps"}
     assert {permission_key(p) for p in wanted if p not in in_roles} == cluster - UNUSED_GRANTS
     assert {permission_key(p) for p in wanted if p.when == "leader_elect"} == leases
-    assert bool(leases) == config.leader_elect
+    assert bool(leases) == config.election.leader_elect
     assert {permission_key(p) for p in wanted if p.resource == "configmaps"} == (
         grants(ledger) if ledger else set()
     )
-    assert bool(ledger) == config.rebalance_evictions
+    assert bool(ledger) == config.scheduling.rebalance_evictions
     if ledger:  # get and update of the ledger alone
         (named,) = [r for r in ledger["rules"] if "resourceNames" in r]
-        assert named["resourceNames"] == [f"{config.lease_name}-rebalance"]
-    # Everything the table lists is needed by some settings.
-    assert {p.when for p in PERMISSIONS} == {
-        "always",
-        "leader_elect",
-        "metrics_server",
-        "preemption",
-        "evictions",
-    }
+        assert named["resourceNames"] == [f"{config.election.lease_name}-rebalance"]
+    # Everything the table lists is needed by some settings; each source's own when enabled.
+    assert {p.when for p in PERMISSIONS} == {"always", "leader_elect", "preemption", "evictions"}
+    for source in config.enabled_sources():
+        assert set(source.permissions) <= set(wanted)
 
 
 def test_the_chart_takes_the_values_installs_commonly_need() -> None:
@@ -539,7 +542,10 @@ def test_the_chart_takes_the_values_installs_commonly_need() -> None:
         for subject in binding["subjects"]:
             if subject["kind"] == "ServiceAccount" and subject["namespace"] == "loadwise-system":
                 assert subject["name"] == "sched", binding["metadata"]["name"]
-    assert Config.from_env(container_env(deployment) | {"HTTPS_PROXY": ""}).lease_name == "sched"
+    assert (
+        Config.from_env(container_env(deployment) | {"HTTPS_PROXY": ""}).election.lease_name
+        == "sched"
+    )
 
 
 def test_an_existing_service_account_and_the_default_spreading_of_the_replicas() -> None:
@@ -583,7 +589,7 @@ def test_a_secured_prometheus_gets_its_files_mounted_and_named_in_the_settings()
     assert mounts["prometheus-token"]["mountPath"] == "/etc/loadwise/prometheus/token"
     assert all(mounts[n]["readOnly"] for n in ("prometheus-ca", "prometheus-token"))
     headers = Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": env["LOADWISE_PROMETHEUS_HEADERS"]})
-    assert headers.prometheus_headers == {"X-Scope-OrgID": "team-a"}
+    assert headers.sources.prometheus.headers == {"X-Scope-OrgID": "team-a"}
 
 
 def test_the_alerts_are_valid_rules_and_fire_on_what_they_name(tmp_path: Path) -> None:
@@ -679,12 +685,12 @@ def test_every_setting_is_a_value_or_named_for_extra_env() -> None:
     template = (CHART / "templates" / "deployment.yaml").read_text()
     values = (CHART / "values.yaml").read_text()
     extra = values[values.index("# Extra environment variables") : values.index("extraEnv: []")]
-    for name in Config.model_fields:
-        variable = env_name(name)
+    for field in flat_fields(Config):
+        variable = env_name(field.name)
         assert variable in template or variable in extra, variable
     sets = ("extraEnv[0].name=LOADWISE_INITIAL_BACKOFF", "extraEnv[0].value=2.5")
     sets += ("extraEnv[1].name=LOADWISE_METRICS_INTERVAL", "extraEnv[1].value=30")
     (container,) = one(render(*sets), "Deployment")["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}  # the last wins
     config = Config.from_env(env)
-    assert (config.initial_backoff, config.metrics_interval) == (2.5, 30)
+    assert (config.scheduling.initial_backoff, config.metrics.interval) == (2.5, 30)

@@ -105,8 +105,8 @@ def test_a_stop_during_start_up_is_one_info_line_not_kopfs_two_warnings(
 
 
 def test_the_setting_takes_text_or_json_only() -> None:
-    assert Config.from_env({}).log_format == "text"
-    assert Config.from_env({"LOADWISE_LOG_FORMAT": "json"}).log_format == "json"
+    assert Config.from_env({}).logging.format == "text"
+    assert Config.from_env({"LOADWISE_LOG_FORMAT": "json"}).logging.format == "json"
     with pytest.raises(ValueError, match="LOADWISE_LOG_FORMAT"):
         Config.from_env({"LOADWISE_LOG_FORMAT": "xml"})
 

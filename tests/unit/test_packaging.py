@@ -32,8 +32,8 @@ def test_the_image_exposes_the_https_port() -> None:
         if line.startswith("EXPOSE ")
     ]
     values = yaml.safe_load((ROOT / "charts" / "loadwise" / "values.yaml").read_text())
-    assert exposed == [[str(Config().secure_port)]]
-    assert values["serving"]["securePort"] == Config().secure_port
+    assert exposed == [[str(Config().serving.secure_port)]]
+    assert values["serving"]["securePort"] == Config().serving.secure_port
 
 
 def test_the_image_lock_pins_every_dependency_within_pyproject_with_hashes() -> None:

@@ -200,7 +200,10 @@ async def test_the_self_signed_certificate_names_localhost(tmp_path: Path) -> No
 
 def test_settings() -> None:
     config = Config()
-    assert (config.secure_port, config.http_port) == (10259, 0)  # HTTPS only, by default
+    assert (config.serving.secure_port, config.serving.http_port) == (
+        10259,
+        0,
+    )  # HTTPS only, by default
     with pytest.raises(ValueError, match="go together"):
         Config.from_env({"LOADWISE_TLS_CERT_FILE": "/tls.crt"})
     with pytest.raises(ValueError, match="must differ"):
@@ -229,7 +232,7 @@ def test_unusable_certificate_files_stop_run_with_one_line(
         ("cert", "other", "KEY_VALUES_MISMATCH"),
         ("missing", "key", "FileNotFoundError"),
     ):
-        config = Config(
+        config = Config.of(
             tls_cert_file=str(tmp_path / cert_file), tls_private_key_file=str(tmp_path / key_file)
         )
         assert cli.run(config) == 1

@@ -3,6 +3,7 @@ variables, unknown LOADWISE_* variables refused by name."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import tomllib
@@ -15,8 +16,9 @@ import yaml
 from loadwise import cli
 from loadwise.config import TOOLING_VARIABLES, Config, unknown_variables
 from loadwise.kube import prefetch
+from loadwise.setting_groups import flat_fields
 from loadwise.settings_help import settings
-from loadwise.usage.prometheus import DEFAULT_CPU_QUERY
+from loadwise.usage.prometheus_settings import DEFAULT_CPU_QUERY
 from loadwise_dev.controlplane import helm_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +40,7 @@ def run_help(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_every_setting_has_a_description() -> None:
-    missing = [name for name, f in Config.model_fields.items() if not (f.description or "").strip()]
+    missing = [f.name for f in flat_fields(Config) if not (f.info.description or "").strip()]
     assert missing == []
 
 
@@ -145,7 +147,7 @@ def test_service_links_of_a_loadwise_service_are_not_settings() -> None:
 def test_flags_override_variables_and_errors_name_their_origin() -> None:
     env = {"LOADWISE_METRICS_INTERVAL": "5", "LOADWISE_PROMETHEUS_URL": "http://a"}
     config = Config.from_env(env, flags={"metrics_interval": "7", "prometheus_url": None})
-    assert (config.metrics_interval, config.prometheus_url) == (7.0, "http://a")
+    assert (config.metrics.interval, config.sources.prometheus.url) == (7.0, "http://a")
     with pytest.raises(ValueError, match=r"--metrics-lag: Input should be greater"):
         Config.from_env({}, flags={"metrics_lag": "-1"})
     with pytest.raises(ValueError, match=r"LOADWISE_METRICS_LAG: Input should be greater"):
@@ -153,7 +155,7 @@ def test_flags_override_variables_and_errors_name_their_origin() -> None:
 
 
 def test_to_env_reads_back_to_the_same_settings() -> None:
-    config = Config(
+    config = Config.of(
         metrics_sources=("prometheus", "metrics-server"),
         prometheus_dimensions={"gpu": "avg by (node) (x)"},
         learn_usage=False,
@@ -161,7 +163,7 @@ def test_to_env_reads_back_to_the_same_settings() -> None:
         http_port=0,
     )
     assert Config.from_env(config.to_env()) == config
-    assert Config.from_env(Config(metrics_sources=()).to_env()).metrics_sources == ()
+    assert Config.from_env(Config.of(metrics_sources=()).to_env()).metrics.enabled == ()
 
 
 def test_cli_flags_reach_the_config_and_bad_settings_are_one_line(
@@ -171,7 +173,7 @@ def test_cli_flags_reach_the_config_and_bad_settings_are_one_line(
     monkeypatch.setattr(cli, "run", lambda config: seen.append(config) or 0)
     monkeypatch.setenv("LOADWISE_BIND_CONCURRENCY", "8")
     assert cli.main(["run", "--bind-concurrency", "16", "--no-leader-elect"]) == 0
-    assert (seen[0].bind_concurrency, seen[0].leader_elect) == (16, False)
+    assert (seen[0].scheduling.bind_concurrency, seen[0].election.leader_elect) == (16, False)
     monkeypatch.setenv("LOADWISE_PROMETHEUS_ULR", "x")
     assert cli.main(["run"]) == 2
     err = capsys.readouterr().err
@@ -179,9 +181,10 @@ def test_cli_flags_reach_the_config_and_bad_settings_are_one_line(
     assert re.match(r"loadwise: unknown setting LOADWISE_PROMETHEUS_ULR \(did you mean", err)
 
 
-# Names the tests make up on purpose: a typo, a name close to nothing, and the kubelet's
-# service links for a Service named loadwise-loadwise (test_service_links_...).
-SYNTHETIC = re.compile(r"LOADWISE_(PROMETHEUS_ULR|ZZZ|LOADWISE(_\w*)?)")
+# Names the tests make up on purpose: a typo, a name close to nothing, the kubelet's service
+# links for a Service named loadwise-loadwise (test_service_links_...), and the setting of the
+# example source docs/architecture.md adds (test_source_registry.py).
+SYNTHETIC = re.compile(r"LOADWISE_(PROMETHEUS_ULR|ZZZ|FILE_PATH|LOADWISE(_\w*)?)")
 
 
 def test_every_loadwise_variable_the_repository_uses_is_a_setting_or_tooling() -> None:
@@ -204,7 +207,7 @@ def test_every_loadwise_variable_the_repository_uses_is_a_setting_or_tooling() -
         for name in re.findall(r"LOADWISE_[A-Z0-9_]*[A-Z0-9]", text):
             used.setdefault(name, path)
     assert "LOADWISE_IMAGE" in used and "LOADWISE_CACHE" in used  # the scan sees scripts
-    known = {f"LOADWISE_{name.upper()}" for name in Config.model_fields} | TOOLING_VARIABLES
+    known = {f"LOADWISE_{f.name.upper()}" for f in flat_fields(Config)} | TOOLING_VARIABLES
     strays = {
         name: path
         for name, path in used.items()
@@ -216,8 +219,8 @@ def test_every_loadwise_variable_the_repository_uses_is_a_setting_or_tooling() -
 def test_log_level_is_a_level_name_in_any_case(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert Config.from_env({"LOADWISE_LOG_LEVEL": " debug "}).log_level == "DEBUG"
-    assert Config.from_env({}, flags={"log_level": "Warning"}).log_level == "WARNING"
+    assert Config.from_env({"LOADWISE_LOG_LEVEL": " debug "}).logging.level == "DEBUG"
+    assert Config.from_env({}, flags={"log_level": "Warning"}).logging.level == "WARNING"
     seen: list[Config] = []
     monkeypatch.setattr(cli, "run", lambda config: seen.append(config) or 0)
     assert cli.main(["run", "--log-level", "verbose"]) == 2  # was a traceback from logging
@@ -236,24 +239,27 @@ def test_whitespace_queries_and_sub_second_refreshes_are_refused() -> None:
         with pytest.raises(ValueError, match=variable):
             Config.from_env({variable: " \n\t"})
         field = variable.removeprefix("LOADWISE_").lower()
-        assert getattr(Config.from_env({variable: " up \n"}), field) == "up"
-    assert Config(metrics_interval=1.0).metrics_interval == 1.0
+        assert Config.from_env({variable: " up \n"}).flat()[field] == "up"
+    assert Config.of(metrics_interval=1.0).metrics.interval == 1.0
     with pytest.raises(ValueError, match="LOADWISE_METRICS_INTERVAL"):
         Config.from_env({"LOADWISE_METRICS_INTERVAL": "0.5"})
 
 
 def test_a_prometheus_preset_sets_the_queries_and_label_that_are_not_set() -> None:
     default = Config.from_env({})
-    assert default.prometheus_preset == "node-exporter"
-    assert (default.prometheus_cpu_query, default.prometheus_node_label) == (
+    assert default.sources.prometheus.preset == "node-exporter"
+    assert (default.sources.prometheus.cpu_query, default.sources.prometheus.node_label) == (
         DEFAULT_CPU_QUERY,
         "node",
     )
     stack = Config.from_env({"LOADWISE_PROMETHEUS_PRESET": "kube-prometheus-stack"})
-    assert "machine_cpu_cores" in stack.prometheus_cpu_query
-    assert "machine_memory_bytes" in stack.prometheus_memory_query
+    assert "machine_cpu_cores" in stack.sources.prometheus.cpu_query
+    assert "machine_memory_bytes" in stack.sources.prometheus.memory_query
     kp = Config.from_env({"LOADWISE_PROMETHEUS_PRESET": "kube-prometheus"})
-    assert kp.prometheus_node_label == "instance" and "by (instance)" in kp.prometheus_cpu_query
+    assert (
+        kp.sources.prometheus.node_label == "instance"
+        and "by (instance)" in kp.sources.prometheus.cpu_query
+    )
     # What is set explicitly wins over the preset, query by query.
     mixed = Config.from_env(
         {
@@ -262,11 +268,11 @@ def test_a_prometheus_preset_sets_the_queries_and_label_that_are_not_set() -> No
             "LOADWISE_PROMETHEUS_NODE_LABEL": "kubernetes_node",
         }
     )
-    assert (mixed.prometheus_cpu_query, mixed.prometheus_node_label) == (
+    assert (mixed.sources.prometheus.cpu_query, mixed.sources.prometheus.node_label) == (
         "my_cpu",
         "kubernetes_node",
     )
-    assert mixed.prometheus_memory_query == kp.prometheus_memory_query
+    assert mixed.sources.prometheus.memory_query == kp.sources.prometheus.memory_query
     with pytest.raises(ValueError, match="LOADWISE_PROMETHEUS_PRESET"):
         Config.from_env({"LOADWISE_PROMETHEUS_PRESET": "graphite"})
 
@@ -306,3 +312,87 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     # One version: the package's, the chart's and the image's (the chart's appVersion).
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["version"] == chart["appVersion"] == project["version"]
+
+
+# Every setting as users set it before the settings were grouped by concern, each with a value
+# other than its default (as its LOADWISE_* variable would hold it). The names are a promise:
+# a chart, a Deployment or a script that sets one must keep working.
+FLAT_SETTINGS = {
+    "scheduler_name": "other-scheduler",
+    "metrics_sources": "metrics-server",
+    "prometheus_url": "http://prometheus.example:9090",
+    "prometheus_cpu_query": "cpu_q",
+    "prometheus_memory_query": "mem_q",
+    "prometheus_node_label": "instance",
+    "prometheus_preset": "kube-prometheus",
+    "prometheus_dimensions": '{"gpu": "gpu_q"}',
+    "prometheus_pod_cpu_query": "pod_cpu_q",
+    "prometheus_pod_memory_query": "pod_mem_q",
+    "learn_usage": "false",
+    "prometheus_timeout": "7.5",
+    "prometheus_ca_file": __file__,
+    "prometheus_bearer_token_file": "",  # not with a username: its own case below
+    "prometheus_username": "reader",
+    "prometheus_password_file": __file__,
+    "prometheus_headers": '{"X-Scope-OrgID": "team-a"}',
+    "metrics_lag": "12",
+    "metrics_interval": "3",
+    "preemption": "false",
+    "rebalance_evictions": "true",
+    "bind_concurrency": "17",
+    "initial_backoff": "0.5",
+    "max_backoff": "20",
+    "volume_bind_timeout": "30",
+    "unschedulable_timeout": "45",
+    "failure_event_interval": "5",
+    "http_host": "127.0.0.1",
+    "http_port": "8080",
+    "reconcile_interval": "120",
+    "log_level": "DEBUG",
+    "log_format": "json",
+    "leader_elect": "false",
+    "lease_name": "my-lease",
+    "lease_namespace": "kube-system",
+    "lease_duration": "30",
+    "renew_deadline": "20",
+    "retry_period": "4",
+    "identity": "replica-a",
+    "pod_name": "loadwise-0",
+    "pod_namespace": "loadwise-system",
+    "api_probe_interval": "3",
+    "secure_port": "10300",
+    "tls_cert_file": __file__,
+    "tls_private_key_file": __file__,
+}
+
+
+def test_every_setting_keeps_its_flat_variable_and_flag_name() -> None:
+    """Grouping the settings (config.election.lease_name, config.sources.prometheus.url)
+    changed no name users set: each old LOADWISE_* variable and each --flag still sets its
+    setting, and no setting is named otherwise."""
+    assert sorted(s.field for s in settings()) == sorted(FLAT_SETTINGS)
+    env = {f"LOADWISE_{name.upper()}": value for name, value in FLAT_SETTINGS.items() if value}
+    from_env = Config.from_env(env)
+    expected = Config.from_env({}).flat()
+    for name, value in FLAT_SETTINGS.items():
+        if value:
+            assert from_env.flat()[name] != expected[name], name  # set, not left at its default
+    flags = [
+        f"--{name.replace('_', '-')}={value}" for name, value in FLAT_SETTINGS.items() if value
+    ]
+    flags = [f.replace("--learn-usage=false", "--no-learn-usage") for f in flags]
+    flags = [f.replace("--preemption=false", "--no-preemption") for f in flags]
+    flags = [f.replace("--rebalance-evictions=true", "--rebalance-evictions") for f in flags]
+    flags = [f.replace("--leader-elect=false", "--no-leader-elect") for f in flags]
+    parser = argparse.ArgumentParser()
+    cli.add_setting_flags(parser)
+    from_flags = Config.from_env({}, flags=cli.setting_flags(parser.parse_args(flags)))
+    assert from_flags == from_env
+    assert Config.from_env(from_env.to_env()) == from_env
+    token = Config.from_env({"LOADWISE_PROMETHEUS_BEARER_TOKEN_FILE": __file__})
+    assert token.sources.prometheus.bearer_token_file == __file__
+    # The groups hold what the flat names set.
+    assert from_env.election.lease_name == "my-lease"
+    assert from_env.sources.prometheus.url == "http://prometheus.example:9090"
+    assert from_env.metrics.enabled == ("metrics-server",)
+    assert (from_env.logging.level, from_env.serving.secure_port) == ("DEBUG", 10300)

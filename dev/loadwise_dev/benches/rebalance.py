@@ -140,7 +140,9 @@ async def one_run(
         elif name == "loadwise-rebalance":
             path = f"{POLICIES}/{label}"
             await kube.merge_patch(path, {"spec": {"rebalance": {"enabled": False}}})
-            evictions = await ledger(kube, config.lease_namespace, f"{config.lease_name}-rebalance")
+            evictions = await ledger(
+                kube, config.election.lease_namespace, f"{config.election.lease_name}-rebalance"
+            )
         else:
             evictions = []
         lost = await settle(kube, ns, plan)

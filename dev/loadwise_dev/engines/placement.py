@@ -506,8 +506,8 @@ async def _warm_up(
     await _fed(cluster, kube, feeder, len(bodies))
     await _pod_usage_served(cluster, scenario.warmup)
     config = cluster.operator_config()
-    assert config.metrics_lag is not None  # the harness sets it (its queries' 5 s window)
-    learnable = bound_at + 2 * config.metrics_lag + 2 * config.metrics_interval
+    assert config.metrics.lag is not None  # the harness sets it (its queries' 5 s window)
+    learnable = bound_at + 2 * config.metrics.lag + 2 * config.metrics.interval
     await asyncio.sleep(max(2.0, learnable - time.monotonic()))
 
 

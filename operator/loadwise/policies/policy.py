@@ -8,11 +8,12 @@ the same words.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ..labels import requirement_matches
+from ..usage.sources import NAMES
 from .rebalance_settings import Rebalance
 from .spec_model import SpecModel as _Model
 
@@ -20,6 +21,11 @@ GROUP = "loadwise.io"
 VERSION = "v1alpha1"
 PLURAL = "schedulingpolicies"
 KIND = "SchedulingPolicy"
+
+if TYPE_CHECKING:
+    SourceName = str
+else:  # the registered metrics sources' names (usage/sources.py)
+    SourceName = Literal[NAMES]
 
 
 class Weights(_Model):
@@ -102,7 +108,7 @@ class LabelSelector(_Model):
 class MetricsSettings(_Model):
     """Where node usage comes from and how fresh it must be for load-aware scoring."""
 
-    source: Literal["prometheus", "metrics-server"] = Field(
+    source: SourceName = Field(
         "prometheus",
         description="Which of the operator's metrics sources this policy reads. A source the "
         "operator does not run leaves every node scored by requests (see status).",
@@ -166,7 +172,8 @@ _DIMENSION_NAME = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 class Dimension(_Model):
     """A utilisation dimension beyond CPU and memory, declared by the operator's settings
-    (LOADWISE_PROMETHEUS_DIMENSIONS: name -> a PromQL query giving each node's utilisation)."""
+    (for Prometheus, LOADWISE_PROMETHEUS_DIMENSIONS: name -> a PromQL query giving each node's
+    utilisation; each metrics source declares the dimensions it measures)."""
 
     name: str = Field(
         pattern=_DIMENSION_NAME,

@@ -52,13 +52,14 @@ def metrics_report(
     max_age = policy.spec.metrics.max_age_seconds
     samples = cache.samples
     fresh = sum(1 for n in nodes if is_fresh(samples.get(n), policy, now))
-    declared = getattr(cache.source, "dimensions", {})  # Prometheus only
+    declared = cache.source.dimensions
     missing = [d.name for d in policy.spec.dimensions if d.name not in declared]
     if missing:
+        measured = ", ".join(sorted(declared)) or "none beyond cpu and memory"
         return MetricsReport(
             False,
             f"dimension(s) {', '.join(missing)} not declared by the operator's {source} source "
-            "(LOADWISE_PROMETHEUS_DIMENSIONS): they count as 0 on every node",
+            f"(it declares {measured}): they count as 0 on every node",
             fresh,
         )
     if cache.last_error is not None:

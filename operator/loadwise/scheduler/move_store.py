@@ -31,7 +31,9 @@ class StoreError(Exception):
 
 def ledger_store(transport: Http, config: Config) -> MoveStore:
     """The ledger beside the leader-election Lease: `<lease name>-rebalance`."""
-    return MoveStore(transport, config.lease_namespace, f"{config.lease_name}-rebalance")
+    return MoveStore(
+        transport, config.election.lease_namespace, f"{config.election.lease_name}-rebalance"
+    )
 
 
 class MoveStore:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -41,7 +41,7 @@ class NodeSample:
     # Pods placed before this time are fully in the figures; later ones are not (rate windows,
     # scrape intervals), so the scorer adds their estimate. Defaults to `timestamp`.
     covers_until: float | None = None
-    # Further dimensions (Prometheus only, `prometheus_dimensions`): name -> utilisation 0..1.
+    # Further dimensions (those its source's `dimensions` names): name -> utilisation 0..1.
     # A node the dimension's query did not return lacks the key.
     extra: Mapping[str, float] = field(default_factory=dict)
 
@@ -52,6 +52,11 @@ class NodeSample:
 
 class MetricsSource(Protocol):
     name: str
+
+    @property
+    def dimensions(self) -> Collection[str]:
+        """What it measures beyond cpu and memory (the names of a sample's `extra`)."""
+        ...
 
     async def fetch(self) -> dict[str, NodeSample]:
         """All nodes' latest usage in one bulk request."""

@@ -1,5 +1,6 @@
-"""metrics-server source: NodeMetrics from `metrics.k8s.io/v1beta1` through the API server's
-aggregation layer; one list call per refresh for all nodes (and one for all pods' PodMetrics).
+"""metrics-server source, its declaration and its client in one module: NodeMetrics from
+`metrics.k8s.io/v1beta1` through the API server's aggregation layer; one list call per refresh
+for all nodes (and one for all pods' PodMetrics).
 
 NodeMetrics report absolute usage; utilisation divides by the node's allocatable, which the
 scheduler's ClusterState already holds. A sample covers placements made before its window
@@ -10,16 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 
+from ..kube.permission import Permission
 from ..kube.transport import Http
 from ..resources import CPU, MEMORY, to_amount
 from .answers import error_text
-from .cache import NodeSample, PodUsage, SourceError
+from .cache import MetricsSource, NodeSample, PodUsage, SourceError
+from .source_kind import BuildContext, SourceSettings
 
 PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
 PODS_PATH = "/apis/metrics.k8s.io/v1beta1/pods"
@@ -117,6 +120,7 @@ def _seconds(text: str) -> float:
 
 class MetricsServerSource:
     name = "metrics-server"
+    dimensions: Collection[str] = ()  # CPU and memory only
 
     def __init__(
         self,
@@ -142,3 +146,15 @@ class MetricsServerSource:
         if status != 200:
             raise http_error(status, body, "pod")
         return parse_pod_metrics(json.loads(body))
+
+
+class MetricsServerSettings(SourceSettings):
+    """metrics-server has no settings of its own: it is reached through the API server."""
+
+    source_name = "metrics-server"
+    permissions = tuple(
+        Permission("list", "metrics.k8s.io", resource) for resource in ("nodes", "pods")
+    )
+
+    def build(self, context: BuildContext) -> MetricsSource:
+        return MetricsServerSource(context.transport, context.allocatable, context.ready)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -36,61 +36,11 @@ from .scrape_intervals import (
     with_window,
 )
 
+if TYPE_CHECKING:
+    from .prometheus_settings import PrometheusSettings
+
 log = logging.getLogger(__name__)
 
-# `$window`: four scrape intervals and at least a minute (usage/scrape_intervals.py).
-DEFAULT_CPU_QUERY = '1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[$window]))'
-DEFAULT_MEMORY_QUERY = (
-    "1 - sum by (node) (node_memory_MemAvailable_bytes)"
-    " / sum by (node) (node_memory_MemTotal_bytes)"
-)
-# Per container first (max), then per pod: a container scraped twice (the kubelet's
-# /metrics/cadvisor and /metrics/resource both have it) or seen twice across a restart counts
-# once.
-DEFAULT_POD_CPU_QUERY = (
-    "sum by (namespace, pod) (max by (namespace, pod, container)"
-    ' (rate(container_cpu_usage_seconds_total{container!=""}[$window])))'
-)
-DEFAULT_POD_MEMORY_QUERY = (
-    "sum by (namespace, pod) (max by (namespace, pod, container)"
-    ' (container_memory_working_set_bytes{container!=""}))'
-)
-# Where Prometheus serves and what the built-in queries read, per Prometheus stack
-# (docs/operations.md, "Prometheus stacks"): (URL, cpu query, memory query, node label).
-PRESETS: dict[str, tuple[str, str, str, str]] = {
-    # The `prometheus` Helm chart (release `prometheus` in `monitoring`), whose jobs relabel the
-    # pod's node name to `node`.
-    "node-exporter": (
-        "http://prometheus-server.monitoring.svc",
-        DEFAULT_CPU_QUERY,
-        DEFAULT_MEMORY_QUERY,
-        "node",
-    ),
-    # kube-prometheus (jsonnet), OpenShift: node-exporter's `instance` is the node name; its
-    # Prometheus' Service is prometheus-k8s in `monitoring`.
-    "kube-prometheus": (
-        "http://prometheus-k8s.monitoring.svc:9090",
-        '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[$window]))',
-        "1 - sum by (instance) (node_memory_MemAvailable_bytes)"
-        " / sum by (instance) (node_memory_MemTotal_bytes)",
-        "instance",
-    ),
-    # kube-prometheus-stack: node-exporter's series name no node; the kubelet's cAdvisor
-    # series, labelled `node` by the Prometheus Operator, are scraped by default. A node
-    # without pods has no container series: it reads 0, not "no sample". The URL is the
-    # Service the Prometheus Operator makes for every Prometheus, whatever the release's name
-    # (the chart's own is <release>-kube-prometheus-prometheus).
-    "kube-prometheus-stack": (
-        "http://prometheus-operated.monitoring.svc:9090",
-        "(sum by (node) (max by (node, namespace, pod, container)"
-        ' (rate(container_cpu_usage_seconds_total{container!="", pod!=""}[$window])))'
-        " or 0 * max by (node) (machine_cpu_cores)) / max by (node) (machine_cpu_cores)",
-        "(sum by (node) (max by (node, namespace, pod, container)"
-        ' (container_memory_working_set_bytes{container!="", pod!=""}))'
-        " or 0 * max by (node) (machine_memory_bytes)) / max by (node) (machine_memory_bytes)",
-        "node",
-    ),
-}
 _RESOURCE_LABEL = "loadwise_resource"
 _NAMESPACE_LABEL = "namespace"
 _POD_LABEL = "pod"
@@ -242,24 +192,19 @@ class PrometheusSource:
 
     def __init__(
         self,
-        url: str,
-        cpu_query: str = DEFAULT_CPU_QUERY,
-        memory_query: str = DEFAULT_MEMORY_QUERY,
-        node_label: str = "node",
+        settings: PrometheusSettings,
         lag: float | None = None,
-        timeout: float = 5.0,
-        dimensions: Mapping[str, str] | None = None,
-        pod_cpu_query: str = DEFAULT_POD_CPU_QUERY,
-        pod_memory_query: str = DEFAULT_POD_MEMORY_QUERY,
         known_nodes: Callable[[], Collection[str]] | None = None,
         ready: asyncio.Event | None = None,
-        connection: Connection | None = None,
     ) -> None:
         """`known_nodes`: the cluster's node names, to tell a node label holding something
         else (an instance address) from nodes without samples; asked once `ready` is set
         (the state is listed: the query itself need not wait for that). `lag` None: derived
         from the scrape interval when the CPU query's window is `$window`, else 75 s."""
-        self.url = url.rstrip("/")
+        cpu_query, memory_query = settings.cpu_query, settings.memory_query
+        pod_cpu_query, pod_memory_query = settings.pod_cpu_query, settings.pod_memory_query
+        dimensions = settings.dimensions
+        self.url = settings.url.rstrip("/")
         self.dimensions = dict(dimensions or {})
         self.query = combined_query(cpu_query, memory_query, self.dimensions)
         self.pod_query = combined_query(pod_cpu_query, pod_memory_query)
@@ -271,12 +216,12 @@ class PrometheusSource:
         self.discovery_error: str | None = None
         self._next_discovery = -math.inf
         self._discovery = asyncio.Lock()
-        self.node_label = node_label
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.node_label = settings.node_label
+        self.timeout = aiohttp.ClientTimeout(total=settings.timeout)
         self._session: aiohttp.ClientSession | None = None
         self.known_nodes = known_nodes
         self.ready = ready
-        self.connection = connection or Connection()
+        self.connection = settings.connection()
 
     def interval(self, metrics: Collection[str]) -> float | None:
         """The longest scrape interval of these metrics' targets, if Prometheus said."""

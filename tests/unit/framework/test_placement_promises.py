@@ -209,8 +209,10 @@ def test_policy_status_names_a_dimension_the_operator_does_not_declare() -> None
     from loadwise.reporting.policy_status import metrics_report
     from loadwise.usage.cache import MetricsCache
     from loadwise.usage.prometheus import PrometheusSource
+    from loadwise.usage.prometheus_settings import PrometheusSettings
 
-    cache = MetricsCache(PrometheusSource("http://x", dimensions={"gpu": "q"}), 10)
+    settings = PrometheusSettings(url="http://x", dimensions={"gpu": "q"})
+    cache = MetricsCache(PrometheusSource(settings), 10)
     cache.samples = {"n0": NodeSample(0.1, 0.1, NOW - 1)}
     gpu = spec_policy(dimensions=[{"name": "gpu"}])
     assert metrics_report(gpu, cache, ["n0"], NOW).available

@@ -31,6 +31,7 @@ OPERATOR_POD = {"apiVersion": "v1", "kind": "Pod", "name": "lw-0", "namespace": 
 
 class Source:
     name = "prometheus"
+    dimensions = ()
 
     async def fetch(self) -> dict[str, NodeSample]:
         return {}

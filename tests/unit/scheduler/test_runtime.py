@@ -34,7 +34,7 @@ def raw_pod(name: str, node: str = "") -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def runtime(fake: FakeTransport, **settings: Any) -> AsyncIterator[Runtime]:
-    config = Config(leader_elect=False, http_port=0, metrics_sources=(), **settings)
+    config = Config.of(leader_elect=False, http_port=0, metrics_sources=(), **settings)
     scheduler = Scheduler(NAME, Binder(fake, NAME), {}, SchedulingQueue())
     api = client.ApiClient(client.Configuration())
     try:

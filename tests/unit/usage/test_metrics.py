@@ -78,9 +78,9 @@ async def test_cache_dedupes_refreshes_and_survives_failures() -> None:
 def test_config_from_env_names_the_variable() -> None:
     assert Config.from_env({}).scheduler_name == "loadwise-scheduler"
     config = Config.from_env({"LOADWISE_BIND_CONCURRENCY": "8", "LOADWISE_METRICS_SOURCES": "none"})
-    assert config.bind_concurrency == 8 and config.metrics_sources == ()
+    assert config.scheduling.bind_concurrency == 8 and config.metrics.enabled == ()
     both = Config.from_env({"LOADWISE_METRICS_SOURCES": "prometheus, metrics-server"})
-    assert both.metrics_sources == ("prometheus", "metrics-server")
+    assert both.metrics.enabled == ("prometheus", "metrics-server")
     with pytest.raises(ValueError, match="LOADWISE_METRICS_SOURCES"):
         Config.from_env({"LOADWISE_METRICS_SOURCES": "graphite"})
     with pytest.raises(ValueError, match="LOADWISE_BIND_CONCURRENCY"):
@@ -189,11 +189,11 @@ def test_parse_pod_usage_pairs_cpu_cores_and_memory_bytes() -> None:
 
 
 def test_config_validates_dimensions_and_pod_settings() -> None:
-    from loadwise.usage.prometheus import DEFAULT_POD_CPU_QUERY
+    from loadwise.usage.prometheus_settings import DEFAULT_POD_CPU_QUERY
 
     config = Config.from_env({})
-    assert config.prometheus_dimensions == {} and config.learn_usage
-    assert config.prometheus_pod_cpu_query == DEFAULT_POD_CPU_QUERY
+    assert config.sources.prometheus.dimensions == {} and config.metrics.learn_usage
+    assert config.sources.prometheus.pod_cpu_query == DEFAULT_POD_CPU_QUERY
     config = Config.from_env(
         {
             "LOADWISE_PROMETHEUS_DIMENSIONS": '{"disk-io": "q1", "gpu0": "q2"}',
@@ -201,9 +201,11 @@ def test_config_validates_dimensions_and_pod_settings() -> None:
             "LOADWISE_PROMETHEUS_POD_MEMORY_QUERY": "m",
         }
     )
-    assert config.prometheus_dimensions == {"disk-io": "q1", "gpu0": "q2"}
-    assert not config.learn_usage and config.prometheus_pod_memory_query == "m"
-    assert Config.from_env({"LOADWISE_PROMETHEUS_DIMENSIONS": ""}).prometheus_dimensions == {}
+    assert config.sources.prometheus.dimensions == {"disk-io": "q1", "gpu0": "q2"}
+    assert not config.metrics.learn_usage and config.sources.prometheus.pod_memory_query == "m"
+    assert (
+        Config.from_env({"LOADWISE_PROMETHEUS_DIMENSIONS": ""}).sources.prometheus.dimensions == {}
+    )
     for bad in (
         "{not json",
         '["q"]',

@@ -16,6 +16,7 @@ from loadwise.usage import learned as learned_module
 from loadwise.usage.cache import MetricsCache, NodeSample, PodUsage
 from loadwise.usage.learned import LearnedUsage
 from loadwise.usage.prometheus import PrometheusSource
+from loadwise.usage.prometheus_settings import PrometheusSettings
 from loadwise_dev import manifests
 
 from ...helpers import prometheus_answering
@@ -172,7 +173,7 @@ async def prometheus() -> AsyncIterator[tuple[PrometheusSource, dict[str, Any]]]
         )
 
     async with prometheus_answering(query) as url:
-        source = PrometheusSource(url, dimensions={"disk-io": "D"}, lag=5)
+        source = PrometheusSource(PrometheusSettings(url=url, dimensions={"disk-io": "D"}), lag=5)
         try:
             yield source, answers
         finally:

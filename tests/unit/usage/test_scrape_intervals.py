@@ -13,7 +13,8 @@ import pytest
 from aiohttp import web
 
 from loadwise.config import Config
-from loadwise.usage.prometheus import PRESETS, PrometheusSource
+from loadwise.usage.prometheus import PrometheusSource
+from loadwise.usage.prometheus_settings import PRESETS
 from loadwise.usage.scrape_intervals import (
     intervals_by_target,
     lag_for,
@@ -111,10 +112,7 @@ async def prometheus(interval: str | None, seen: list[str]) -> AsyncIterator[str
 
 def source(url: str, config: Config) -> PrometheusSource:
     return PrometheusSource(
-        url,
-        cpu_query=config.prometheus_cpu_query,
-        memory_query=config.prometheus_memory_query,
-        lag=config.metrics_lag,
+        config.sources.prometheus.model_copy(update={"url": url}), config.metrics.lag
     )
 
 
@@ -159,8 +157,8 @@ async def test_without_the_targets_api_the_minute_window_and_75s_lag_stay(
 async def test_a_set_lag_or_a_query_with_its_own_window_is_kept() -> None:
     seen: list[str] = []
     async with prometheus("30s", seen) as url:
-        prom = source(url, Config(metrics_lag=20))
-        custom = source(url, Config(prometheus_cpu_query="avg by (node) (rate(x[2m]))"))
+        prom = source(url, Config.of(metrics_lag=20))
+        custom = source(url, Config.of(prometheus_cpu_query="avg by (node) (rate(x[2m]))"))
         try:
             await prom.fetch()
             seen.clear()
@@ -175,15 +173,17 @@ async def test_a_set_lag_or_a_query_with_its_own_window_is_kept() -> None:
 
 
 def test_the_preset_gives_the_url_unless_one_is_set() -> None:
-    assert Config().prometheus_url == "http://prometheus-server.monitoring.svc"
+    assert Config().sources.prometheus.url == "http://prometheus-server.monitoring.svc"
     kps = "kube-prometheus-stack"
     assert (
-        Config(prometheus_preset=kps).prometheus_url
+        Config.of(prometheus_preset=kps).sources.prometheus.url
         == "http://prometheus-operated.monitoring.svc:9090"
     )
-    assert Config.from_env({"LOADWISE_PROMETHEUS_URL": ""}).prometheus_url.startswith("http://")
-    assert Config(prometheus_preset=kps, prometheus_url="http://p:9090").prometheus_url == (
-        "http://p:9090"
+    assert Config.from_env({"LOADWISE_PROMETHEUS_URL": ""}).sources.prometheus.url.startswith(
+        "http://"
     )
-    assert Config.from_env({"LOADWISE_METRICS_LAG": ""}).metrics_lag is None
-    assert Config.from_env(Config(metrics_lag=None).to_env()).metrics_lag is None
+    assert Config.of(
+        prometheus_preset=kps, prometheus_url="http://p:9090"
+    ).sources.prometheus.url == ("http://p:9090")
+    assert Config.from_env({"LOADWISE_METRICS_LAG": ""}).metrics.lag is None
+    assert Config.from_env(Config.of(metrics_lag=None).to_env()).metrics.lag is None

@@ -15,6 +15,7 @@ from aiohttp import web
 from loadwise.usage.cache import MetricsCache, SourceError
 from loadwise.usage.metrics_server import MetricsServerSource
 from loadwise.usage.prometheus import PrometheusError, PrometheusSource, parse_response
+from loadwise.usage.prometheus_settings import PrometheusSettings
 
 from ...fakes import Reply, answering
 from ...helpers import prometheus_answering
@@ -92,7 +93,7 @@ def test_some_series_with_the_label_are_samples_and_the_rest_skipped() -> None:
 
 class Scripted(PrometheusSource):
     def __init__(self, answer: Any, known: list[str]) -> None:
-        super().__init__("http://127.0.0.1:1", known_nodes=lambda: known)
+        super().__init__(PrometheusSettings(url="http://127.0.0.1:1"), known_nodes=lambda: known)
         self.answer = answer
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -139,7 +140,7 @@ async def bad_prometheus() -> AsyncIterator[str]:
 
 
 async def test_a_prometheus_error_answer_is_its_error_text(bad_prometheus: str) -> None:
-    source = PrometheusSource(bad_prometheus)
+    source = PrometheusSource(PrometheusSettings(url=bad_prometheus))
     cache = MetricsCache(source, 10)
     try:
         await cache.refresh()
@@ -153,8 +154,6 @@ async def test_bearer_token_is_read_again_for_every_query_and_headers_are_sent(
 ) -> None:
     """A projected or rotated token file changes under a running operator: each query reads
     it. A tenant header (Thanos, Cortex, Mimir) goes with every query too."""
-    from loadwise.usage.prometheus import Connection
-
     seen: list[tuple[str | None, str | None]] = []
 
     async def query(request: web.Request) -> web.Response:
@@ -164,9 +163,11 @@ async def test_bearer_token_is_read_again_for_every_query_and_headers_are_sent(
 
     token = tmp_path / "token"
     token.write_text("first\n")
-    connection = Connection(bearer_token_file=str(token), headers={"X-Scope-OrgID": "team-a"})
     async with prometheus_answering(query) as url:
-        source = PrometheusSource(url, connection=connection)
+        settings = PrometheusSettings(
+            url=url, bearer_token_file=str(token), headers={"X-Scope-OrgID": "team-a"}
+        )
+        source = PrometheusSource(settings)
         try:
             await source.fetch()
             token.write_text("second\n")
@@ -185,17 +186,17 @@ def test_prometheus_connection_settings_are_checked_by_name(tmp_path: Path) -> N
     secret = tmp_path / "secret"
     secret.write_text("x")
     with pytest.raises(ValueError, match="prometheus_bearer_token_file and prometheus_username"):
-        Config(
+        Config.of(
             prometheus_bearer_token_file=str(secret),
             prometheus_username="u",
             prometheus_password_file=str(secret),
         )
     with pytest.raises(ValueError, match="prometheus_username and prometheus_password_file"):
-        Config(prometheus_username="u")
+        Config.of(prometheus_username="u")
     with pytest.raises(ValueError, match=r"prometheus_ca_file: .*missing is not a readable file"):
-        Config(prometheus_ca_file=str(tmp_path / "missing"))
+        Config.of(prometheus_ca_file=str(tmp_path / "missing"))
     parsed = Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": '{"X-Scope-OrgID": "team-a"}'})
-    assert parsed.prometheus_headers == {"X-Scope-OrgID": "team-a"}
+    assert parsed.sources.prometheus.headers == {"X-Scope-OrgID": "team-a"}
     with pytest.raises(ValueError, match=r"LOADWISE_PROMETHEUS_HEADERS: .*names to strings"):
         Config.from_env({"LOADWISE_PROMETHEUS_HEADERS": '{"X-Scope-OrgID": 1}'})
 
@@ -223,7 +224,7 @@ async def test_a_missing_node_label_is_explained_by_a_raw_series_and_the_preset_
         )
 
     async with prometheus_answering(query) as url:
-        source = PrometheusSource(url, known_nodes=lambda: ["n1"])
+        source = PrometheusSource(PrometheusSettings(url=url), known_nodes=lambda: ["n1"])
         try:
             with pytest.raises(PrometheusError) as caught:
                 await source.fetch()

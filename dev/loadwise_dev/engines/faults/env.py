@@ -155,9 +155,9 @@ class Env:
         env = {
             "LOADWISE_METRICS_SOURCES": "prometheus",
             "LOADWISE_PROMETHEUS_URL": self.prom_proxy.url,
-            "LOADWISE_PROMETHEUS_PRESET": self.queries.prometheus_preset,
-            "LOADWISE_PROMETHEUS_CPU_QUERY": self.queries.prometheus_cpu_query,
-            "LOADWISE_PROMETHEUS_MEMORY_QUERY": self.queries.prometheus_memory_query,
+            "LOADWISE_PROMETHEUS_PRESET": self.queries.sources.prometheus.preset,
+            "LOADWISE_PROMETHEUS_CPU_QUERY": self.queries.sources.prometheus.cpu_query,
+            "LOADWISE_PROMETHEUS_MEMORY_QUERY": self.queries.sources.prometheus.memory_query,
             "LOADWISE_METRICS_INTERVAL": str(s.metrics_interval),
             "LOADWISE_METRICS_LAG": "6",
             "LOADWISE_LEADER_ELECT": "true" if leader_elect else "false",
