@@ -145,11 +145,8 @@ def new_scheduler(
             config.scheduling.max_backoff,
             config.scheduling.unschedulable_timeout,
         ),
-        bind_concurrency=config.scheduling.bind_concurrency,
-        failure_event_interval=config.scheduling.failure_event_interval,
+        config.scheduling,
         state=state,
-        volume_bind_timeout=config.scheduling.volume_bind_timeout,
-        preemption=config.scheduling.preemption,
     )
 
 

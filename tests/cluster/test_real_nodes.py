@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import Any
@@ -240,25 +241,51 @@ async def test_a_real_node_made_hot_by_real_cpu_gets_nothing_new_while_a_cooler_
                 return sample is not None and sample.cpu > 0.85
 
             await wait_for(operator_sees_it, 10, interval=0.2, what="loadwise to see it hot")
-            for i in range(4):
-                await create_pod(rkube, rns, burner(f"new-{i}"))
-            placed = await wait_bound(rkube, rns, [f"new-{i}" for i in range(4)])
+            # What the operator holds of the real node while it decides (for a failure's report).
+            seen: list[tuple[float, float | None]] = []
+
+            async def watch_sample() -> None:
+                cache = runtime.scheduler.usage.caches["prometheus"]
+                while True:
+                    sample = cache.samples.get(REAL)
+                    seen.append((time.time(), sample.cpu if sample is not None else None))
+                    await asyncio.sleep(0.2)
+
+            watcher = asyncio.create_task(watch_sample())
+            try:
+                for i in range(4):
+                    await create_pod(rkube, rns, burner(f"new-{i}"))
+                placed = await wait_bound(rkube, rns, [f"new-{i}" for i in range(4)])
+            finally:
+                watcher.cancel()
             assert set(placed.values()) == {"cool"}, placed
-            # The real node fits every one of them by requests: only its real load kept them off.
+            # The real node fits every one of them by requests: only its real load kept them off,
+            # and each decision says so.
             messages = [
                 (await wait_event(rkube, rns, f"new-{i}", "Scheduled"))["message"] for i in range(4)
             ]
-            assert any("hot node(s) passed over" in m for m in messages), messages
-            # The workload's usage, learned from the kubelet's real cAdvisor series.
+            real = await rkube.get(f"/api/v1/nodes/{REAL}")
+            why = (messages, seen, real["spec"].get("taints"), real["status"].get("conditions"))
+            assert all("1 hot node(s) passed over" in m for m in messages), why
+            # The burners' usage, learned from the kubelet's real cAdvisor series: what they
+            # use (most of a core each, the machine being saturated), not what they request.
             series = f'container_cpu_usage_seconds_total{{node="{REAL}",namespace="{rns}"}}'
             answer = await asyncio.to_thread(prometheus.query, series)
             assert answer["data"]["result"], "Prometheus has no cAdvisor series of the burners"
+            (replicaset,) = await rkube.list(
+                f"/apis/apps/v1/namespaces/{rns}/replicasets", labelSelector="app=burn"
+            )
+            workload = f"{rns}/ReplicaSet/{replicaset['metadata']['name']}"
             learned = runtime.scheduler.usage.caches["prometheus"].learned
 
-            async def burners_learned() -> bool:
-                return learned.workloads > 0
+            async def burners_learned() -> tuple[int, int] | None:
+                return learned.estimate(workload)
 
-            await wait_for(burners_learned, 30, interval=0.5, what="usage learned from cAdvisor")
+            cpu, memory = await wait_for(
+                burners_learned, 30, interval=0.5, what=f"{workload}'s use learned from cAdvisor"
+            )
+            assert cpu >= 300, (cpu, "millicores: the burners request 100m and use a core each")
+            assert memory > 0, memory
     finally:
         with contextlib.suppress(KubeError):
             await rkube.delete(f"{POLICIES}/real")

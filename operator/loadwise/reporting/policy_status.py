@@ -10,8 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..framework import heat as heat_rule
-from ..framework.heat import is_fresh
+from ..framework import heat
 from ..kube.times import stamp
 from ..policies.policy import Policy
 from ..usage.cache import MetricsCache, NodeSample
@@ -51,7 +50,7 @@ def metrics_report(
         )
     max_age = policy.spec.metrics.max_age_seconds
     samples = cache.samples
-    fresh = sum(1 for n in nodes if is_fresh(samples.get(n), policy, now))
+    fresh = sum(1 for n in nodes if heat.is_fresh(samples.get(n), policy, now))
     declared = cache.source.dimensions
     missing = [d.name for d in policy.spec.dimensions if d.name not in declared]
     if missing:
@@ -82,7 +81,7 @@ def hot_nodes(
     policy: Policy, samples: Mapping[str, NodeSample], nodes: Iterable[str], now: float
 ) -> int:
     """How many nodes are over one of the policy's hot thresholds (loadwise_policy_hot_nodes)."""
-    return len(heat_rule.hot_nodes(policy, samples, nodes, now))
+    return len(heat.hot_nodes(policy, samples, nodes, now))
 
 
 def status_fields(

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 
 from .. import observability as obs
+from ..config import SchedulingSettings
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
 from ..framework.pod_volumes import VolumeError, VolumePlan
@@ -53,14 +54,14 @@ class Scheduler:
         binder: Binder,
         caches: Mapping[str, MetricsCache],
         queue: SchedulingQueue,
-        bind_concurrency: int = 64,
-        failure_event_interval: float = 60.0,
+        settings: SchedulingSettings | None = None,
         rng: random.Random | None = None,
         state: ClusterState | None = None,
         profile: Profile = DEFAULT_PROFILE,
-        preemption: bool = True,
-        volume_bind_timeout: float = 600.0,
     ) -> None:
+        """`settings`: binding, retries and preemption (the queue has its own); None: the
+        defaults."""
+        settings = settings or SchedulingSettings()
         self.profile = profile
         self.name = scheduler_name
         self.binder = binder
@@ -69,11 +70,11 @@ class Scheduler:
         self.state = state if state is not None else ClusterState(profile.placed_changed)
         self.policies = PolicySet()
         self.policies.on_change = self._policies_changed
-        self.failure_event_interval = failure_event_interval
+        self.failure_event_interval = settings.failure_event_interval
         self.rng = rng or random.Random()
         self.index = ScoreIndex(profile)
         self.events = EventWriter(binder.event)
-        self.inflight = InFlight(self.state, queue, bind_concurrency)
+        self.inflight = InFlight(self.state, queue, settings.bind_concurrency)
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
         self._decided = itertools.count(1)  # decisions made, numbered in order
@@ -93,7 +94,9 @@ class Scheduler:
         self.preemption = Preemptor(self.state, binder, profile, self.rng)
         # rebalancing's moves: room held for replacements, workloads kept off nodes they left
         self.moves = Moves(self.state, self.preemption.nominated)
-        self.preempts = preemption  # DefaultPreemption on (kube-scheduler's default) or off
+        self.preempts = (
+            settings.preemption
+        )  # DefaultPreemption on (kube-scheduler's default) or off
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
         # VolumeBinding's Reserve, PreBind and Unreserve; storage changes requeue waiting pods
         self.volumes = VolumeBinder(
@@ -101,7 +104,7 @@ class Scheduler:
             self.state.storage,
             lambda uid: uid in self.state.pods,
             self.state.nodes.get,
-            volume_bind_timeout,
+            settings.volume_bind_timeout,
         )
         self.state.storage.on_change = self._storage_changed
         # Watch events in (event_handlers.py): the informers call these.

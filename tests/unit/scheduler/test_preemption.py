@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.config import SchedulingSettings
 from loadwise.framework.context import CycleContext
 from loadwise.framework.cycle import refusal, refusal_with_nominated
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
@@ -429,7 +430,7 @@ async def test_preemption_can_be_turned_off_as_a_kube_scheduler_profile_can(enab
         Binder(transport, "loadwise-scheduler"),
         {},
         SchedulingQueue(1, 10, 60),
-        preemption=enabled,
+        SchedulingSettings(preemption=enabled),
     )
     scheduler.on_node_event(None, manifests.node("n1", cpu="1"))
     low = raw_pod("low", "800m", 0)

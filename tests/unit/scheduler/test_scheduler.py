@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from prometheus_client import REGISTRY
 
+from loadwise.config import SchedulingSettings
 from loadwise.kube.transport import STRATEGIC_MERGE
 from loadwise.scheduler.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
@@ -87,7 +88,7 @@ def scheduler(api: Api, backoff: float = 0.05, failure_event_interval: float = 6
         Binder(api.fake, NAME),
         {"prometheus": MetricsCache(None, 10.0)},
         SchedulingQueue(initial_backoff=backoff, max_backoff=backoff),
-        failure_event_interval=failure_event_interval,
+        SchedulingSettings(failure_event_interval=failure_event_interval),
         rng=random.Random(1),
     )
 
