@@ -1,8 +1,9 @@
 """Operator settings, read from LOADWISE_* environment variables (the chart sets them) or flags.
 
-The models below are the only list of settings: `loadwise run --help`, the flags and the check
-for unknown LOADWISE_* variables are all made from them, so a setting is documented where it is
-defined. They are grouped by concern (setting_groups.py); each keeps its flat name.
+The models below, with each metrics source's own (usage/sources.py lists them), are the only
+list of settings: `loadwise run --help`, the flags and the check for unknown LOADWISE_*
+variables are all made from them, so a setting is documented where it is defined. They are
+grouped by concern (setting_groups.py); each keeps its flat name.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .env_vars import PREFIX, service_link
-from .setting_groups import SettingsGroup, flat_fields, flat_name, flatten, nest
+from .setting_groups import SettingsGroup, explicit, flat_fields, flat_name, flatten, nest
 from .usage.source_kind import SourceSettings
 from .usage.sources import NAMES, MetricsSources
 
@@ -82,9 +83,10 @@ class MetricsSettings(SettingsGroup):
     @field_validator("enabled", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
+        """Comma-separated, each source once (in the order first named)."""
         if isinstance(value, str):
-            return tuple(v.strip() for v in value.split(",") if v.strip() and v.strip() != "none")
-        return value
+            value = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
+        return tuple(dict.fromkeys(value)) if isinstance(value, (list, tuple)) else value
 
 
 class SchedulingSettings(SettingsGroup):
@@ -278,8 +280,9 @@ class Config(BaseModel):
         return cls.model_validate(nest(cls, settings))
 
     def but(self, **settings: Any) -> Config:
-        """These settings with some changed, by flat name."""
-        return type(self).of(**{**self.flat(), **settings})
+        """These settings with some changed, by flat name: what was given when they were made
+        and these, the rest (and what a preset fills in) derived again."""
+        return type(self).of(**{**explicit(self), **settings})
 
     def flat(self) -> dict[str, Any]:
         """Flat name -> value of every setting."""

@@ -40,6 +40,7 @@ from .preflight import AccessError, connect
 from .scheduler.move_store import StoreError, ledger_store
 from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
+from .usage.cache import ClosableSource
 
 
 @dataclass(frozen=True)
@@ -292,9 +293,8 @@ async def _explain(target: str, config: Config) -> str:
         )
     finally:
         for cache in scheduler.usage.caches.values():
-            close = getattr(cache.source, "close", None)
-            if close is not None:
-                await close()
+            if isinstance(cache.source, ClosableSource):
+                await cache.source.close()
         await transport.close()
         await api.close()
 

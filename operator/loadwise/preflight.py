@@ -28,10 +28,10 @@ from .logs import one_line
 log = logging.getLogger(__name__)
 
 
-# Every permission loadwise uses, in the order a refusal names them: the preflight check asks
-# one SelfSubjectAccessReview for each that applies, and tests/unit/test_chart_values.py checks
-# the chart's ClusterRole and Lease Role grant each one (and nothing this table lacks, but for
-# the few reads it lists there).
+# Every permission loadwise uses but the metrics sources' own (each source declares those), in
+# the order a refusal names them: the preflight check asks one SelfSubjectAccessReview for each
+# that applies, and tests/unit/test_chart_values.py checks the chart's ClusterRole and Lease
+# Role grant each one (and nothing else, but for the few reads it lists there).
 PERMISSIONS: tuple[Permission, ...] = (
     *(
         Permission(verb, group, resource)

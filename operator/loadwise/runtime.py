@@ -38,7 +38,7 @@ from .scheduler.move_store import ledger_store
 from .scheduler.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 from .upkeep import AUDIT_INTERVAL, Upkeep
-from .usage.prometheus import PrometheusSource
+from .usage.cache import ClosableSource
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ class Runtime:
             await asyncio.wait_for(self.scheduler.events.flush(), 5)
         await self.scheduler.events.stop()
         for cache in self.scheduler.usage.caches.values():
-            if isinstance(cache.source, PrometheusSource):
+            if isinstance(cache.source, ClosableSource):
                 await cache.source.close()
         for server in self._servers:
             await server.cleanup()
@@ -327,9 +327,8 @@ class Runtime:
         held = self.scheduler.oldest_reservation()
         if held > self.upkeep.reservation_bound + 2 * AUDIT_INTERVAL:
             problems.append(f"a reservation held {held:.0f}s with no bind answer (not released)")
-        refresh_limit = (
-            3 * self.config.metrics.interval + 2 * self.config.sources.prometheus.timeout
-        )
+        timeout = max((s.refresh_timeout() for s in self.config.enabled_sources()), default=0.0)
+        refresh_limit = 3 * self.config.metrics.interval + 2 * timeout
         last_refresh = self.upkeep.last_refresh
         if now - last_refresh > refresh_limit:
             problems.append(f"metrics refresh stalled for {now - last_refresh:.0f}s")

@@ -8,6 +8,7 @@ fields are named by its `prefix` and the field's name, unless `flat_names` names
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -57,18 +58,35 @@ def _fields(model: type[BaseModel], prefix: str, path: tuple[str, ...]) -> Itera
 
 def nest(model: type[BaseModel], flat: Mapping[str, Any]) -> dict[str, Any]:
     """Flat name -> value, as the nested dict `model` validates. An unknown name raises
-    KeyError naming it."""
+    ValueError naming it and the closest known one."""
     paths = {f.name: f.path for f in flat_fields(model)}
     nested: dict[str, Any] = {}
     for name, value in flat.items():
         if name not in paths:
-            raise KeyError(name)
+            close = difflib.get_close_matches(name, list(paths), n=1, cutoff=0.8)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown setting {name!r}{hint}")
         *groups, last = paths[name]
         where = nested
         for group in groups:
             where = where.setdefault(group, {})
         where[last] = value
     return nested
+
+
+def explicit(settings: BaseModel) -> dict[str, Any]:
+    """Flat name -> value of the settings given when `settings` was made (not those left at
+    their defaults or filled in by a validator, such as a preset's)."""
+    renamed = settings.flat_names if isinstance(settings, SettingsGroup) else {}
+    prefix = settings.prefix if isinstance(settings, SettingsGroup) else ""
+    out: dict[str, Any] = {}
+    for name in settings.model_fields_set:
+        value = getattr(settings, name)
+        if isinstance(value, SettingsGroup):
+            out.update(explicit(value))
+        else:
+            out[renamed.get(name, prefix + name)] = value
+    return out
 
 
 def flatten(settings: BaseModel) -> dict[str, Any]:

@@ -370,7 +370,9 @@ def test_every_setting_keeps_its_flat_variable_and_flag_name() -> None:
     """Grouping the settings (config.election.lease_name, config.sources.prometheus.url)
     changed no name users set: each old LOADWISE_* variable and each --flag still sets its
     setting, and no setting is named otherwise."""
-    assert sorted(s.field for s in settings()) == sorted(FLAT_SETTINGS)
+    names = [s.field for s in settings()]
+    assert set(FLAT_SETTINGS) <= set(names)  # a new setting may come; none of these may go
+    assert len(names) == len(set(names))  # and no two settings (or sources) share a name
     env = {f"LOADWISE_{name.upper()}": value for name, value in FLAT_SETTINGS.items() if value}
     from_env = Config.from_env(env)
     expected = Config.from_env({}).flat()
@@ -396,3 +398,21 @@ def test_every_setting_keeps_its_flat_variable_and_flag_name() -> None:
     assert from_env.sources.prometheus.url == "http://prometheus.example:9090"
     assert from_env.metrics.enabled == ("metrics-server",)
     assert (from_env.logging.level, from_env.serving.secure_port) == ("DEBUG", 10300)
+
+
+def test_a_changed_setting_derives_the_rest_again_and_a_typo_is_named() -> None:
+    """`but` keeps what was given and derives the rest again: a preset changed later fills in
+    its own URL, queries and node label, as the same settings given at once do."""
+    later = Config.of().but(prometheus_preset="kube-prometheus")
+    assert later == Config.of(prometheus_preset="kube-prometheus")
+    assert later.sources.prometheus.node_label == "instance"
+    kept = Config.of(prometheus_url="http://p:9090").but(prometheus_preset="kube-prometheus")
+    assert kept.sources.prometheus.url == "http://p:9090"  # given, so kept
+    with pytest.raises(
+        ValueError, match="unknown setting 'lease_nme' \\(did you mean 'lease_name'"
+    ):
+        Config.of(lease_nme="x")
+    assert Config.of(metrics_sources="prometheus, metrics-server,prometheus").metrics.enabled == (
+        "prometheus",
+        "metrics-server",
+    )

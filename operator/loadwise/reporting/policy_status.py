@@ -58,7 +58,8 @@ def metrics_report(
         return MetricsReport(
             False,
             f"dimension(s) {', '.join(missing)} not declared by the operator's {source} source "
-            f"(it declares {measured}): they count as 0 on every node",
+            f"(it declares {measured}; Prometheus's are set by LOADWISE_PROMETHEUS_DIMENSIONS): "
+            "they count as 0 on every node",
             fresh,
         )
     if cache.last_error is not None:

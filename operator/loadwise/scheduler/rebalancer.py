@@ -159,7 +159,10 @@ class Rebalancer:
         """What relieving `node` under `policy` would move where, now (the loop and
         `loadwise explain node/NAME` both ask this)."""
         scheduler = self.scheduler
-        samples = scheduler.usage.samples_for(policy)
+        # One basis for the whole plan: a refresh while the candidates are read (an await)
+        # must not mix two sets of samples.
+        basis = scheduler.usage.basis(policy, now, scheduler.rng)
+        samples = basis.samples
         sample = samples.get(node)
         cache = scheduler.usage.caches.get(policy.spec.metrics.source)
         if sample is None or cache is None:
@@ -197,7 +200,6 @@ class Rebalancer:
         for pod in (*held, *(dataclasses.replace(p, placed_at=now) for p in arriving)):
             view.put_back(pod, placed=True)
         try:
-            basis = scheduler.usage.basis(policy, now, scheduler.rng)
             limits = Limits(max_moves, held_back, moved)
             return plan_relief(node, judged, candidates, view, basis, scheduler.profile, limits)
         finally:

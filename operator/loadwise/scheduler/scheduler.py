@@ -94,9 +94,8 @@ class Scheduler:
         self.preemption = Preemptor(self.state, binder, profile, self.rng)
         # rebalancing's moves: room held for replacements, workloads kept off nodes they left
         self.moves = Moves(self.state, self.preemption.nominated)
-        self.preempts = (
-            settings.preemption
-        )  # DefaultPreemption on (kube-scheduler's default) or off
+        # DefaultPreemption: on (kube-scheduler's default) or off
+        self.preempts = settings.preemption
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
         # VolumeBinding's Reserve, PreBind and Unreserve; storage changes requeue waiting pods
         self.volumes = VolumeBinder(

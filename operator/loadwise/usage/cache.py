@@ -64,6 +64,13 @@ class MetricsSource(Protocol):
 
 
 @runtime_checkable
+class ClosableSource(Protocol):
+    """A source holding connections of its own (Prometheus), closed when the replica stops."""
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
 class PodMetricsSource(Protocol):
     """A source that can also report per-pod usage (both built-in sources can)."""
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -214,8 +213,8 @@ class PrometheusSettings(SourceSettings):
             self.ca_file, self.bearer_token_file, self.username, self.password_file, self.headers
         )
 
-    def dimension_names(self) -> Collection[str]:
-        return tuple(self.dimensions)
+    def refresh_timeout(self) -> float:
+        return self.timeout
 
     def build(self, context: BuildContext) -> MetricsSource:
         return PrometheusSource(self, context.lag, context.known_nodes, context.ready)

@@ -1,6 +1,7 @@
 """What a metrics source declares: its settings (a SettingsGroup whose fields keep their flat
-LOADWISE_* names), the API permissions it needs, the node dimensions it measures beyond CPU and
-memory, and how it is built. usage/sources.py lists the sources; nothing else names them."""
+LOADWISE_* names), the API permissions it needs, and how it is built (the source it builds says
+which node dimensions it measures beyond CPU and memory). usage/sources.py lists the sources;
+nothing else in the operator names them (the chart does: docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ class SourceSettings(SettingsGroup):
     # What it needs granted while enabled (checked at start-up; the chart must grant it).
     permissions: ClassVar[tuple[Permission, ...]] = ()
 
-    def dimension_names(self) -> Collection[str]:
-        """The node dimensions it measures beyond cpu and memory (policies may weight them)."""
-        return ()
+    def refresh_timeout(self) -> float:
+        """Seconds a refresh may take before it is given up (readiness allows for it)."""
+        return 5.0
 
     def build(self, context: BuildContext) -> MetricsSource:
         raise NotImplementedError

@@ -59,7 +59,7 @@ report = metrics_report(policy, cache, ["busy", "calm"], now)
 assert report.available and report.fresh_nodes == 2, report
 disk = {"metrics": {"source": "file"}, "dimensions": [{"name": "disk"}]}
 report = metrics_report(scheduler.policies.apply("disk", disk), cache, ["busy", "calm"], now)
-assert "disk not declared by the operator's file source (it declares gpu)" in report.message
+assert "disk not declared by the operator's file source (it declares gpu;" in report.message
 assert "metrics sources file" in settings_line(config)
 print("ok")
 """
