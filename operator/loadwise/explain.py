@@ -115,7 +115,7 @@ def metrics_warning(scheduler: Scheduler, policy: Policy, config: Config) -> str
     """A WARNING line when the policy's metrics source gave nothing here: the figures below are
     then requests alone, and the operator (with its own settings) may well see load."""
     source = policy.spec.metrics.source
-    cache = scheduler.usage.caches.get(source)
+    cache = scheduler.usage.cache_for(policy)
     consequence = (
         f"every node below is scored by requests alone, which is not what the operator sees "
         f"if it reads {source}; run explain with the operator's LOADWISE_* settings"

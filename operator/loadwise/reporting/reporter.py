@@ -146,7 +146,7 @@ class Reporter:
         policy = next((p for p in scheduler.policies.policies() if p.name == name), None)
         if policy is None:
             return {"conditions": conditions}
-        cache = scheduler.usage.caches.get(policy.spec.metrics.source)
+        cache = scheduler.usage.cache_for(policy)
         report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
         fields = status_fields(
             report,

@@ -115,7 +115,7 @@ class Rebalancer:
             del self._streaks[name]
             self._seen_refresh.pop(name, None)
         for name, policy in enabled.items():
-            cache = scheduler.usage.caches.get(policy.spec.metrics.source)
+            cache = scheduler.usage.cache_for(policy)
             if cache is None or self._seen_refresh.get(name) == cache.refreshes:
                 continue  # streaks count refreshes, not passes
             self._seen_refresh[name] = cache.refreshes
@@ -164,7 +164,7 @@ class Rebalancer:
         basis = scheduler.usage.basis(policy, now, scheduler.rng)
         samples = basis.samples
         sample = samples.get(node)
-        cache = scheduler.usage.caches.get(policy.spec.metrics.source)
+        cache = scheduler.usage.cache_for(policy)
         if sample is None or cache is None:
             return Relief(node, refused="no sample of it from the policy's source")
         candidates, kept, pods_use = await self._candidates(policy, node, cache.pod_usage, now)

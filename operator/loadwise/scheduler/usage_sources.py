@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 from ..framework.context import Basis
 from ..policies.policy import Policy
 from ..usage.cache import MetricsCache, NodeSample
 from ..usage.learned import LearnedUsage, WindowedEstimates
+
+NO_SAMPLES: Mapping[str, NodeSample] = MappingProxyType({})
 
 
 class UsageSources:
@@ -25,7 +28,7 @@ class UsageSources:
         metrics = policy.spec.metrics
         cache = self.caches.get(metrics.source)
         if cache is None:
-            return {}
+            return NO_SAMPLES  # one object: the score index keys its heaps on it
         if metrics.aggregation == "latest":
             return cache.samples
         return cache.history.aggregated(metrics.aggregation, metrics.window_seconds, cache.samples)
