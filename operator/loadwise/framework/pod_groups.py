@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ..resources import to_amount
 
-UPSTREAM = "scheduling.k8s.io"
-COSCHEDULING = "scheduling.x-k8s.io"
+UPSTREAM: Final = "scheduling.k8s.io"
+COSCHEDULING: Final = "scheduling.x-k8s.io"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 Api = Literal["scheduling.k8s.io", "scheduling.x-k8s.io"]
 
