@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
+import gc
 import sys
 import textwrap
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,11 @@ def run(config: Config) -> int:
     from .handlers import build_registry
     from .preflight import AccessError, preflight
 
+    # Everything imported so far (kopf, the Kubernetes client's thousands of model classes)
+    # lives as long as the process: out of the collector's sight, a full collection no longer
+    # walks it. bench/cycle_micro measured pods with anti-affinity at 0.30-0.39 ms per pod with
+    # the client imported and 0.19 ms after this.
+    gc.freeze()
     logs.setup(config.logging.level, config.logging.format)
     problem = tls_problem(config)
     if problem is not None:
