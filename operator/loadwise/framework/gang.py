@@ -1,17 +1,17 @@
 """A group's decision: its members placed one after another against one view, each placed
-member counted (as placed now, so its estimate weighs on its node's load) before the next is
+member held (as placed now, so its estimate weighs on its node's load) before the next is
 tried, as kube-scheduler's pod-group cycle assumes each member in one snapshot. Every member
 goes through the same cycle as any pod (filters, the load score, the hot rule), so the group as
 a whole stays off hot nodes and spreads as its policy says.
 
 The group is placed if the members already scheduled and those placed here reach its minimum
-and at least one was placed here; the try stops as soon as the rest cannot reach it. Pure: the
-view is edited and restored before returning.
+and at least one was placed here; the try stops as soon as the rest cannot reach it. The
+scheduler holds members by assuming them (with their volumes), a dry run in a view.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from .context import Basis
@@ -52,7 +52,33 @@ def member_order(pod: PodInfo) -> tuple[int, float, str]:
     return -pod.priority, pod.created, pod.name
 
 
+# Decide one member and, when it fits, hold it on its node so the next member counts it (the
+# scheduler assumes it for real; a dry run puts it back into its view).
+Attempt = Callable[[PodInfo], "Decision | Unschedulable"]
+
+
 def place_group(
+    members: Sequence[PodInfo], minimum: int, attempt: Attempt, scheduled: int = 0
+) -> GroupDecision:
+    """Each member in `member_order` through `attempt`; `scheduled`: members already assumed
+    or bound (they count toward `minimum`). The caller undoes what `attempt` held when the
+    decision is not `reached`."""
+    ordered = sorted(members, key=member_order)
+    placed: list[tuple[PodInfo, Decision]] = []
+    refused: list[tuple[PodInfo, Unschedulable]] = []
+    for index, pod in enumerate(ordered):
+        if scheduled + len(placed) + len(ordered) - index < minimum:
+            untried = tuple(ordered[index:])
+            return GroupDecision(tuple(placed), tuple(refused), untried, minimum, scheduled)
+        result = attempt(pod)
+        if isinstance(result, Decision):
+            placed.append((pod, result))
+        else:
+            refused.append((pod, result))
+    return GroupDecision(tuple(placed), tuple(refused), (), minimum, scheduled)
+
+
+def what_if_group(
     members: Sequence[PodInfo],
     view: WhatIf,
     basis: Basis,
@@ -60,26 +86,18 @@ def place_group(
     scheduled: int = 0,
     profile: Profile = DEFAULT_PROFILE,
 ) -> GroupDecision:
-    """Each member in `member_order` through the full cycle, the ones placed counted on their
-    nodes for the next; `scheduled`: members already assumed or bound (they count toward
-    `minimum` and are in `view` already)."""
-    ordered = sorted(members, key=member_order)
-    placed: list[tuple[PodInfo, Decision]] = []
-    refused: list[tuple[PodInfo, Unschedulable]] = []
+    """The group's decision as a dry run (explain): `view` is edited and restored."""
+    held: list[str] = []
+
+    def attempt(pod: PodInfo) -> Decision | Unschedulable:
+        result = schedule_one(pod, view, basis, profile)
+        if isinstance(result, Decision):
+            view.put_back(replace(pod, node_name=result.node, placed_at=basis.now), True)
+            held.append(pod.uid)
+        return result
+
     try:
-        for index, pod in enumerate(ordered):
-            left = len(ordered) - index
-            if scheduled + len(placed) + left < minimum:
-                return GroupDecision(
-                    tuple(placed), tuple(refused), tuple(ordered[index:]), minimum, scheduled
-                )
-            result = schedule_one(pod, view, basis, profile)
-            if isinstance(result, Decision):
-                view.put_back(replace(pod, node_name=result.node, placed_at=basis.now), True)
-                placed.append((pod, result))
-            else:
-                refused.append((pod, result))
-        return GroupDecision(tuple(placed), tuple(refused), (), minimum, scheduled)
+        return place_group(members, minimum, attempt, scheduled)
     finally:
-        for pod, _ in placed:
-            view.set_aside(pod.uid)
+        for uid in held:
+            view.set_aside(uid)

@@ -46,17 +46,18 @@ class PodGroup:
     min_resources: Mapping[str, int] = field(default_factory=dict)  # coscheduling's
 
 
-def group_of(raw_pod: Mapping[str, Any]) -> GroupKey | None:
-    """The group a pod names, if any (Kubernetes' field first, as a pod naming both is read
-    by kube-scheduler through that one)."""
-    meta = raw_pod.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
-    group = (raw_pod.get("spec") or {}).get("schedulingGroup")
-    if isinstance(group, Mapping) and isinstance(group.get("podGroupName"), str):
-        return GroupKey(UPSTREAM, namespace, group["podGroupName"])
-    label = (meta.get("labels") or {}).get(COSCHEDULING_LABEL)
+def group_of(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> GroupKey | None:
+    """The group a pod names, if any (Kubernetes' field first: a pod naming both is read by
+    kube-scheduler through that one)."""
+    group = spec.get("schedulingGroup")
+    if group:
+        name = group.get("podGroupName") if isinstance(group, Mapping) else None
+        if isinstance(name, str) and name:
+            return GroupKey(UPSTREAM, meta.get("namespace") or "", name)
+    labels = meta.get("labels")
+    label = labels.get(COSCHEDULING_LABEL) if labels else None
     if isinstance(label, str) and label:
-        return GroupKey(COSCHEDULING, namespace, label)
+        return GroupKey(COSCHEDULING, meta.get("namespace") or "", label)
     return None
 
 

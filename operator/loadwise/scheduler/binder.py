@@ -17,6 +17,8 @@ from ..kube.times import stamp
 from ..kube.transport import STRATEGIC_MERGE, Http
 from ..logs import one_line
 
+MERGE_PATCH = "application/merge-patch+json"
+
 log = logging.getLogger(__name__)
 
 
@@ -196,11 +198,22 @@ class Binder:
         path = f"/api/v1/namespaces/{namespace}/events"
         return await self._best_effort("event", "POST", path, body)
 
-    async def _best_effort(self, what: str, method: str, path: str, body: dict[str, Any]) -> bool:
+    async def patch_merge(self, what: str, path: str, body: dict[str, Any]) -> bool:
+        """A JSON merge patch (lists replaced whole), best effort as `_best_effort`."""
+        return await self._best_effort(what, "PATCH", path, body, MERGE_PATCH)
+
+    async def _best_effort(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        body: dict[str, Any],
+        content_type: str = STRATEGIC_MERGE,
+    ) -> bool:
         """Never raises; False when the write failed in a way a retry may fix (network, 5xx)."""
         try:
             status, data = await self.transport.request(
-                method, path, body, content_type=STRATEGIC_MERGE if method == "PATCH" else None
+                method, path, body, content_type=content_type if method == "PATCH" else None
             )
         except Exception as exc:
             log.warning("writing %s failed: %s", what, one_line(exc))

@@ -44,10 +44,24 @@ class InFlight:
         task.add_done_callback(self._task_ended)
         return task
 
-    def start_bind(self, uid: str, coro: Coroutine[Any, Any, None], allowance: float = 0.0) -> None:
-        """A bind task for a reserved pod, owning its reservation; `allowance`: how much
-        longer than other binds it may take (PreBind waiting for claims to be bound)."""
+    def spawn_unslotted(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task beside the one its caller's slot went to (a group's reports and status)."""
         task = self.spawn(coro)
+        self._freed.add(task)
+        return task
+
+    def start_bind(
+        self,
+        uid: str,
+        coro: Coroutine[Any, Any, None],
+        allowance: float = 0.0,
+        slot: bool = True,
+    ) -> None:
+        """A bind task for a reserved pod, owning its reservation; `allowance`: how much
+        longer than other binds it may take (PreBind waiting for claims to be bound); `slot`:
+        False for a group's members past the first, which bind at once on the one slot the
+        loop held for the group (as kube-scheduler starts a binding goroutine for each)."""
+        task = self.spawn(coro) if slot else self.spawn_unslotted(coro)
         self._binds[uid] = task
         if allowance:
             self._allowance[uid] = allowance

@@ -128,6 +128,16 @@ class SchedulingQueue:
     def in_flight(self) -> list[str]:
         return [uid for uid, entry in self._entries.items() if entry.where == "in_flight"]
 
+    def take(self, uid: str) -> PodInfo | None:
+        """A queued pod taken out of turn (a member of the group being tried): in flight now,
+        wherever it waited; None if it is not queued, or in flight already."""
+        entry = self._entries.get(uid)
+        if entry is None or entry.where == "in_flight":
+            return None
+        self._set_where(entry, "in_flight")
+        entry.seq = next(self._seq)  # its heap items go stale: skipped later
+        return entry.pod
+
     def retry_now(self, uid: str) -> None:
         """Back to active without counting an attempt (the attempt was abandoned, not failed)."""
         entry = self._entries.get(uid)

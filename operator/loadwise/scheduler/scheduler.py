@@ -16,10 +16,12 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from typing import Any
 
 from .. import observability as obs
 from ..config import SchedulingSettings
+from ..framework.context import Basis
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
 from ..framework.pod_volumes import VolumeError, VolumePlan
@@ -35,6 +37,8 @@ from .decisions import DecisionMetrics, decision_record
 from .device_classes import DeviceClasses
 from .event_handlers import ClusterEvents
 from .events import EventWriter
+from .gangs import Gangs
+from .group_cycle import GroupCycle
 from .inflight import InFlight
 from .moves import Moves
 from .preemptor import Preemptor
@@ -106,6 +110,10 @@ class Scheduler:
             settings.volume_bind_timeout,
         )
         self.state.storage.on_change = self._storage_changed
+        # pod groups (gangs.py): members held until their group is ready, then queued
+        self.gangs = Gangs(scheduler_name, self.state)
+        self.gangs.release = queue.add
+        self.groups = GroupCycle(self)
         # Watch events in (event_handlers.py): the informers call these.
         self.watch = ClusterEvents(
             scheduler_name,
@@ -115,6 +123,7 @@ class Scheduler:
             self.preemption,
             self._reported,
             self._pending["gated"],
+            self.gangs,
         )
         self.on_node_event = self.watch.on_node_event
         self.on_namespace_event = self.watch.on_namespace_event
@@ -184,25 +193,15 @@ class Scheduler:
         if pod.uid in self.state.pods:  # bound or assumed meanwhile
             self.queue.done(pod.uid)
             return False
+        if pod.group is not None:  # a gang's member: its whole group is decided now
+            return self.groups.schedule(pod)
         policy = self.policies.for_pod(
             pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
         )
         started = time.perf_counter()
         basis = self.usage.basis(policy, time.time(), self.rng)
-        samples, now = basis.samples, basis.now
-        reserved = self.moves.claim(pod, now) if self.moves.records else None
-        held = self.preemption.held_for(pod) if self.preemption.nominated else {}
-        result: Decision | Unschedulable
-        refused = self.device_classes.refusal(pod)
-        if refused is not None:  # DRA decides this pod's fit: loadwise cannot
-            result = Unschedulable(f"pod cannot be scheduled: {refused}", {})
-        elif held or pod.nominated_node or reserved:  # rare: room is being made somewhere
-            nominated = Nominated(self.state, held)
-            # a replacement of a pod rebalancing moved takes the room held for it if it fits
-            ask = dataclasses.replace(pod, nominated_node=reserved) if reserved else pod
-            result = schedule_one(ask, self.state, basis, self.profile, nominated)
-        else:
-            result = self.index.schedule(pod, self.state, basis)
+        samples = basis.samples
+        result = self.decide(pod, basis)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):
@@ -214,10 +213,12 @@ class Scheduler:
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            bind = self._bind(pod, result, started, next(self._decided), plan)
+            bind = self.bind_task(pod, result, started, plan)
             allowance = self.volumes.timeout if plan else 0.0
             self.inflight.start_bind(pod.uid, bind, allowance)
             return True
+        held = self.preemption.held_for(pod) if self.preemption.nominated else {}
+        refused = self.device_classes.refusal(pod)
         self._attempts["unschedulable"].inc()
         self._attempt_seconds["unschedulable"].observe(done - started)
         message = result.message
@@ -242,10 +243,25 @@ class Scheduler:
             self.inflight.spawn(self.preemption.carry_out(pod, outcome, message, cleared))
             self._reported[pod.uid] = (message, time.monotonic())
             return True
-        if self._should_report(pod.uid, message):
-            self.inflight.spawn(self._report_unschedulable(pod, message))
+        if self.should_report(pod.uid, message):
+            self.inflight.spawn(self.report_unschedulable(pod, message))
             return True
         return False
+
+    def decide(self, pod: PodInfo, basis: Basis) -> Decision | Unschedulable:
+        """The scheduling cycle for one pod (the group cycle's too): the score index, or the
+        full cycle when room is being made for it somewhere."""
+        refused = self.device_classes.refusal(pod)
+        if refused is not None:  # DRA decides this pod's fit: loadwise cannot
+            return Unschedulable(f"pod cannot be scheduled: {refused}", {})
+        reserved = self.moves.claim(pod, basis.now) if self.moves.records else None
+        held = self.preemption.held_for(pod) if self.preemption.nominated else {}
+        if held or pod.nominated_node or reserved:  # rare: room is being made somewhere
+            nominated = Nominated(self.state, held)
+            # a replacement of a pod rebalancing moved takes the room held for it if it fits
+            ask = dataclasses.replace(pod, nominated_node=reserved) if reserved else pod
+            return schedule_one(ask, self.state, basis, self.profile, nominated)
+        return self.index.schedule(pod, self.state, basis)
 
     def _reserve_volumes(self, pod: PodInfo, node: str) -> VolumePlan | None:
         """VolumeBinding's Reserve (VolumeBinder.reserve); None when it failed as
@@ -256,7 +272,7 @@ class Scheduler:
             self._attempts["error"].inc()
             self.queue.backoff(pod.uid)
             message = f'running Reserve plugin "VolumeBinding": {exc}'
-            self.inflight.spawn(self._report_unschedulable(pod, message))
+            self.inflight.spawn(self.report_unschedulable(pod, message))
             return None
 
     # --- preemption --------------------------------------------------------------------------
@@ -273,13 +289,19 @@ class Scheduler:
 
         return self.preemption.post_filter(pod, held, load_of)
 
-    def _should_report(self, uid: str, message: str) -> bool:
+    def should_report(self, uid: str, message: str) -> bool:
         now = time.monotonic()
         last = self._reported.get(uid)
         if last is not None and last[0] == message and now - last[1] < self.failure_event_interval:
             return False
         self._reported[uid] = (message, now)
         return True
+
+    def bind_task(
+        self, pod: PodInfo, decision: Decision, attempt_started: float, volumes: VolumePlan
+    ) -> Coroutine[Any, Any, None]:
+        """The binding cycle of a reserved pod, numbered in the order of decisions."""
+        return self._bind(pod, decision, attempt_started, next(self._decided), volumes)
 
     async def _bind(
         self,
@@ -394,9 +416,9 @@ class Scheduler:
         self.state.forget(pod.uid)
         self.queue.backoff(pod.uid)
         self._reported[pod.uid] = (f'running PreBind plugin "VolumeBinding": {error}', 0.0)
-        await self._report_unschedulable(pod, self._reported[pod.uid][0])
+        await self.report_unschedulable(pod, self._reported[pod.uid][0])
 
-    async def _report_unschedulable(self, pod: PodInfo, message: str) -> None:
+    async def report_unschedulable(self, pod: PodInfo, message: str) -> None:
         await self.binder.event(pod, "Warning", "FailedScheduling", message)
         await self.binder.mark_unschedulable(pod, message)
 

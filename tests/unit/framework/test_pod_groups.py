@@ -12,6 +12,7 @@ from loadwise.framework.pod_groups import (
     group_of,
     parse_group,
 )
+from loadwise.framework.types import parse_pod
 from loadwise_dev import manifests
 
 
@@ -22,11 +23,14 @@ def group(api: str, spec: dict) -> dict:
 def test_a_pod_names_its_group_by_field_or_label_in_its_namespace() -> None:
     pod = manifests.pod("p")
     pod["metadata"]["namespace"] = "ns"
-    assert group_of(pod) is None
+    assert parse_pod(pod).group is None
     pod["metadata"]["labels"] = {COSCHEDULING_LABEL: "spark-1"}
-    assert group_of(pod) == GroupKey(COSCHEDULING, "ns", "spark-1")
+    assert parse_pod(pod).group == GroupKey(COSCHEDULING, "ns", "spark-1")
     pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
-    assert group_of(pod) == GroupKey(UPSTREAM, "ns", "train")
+    assert parse_pod(pod).group == GroupKey(UPSTREAM, "ns", "train")
+    assert parse_pod(pod, placed=True).group == GroupKey(UPSTREAM, "ns", "train")
+    pod["spec"]["schedulingGroup"] = {"podGroupName": 7}  # malformed: no group, no crash
+    assert group_of(pod["metadata"], pod["spec"]) == GroupKey(COSCHEDULING, "ns", "spark-1")
 
 
 def test_both_apis_read_into_one_shape() -> None:

@@ -1,0 +1,170 @@
+"""Pod groups: the PodGroups of both APIs (framework/pod_groups.py), the pending pods of each,
+and whether a group may be tried yet.
+
+kube-scheduler's GangScheduling PreEnqueue, as loadwise keeps it: a member is held back,
+silently and without an attempt, until its PodGroup exists and at least its minimum of members
+exist (pending, assumed or bound); then every held member of the group is queued at once. The
+pending members of other schedulers are counted too: they make up the group as much as ours,
+and a group that mixes schedulers is refused as kube-scheduler refuses it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from ..framework.pod_groups import COSCHEDULING, UPSTREAM, Api, GroupKey, PodGroup, parse_group
+from ..framework.types import PodInfo
+from .state import ClusterState
+
+log = logging.getLogger(__name__)
+
+UPSTREAM_PATH = "/apis/scheduling.k8s.io/v1beta1/podgroups"
+COSCHEDULING_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+PATHS: Mapping[Api, str] = {UPSTREAM: UPSTREAM_PATH, COSCHEDULING: COSCHEDULING_PATH}
+
+
+class Gangs:
+    def __init__(self, scheduler_name: str, state: ClusterState) -> None:
+        self.name = scheduler_name
+        self.state = state  # placed and assumed members are counted there (group_members)
+        self.groups: dict[GroupKey, PodGroup] = {}
+        self.conditions: dict[GroupKey, list[dict[str, Any]]] = {}  # status as last seen
+        self.broken: dict[GroupKey, str] = {}  # PodGroups that cannot be read: why
+        self.pending: dict[GroupKey, dict[str, PodInfo]] = {}  # our pending members
+        self.held: dict[str, PodInfo] = {}  # members not queued until their group is ready
+        self.foreign: dict[GroupKey, dict[str, str]] = {}  # others' pending: uid -> scheduler
+        self._group_of: dict[str, GroupKey] = {}  # uid -> its group, for ours and others'
+        # Told of each held member its group made ready (the scheduler queues it).
+        self.release: Callable[[PodInfo], None] = lambda pod: None
+
+    # --- PodGroups (informers) ---------------------------------------------------------------
+    def on_event(self, api: Api) -> Callable[[str | None, Mapping[str, Any]], None]:
+        def handle(event_type: str | None, raw: Mapping[str, Any]) -> None:
+            meta = raw.get("metadata") or {}
+            key = GroupKey(api, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            if not key.name:
+                return
+            if event_type == "DELETED":
+                self._drop(key)
+                return
+            try:
+                group = parse_group(api, raw)
+            except ValueError as exc:
+                if self.broken.get(key) != str(exc):
+                    log.warning("PodGroup %s (%s) ignored: %s", key, api, exc)
+                self._drop(key)
+                self.broken[key] = str(exc)
+                return
+            self.broken.pop(key, None)
+            self.groups[key] = group
+            conditions = (raw.get("status") or {}).get("conditions")
+            self.conditions[key] = list(conditions) if isinstance(conditions, list) else []
+            self.try_release(key)
+
+        return handle
+
+    def relisted(self, api: Api) -> Callable[[set[str]], None]:
+        """Forget this API's groups a fresh list no longer shows (keys: namespace/name)."""
+
+        def handle(names: set[str]) -> None:
+            for key in [k for k in [*self.groups, *self.broken] if k.api == api]:
+                if str(key) not in names:
+                    self._drop(key)
+
+        return handle
+
+    def _drop(self, key: GroupKey) -> None:
+        self.groups.pop(key, None)
+        self.conditions.pop(key, None)
+        self.broken.pop(key, None)
+
+    # --- members -----------------------------------------------------------------------------
+    def admit(self, pod: PodInfo) -> bool:
+        """A pending member of ours appeared or changed: True when it may be queued now, False
+        when it is held until its group is ready (then it and its held siblings are released)."""
+        key = pod.group
+        assert key is not None
+        self._join(pod.uid, key)
+        self.pending.setdefault(key, {})[pod.uid] = pod
+        if self.ready(key):
+            self.held.pop(pod.uid, None)
+            self.try_release(key)
+            return True
+        self.held[pod.uid] = pod
+        return False
+
+    def hold(self, pod: PodInfo) -> None:
+        """A member popped while its group is not ready (its PodGroup went, members left)."""
+        if pod.group is not None and pod.uid in self.pending.get(pod.group, {}):
+            self.held[pod.uid] = pod
+
+    def note_foreign(self, uid: str, key: GroupKey, scheduler_name: str) -> None:
+        """A pending member another scheduler is named to place."""
+        self._join(uid, key)
+        self.foreign.setdefault(key, {})[uid] = scheduler_name
+        self.try_release(key)
+
+    def forget(self, uid: str) -> None:
+        """Bound, deleted, or no longer a pending member."""
+        key = self._group_of.pop(uid, None)
+        if key is None:
+            return
+        self.held.pop(uid, None)
+        for members in (self.pending, self.foreign):
+            these = members.get(key)
+            if these is not None:
+                these.pop(uid, None)
+                if not these:
+                    del members[key]
+
+    def known(self) -> list[str]:
+        """Every pending member's uid, ours and others' (a relist drops those it lacks)."""
+        return list(self._group_of)
+
+    def _join(self, uid: str, key: GroupKey) -> None:
+        if self._group_of.get(uid, key) != key:  # its label changed: it left its old group
+            self.forget(uid)
+        self._group_of[uid] = key
+
+    # --- readiness ---------------------------------------------------------------------------
+    def members(self, key: GroupKey) -> int:
+        """Members that exist: pending (ours and others') and placed or assumed."""
+        pending = sum(1 for uid in self.pending.get(key, ()) if uid not in self.state.pods)
+        return pending + len(self.foreign.get(key, ())) + self.state.group_members[key]
+
+    def ready(self, key: GroupKey) -> bool:
+        group = self.groups.get(key)
+        return group is not None and self.members(key) >= group.minimum
+
+    def try_release(self, key: GroupKey) -> None:
+        if not self.ready(key):
+            return
+        for uid in [u for u in self.pending.get(key, ()) if u in self.held]:
+            self.release(self.held.pop(uid))
+
+    def waiting(self) -> Iterator[tuple[GroupKey, int]]:
+        """Groups with members held back, and how many."""
+        counts: dict[GroupKey, int] = {}
+        for pod in self.held.values():
+            if pod.group is not None:
+                counts[pod.group] = counts.get(pod.group, 0) + 1
+        return iter(counts.items())
+
+    def mismatch(self, group: PodGroup, members: list[PodInfo]) -> str:
+        """kube-scheduler's refusal of a group whose members disagree ("" when they agree)."""
+        names = {n for n in self.foreign.get(group.key, {}).values() if n != self.name}
+        if names:
+            return (
+                "all pods in a single pod group should have the same .spec.schedulerName set, "
+                f'got: "{sorted(names)[0]}" and "{self.name}"'
+            )
+        if group.priority is not None:
+            for pod in members:
+                if pod.priority != group.priority:
+                    return (
+                        "all pods in a single pod group should have the same priority as the "
+                        f"pod group's priority, got {pod.priority} and {group.priority}"
+                    )
+        return ""

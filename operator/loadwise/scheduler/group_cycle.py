@@ -1,0 +1,173 @@
+"""A pod group's scheduling cycle: kube-scheduler's schedule_one_podgroup, load-aware.
+
+When a member is popped, every queued member of its group is taken with it and the group is
+decided at once (framework/gang.py): each member through the same cycle as any pod, assumed
+(with its volumes) before the next is tried, so the load score, the hot rule and spreading see
+the group as a whole. If the members already placed and those placed now reach the minimum,
+every placed member is bound at once; otherwise nothing is kept: each assumption and volume
+reservation is undone, every member waits for a cluster event as one, and each is told why,
+with the group named.
+
+Binding is not transactional in Kubernetes (nor in kube-scheduler): a member whose bind fails
+releases only its own reservation and is tried again after its backoff, alone, with its placed
+siblings counted toward the minimum; members already bound stay bound (see docs/gangs.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..framework.cycle import Decision, Unschedulable
+from ..framework.gang import GroupDecision, member_order, place_group
+from ..framework.pod_groups import UPSTREAM, PodGroup
+from ..framework.pod_volumes import VolumeError, VolumePlan
+from ..framework.types import PodInfo
+from ..kube.times import stamp
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+
+
+class GroupCycle:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        self._written: dict[Any, tuple[str, str, str]] = {}  # group -> condition last written
+
+    def schedule(self, pod: PodInfo) -> bool:
+        """The group of a popped member (Scheduler.schedule_popped's contract: True when the
+        loop's bind slot was handed to a task)."""
+        s, gangs = self.s, self.s.gangs
+        key = pod.group
+        assert key is not None
+        group = gangs.groups.get(key)
+        if group is None or not gangs.ready(key):  # its PodGroup went, or members left
+            s.queue.remove(pod.uid)
+            gangs.hold(pod)
+            return False
+        taken = (s.queue.take(uid) for uid in gangs.pending.get(key, {}) if uid != pod.uid)
+        members = [pod, *(m for m in taken if m is not None and m.uid not in s.state.pods)]
+        started = time.perf_counter()
+        refusal = gangs.mismatch(group, members)
+        if refusal:  # kube-scheduler fails such a group as a SchedulerError
+            for member in members:
+                s.queue.backoff(member.uid)
+            self._report(group, members, {}, refusal, "SchedulerError")
+            return True
+        decision, plans = self._decide(group, members)
+        if decision.reached:
+            self._bind(group, decision, plans, started)
+            return True
+        for member, _ in decision.placed:  # nothing of it is kept
+            s.state.forget(member.uid)
+            plan = plans.get(member.uid)
+            if plan:
+                s.volumes.unreserve(plan)
+        for member in members:
+            s.queue.park(member.uid)
+        own = {p.uid: f"{result.message}; " for p, result in decision.refused}
+        message = f"{decision.message} (pod group {key})"
+        self._report(group, members, own, message, "Unschedulable")
+        return True
+
+    def _decide(
+        self, group: PodGroup, members: list[PodInfo]
+    ) -> tuple[GroupDecision, dict[str, VolumePlan]]:
+        """Members in kube-scheduler's order, each assumed with its volumes when it fits; the
+        group's policy is its first member's."""
+        s = self.s
+        first = min(members, key=member_order)
+        namespace = s.state.namespaces.get(first.namespace)
+        policy = s.policies.for_pod(first.labels, namespace, first.scheduler_name)
+        basis = s.usage.basis(policy, time.time(), s.rng)
+        plans: dict[str, VolumePlan] = {}
+
+        def attempt(member: PodInfo) -> Decision | Unschedulable:
+            result = s.decide(member, basis)
+            if isinstance(result, Decision):
+                try:
+                    plans[member.uid] = s.volumes.reserve(member, result.node)
+                except VolumeError as exc:
+                    return Unschedulable(f'running Reserve plugin "VolumeBinding": {exc}', {})
+                s.state.assume(member, result.node)
+            return result
+
+        scheduled = s.state.group_members[group.key]  # before this cycle assumes any
+        return place_group(members, group.minimum, attempt, scheduled), plans
+
+    def _bind(
+        self,
+        group: PodGroup,
+        decision: GroupDecision,
+        plans: dict[str, VolumePlan],
+        started: float,
+    ) -> None:
+        s = self.s
+        for index, (member, result) in enumerate(decision.placed):
+            plan = plans.get(member.uid, VolumePlan())
+            bind = s.bind_task(member, result, started, plan)
+            allowance = s.volumes.timeout if plan else 0.0
+            s.inflight.start_bind(member.uid, bind, allowance, slot=index == 0)
+        for member, refused in decision.refused:  # the group is placed; this one waits
+            s.queue.park(member.uid)
+            message = f"{refused.message} (pod group {group.key} is placed without it)"
+            if s.should_report(member.uid, message):
+                s.inflight.spawn_unslotted(s.report_unschedulable(member, message))
+        if group.key.api == UPSTREAM:
+            s.inflight.spawn_unslotted(self._condition(group, "True", "Scheduled", ""))
+
+    def _report(
+        self,
+        group: PodGroup,
+        members: list[PodInfo],
+        own: dict[str, str],
+        message: str,
+        reason: str,
+    ) -> None:
+        """One task (it holds the loop's slot) tells every member, and the PodGroup."""
+        s = self.s
+        told = [
+            (m, f"{own.get(m.uid, '')}{message}")
+            for m in members
+            if s.should_report(m.uid, f"{own.get(m.uid, '')}{message}")
+        ]
+
+        async def report() -> None:
+            for member, text in told:
+                await s.report_unschedulable(member, text)
+            if group.key.api == UPSTREAM:
+                await self._condition(group, "False", reason, message)
+
+        s.inflight.spawn(report())
+
+    async def _condition(self, group: PodGroup, status: str, reason: str, message: str) -> None:
+        """PodGroupInitiallyScheduled, as kube-scheduler writes it: once True, never again."""
+        key = group.key
+        current = self.s.gangs.conditions.get(key, [])
+        mine = next((c for c in current if c.get("type") == INITIALLY_SCHEDULED), None)
+        if mine is not None and mine.get("status") == "True":
+            return
+        if self._written.get(key) == (status, reason, message):
+            return
+        self._written[key] = (status, reason, message)
+        since = mine.get("lastTransitionTime") if mine and mine.get("status") == status else None
+        condition = {
+            "type": INITIALLY_SCHEDULED,
+            "status": status,
+            "reason": reason,
+            "message": message[:1024],
+            "lastTransitionTime": since or stamp(),
+        }
+        conditions = [c for c in current if c.get("type") != INITIALLY_SCHEDULED]
+        path = (
+            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{key.namespace}/podgroups/"
+            f"{key.name}/status"
+        )
+        body = {"status": {"conditions": [*conditions, condition]}}
+        if not await self.s.binder.patch_merge("PodGroup status", path, body):
+            self._written.pop(key, None)
+        log.debug("PodGroup %s: %s=%s (%s)", key, INITIALLY_SCHEDULED, status, reason)

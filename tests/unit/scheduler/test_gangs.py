@@ -1,0 +1,170 @@
+"""Pod groups through the Scheduler: members held until their group is ready, the group placed
+as a whole or not at all, its PodGroup told, a failed member bind, mixed schedulers, and a
+group deleted while its members wait."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from loadwise.framework.pod_groups import COSCHEDULING, COSCHEDULING_LABEL, UPSTREAM, GroupKey
+from loadwise.scheduler.binder import MERGE_PATCH
+from loadwise.scheduler.scheduler import Scheduler
+from loadwise_dev import manifests
+
+from ...fakes import until
+from .test_scheduler import Api, bound, raw_pod, running, scheduler, uid
+
+NS = "default"
+
+
+def member(name: str, group: str, cpu: str = "1", **kw: Any) -> dict[str, Any]:
+    raw = raw_pod(name, cpu=cpu, **kw)
+    raw["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return raw
+
+
+def pod_group(name: str, minimum: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": minimum}}, **spec},
+    }
+
+
+def _key(name: str) -> GroupKey:
+    return GroupKey(UPSTREAM, NS, name)
+
+
+def with_nodes(sched: Scheduler, *cpus: str) -> None:
+    for index, cpu in enumerate(cpus):
+        sched.on_node_event("ADDED", manifests.node(f"n{index}", cpu=cpu))
+
+
+def condition_patches(api: Api, group: str) -> list[dict[str, Any]]:
+    calls = api.fake.requests("PATCH", f"/podgroups/{group}/status")
+    assert all(c.content_type == MERGE_PATCH for c in calls)
+    return [c.body["status"]["conditions"][-1] for c in calls if c.body is not None]
+
+
+async def test_members_wait_for_their_podgroup_and_minimum_then_bind_together() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "4", "4")
+    pods = [member(f"w{i}", "train") for i in range(4)]
+    async with running(sched):
+        for raw in pods[:3]:
+            sched.on_pod_event("ADDED", raw)
+        await asyncio.sleep(0.1)
+        assert not api.fake.requests("POST", "/binding")  # no PodGroup yet
+        sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("train", 4))
+        await asyncio.sleep(0.1)
+        assert not api.fake.requests("POST", "/binding")  # 3 of 4 exist
+        assert dict(sched.gangs.waiting()) == {_key("train"): 3}
+        assert not api.events("FailedScheduling")  # waiting is silent, as upstream
+        sched.on_pod_event("ADDED", pods[3])
+        await until(lambda: len(api.events("Scheduled")) == 4)
+        await sched.drain()
+    assert {sched.state.pods[uid(p)].node_name for p in pods} == {"n0", "n1"}
+    (condition,) = condition_patches(api, "train")
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodGroupInitiallyScheduled",
+        "True",
+        "Scheduled",
+    )
+
+
+async def test_a_group_that_cannot_reach_its_minimum_holds_nothing_and_every_member_is_told() -> (
+    None
+):
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "2", "2")  # room for 4 members of 1 cpu; the group needs 5
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("big", 5))
+    pods = [member(f"b{i}", "big") for i in range(5)]
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("FailedScheduling")) == 5)
+        await sched.drain()
+        assert not api.fake.requests("POST", "/binding")
+        assert not sched.state.pods and sched.state.accounted_cpu() == 0  # nothing held
+        assert sched.queue.counts()["unschedulable"] == 5
+    messages = sorted(e["message"] for e in api.events("FailedScheduling"))
+    group_words = (
+        "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining "
+        "(pod group default/big)"
+    )
+    assert messages[-1] == group_words  # the four that fitted
+    assert messages[0].startswith("0/2 nodes are available: 2 Insufficient cpu.; ")
+    assert messages[0].endswith(group_words)  # the one that did not: its own reason too
+    (condition,) = condition_patches(api, "big")
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert condition["message"] == group_words
+
+
+async def test_a_member_whose_bind_fails_is_retried_alone_with_its_siblings_counted() -> None:
+    api = Api(g1=[(500, b"etcdserver: leader changed")])  # then 201
+    sched = scheduler(api, backoff=0.1)
+    with_nodes(sched, "8")
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("g", 3))
+    pods = [member(f"g{i}", "g") for i in range(3)]
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("Scheduled")) == 2)
+        for raw in (pods[0], pods[2]):  # the watch shows the two that landed
+            sched.on_pod_event("MODIFIED", bound(raw, "n0"))
+        await until(lambda: len(api.events("Scheduled")) == 3)
+    assert len(api.binds("g1")) == 2 and len(api.binds("g0")) == 1
+    assert sched.state.group_members[_key("g")] == 3
+
+
+async def test_a_group_mixing_schedulers_is_refused_as_kube_scheduler_refuses_it() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "8")
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("mixed", 3))
+    ours = [member(f"m{i}", "mixed") for i in range(2)]
+    theirs = member("m2", "mixed")
+    theirs["spec"]["schedulerName"] = "default-scheduler"
+    async with running(sched):
+        sched.on_pod_event("ADDED", theirs)
+        for raw in ours:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("FailedScheduling")) == 2)
+        await sched.drain()
+    assert not api.fake.requests("POST", "/binding")
+    assert {e["message"] for e in api.events("FailedScheduling")} == {
+        "all pods in a single pod group should have the same .spec.schedulerName set, "
+        'got: "default-scheduler" and "loadwise-scheduler"'
+    }
+    (condition,) = condition_patches(api, "mixed")
+    assert condition["reason"] == "SchedulerError"
+
+
+async def test_a_coscheduling_group_by_label_and_a_group_deleted_while_members_wait() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "8")
+    pods = [raw_pod(f"c{i}", cpu="1") for i in range(2)]
+    for raw in pods:
+        raw["metadata"]["labels"] = {COSCHEDULING_LABEL: "spark"}
+    cosched = {
+        "metadata": {"name": "spark", "namespace": NS},
+        "spec": {"minMember": 2, "scheduleTimeoutSeconds": 30},
+    }
+    sched.gangs.on_event(COSCHEDULING)("ADDED", cosched)
+    sched.gangs.on_event(COSCHEDULING)("DELETED", cosched)  # gone before its members came
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await asyncio.sleep(0.1)
+        assert not api.fake.requests("POST", "/binding") and len(sched.gangs.held) == 2
+        sched.gangs.on_event(COSCHEDULING)("ADDED", cosched)
+        await until(lambda: len(api.events("Scheduled")) == 2)
+        await sched.drain()
+    assert not api.fake.requests("PATCH", "/podgroups/")  # coscheduling's status is its own
+    sched.relisted_pods(set())  # a relist without them: nothing of the group is kept
+    assert not sched.gangs.held and not sched.gangs.pending
