@@ -13,6 +13,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubernetes_asyncio import client
@@ -23,6 +24,7 @@ from .kube.informer import Informer, uid_of
 from .kube.transport import Http, Transport
 from .scheduler import device_classes
 from .scheduler.binder import Binder
+from .scheduler.gangs import PATHS as gang_paths
 from .scheduler.queue import SchedulingQueue
 from .scheduler.scheduler import Scheduler
 from .scheduler.state import ClusterState
@@ -151,17 +153,26 @@ def new_scheduler(
 
 
 @dataclass(frozen=True)
+class OptionalInformer:
+    """An informer of an API a cluster may not serve, or a role may not grant: without it,
+    loadwise runs on as `absent` says, after telling `on_absent`."""
+
+    informer: Informer
+    absent: str  # what is lost, for the log
+    on_absent: Callable[[], None] = lambda: None
+
+
+@dataclass(frozen=True)
 class Informers:
     """The informers feeding a scheduler. The required ones are listed before its first
-    decision; DeviceClasses are optional (a cluster without resource.k8s.io/v1, or a role
-    without the rule, runs without them: DRA-backed extended resources are then not known)."""
+    decision; the optional ones (DeviceClasses, both PodGroup APIs) are dropped if not served."""
 
     namespaces: Informer
     nodes: Informer
     pods: Informer
     workloads: tuple[Informer, ...]  # Services and controllers: system default spreading
     budgets: Informer | None  # PodDisruptionBudgets, for preemption only
-    device_classes: Informer
+    optional: tuple[OptionalInformer, ...]
     storage: tuple[Informer, ...] = ()  # claims, volumes, classes, CSI objects: volume plugins
 
     @property
@@ -227,6 +238,33 @@ def storage_informers(transport: Http, storage: StorageState) -> tuple[Informer,
     )
 
 
+def optional_informers(transport: Http, scheduler: Scheduler) -> tuple[OptionalInformer, ...]:
+    classes = scheduler.device_classes
+    gangs = scheduler.gangs
+    return (
+        OptionalInformer(
+            Informer(
+                transport, device_classes.PATH, classes.on_event, on_relisted=classes.relisted
+            ),
+            "pods requesting DRA-backed extended resources are not recognised as such",
+        ),
+        *(
+            OptionalInformer(
+                Informer(
+                    transport,
+                    path,
+                    gangs.on_event(api),
+                    namespaced_name,
+                    gangs.relisted(api),
+                ),
+                f"pods naming a PodGroup of {api} are placed one by one, as any other pod",
+                functools.partial(gangs.unwatch, api),
+            )
+            for api, path in gang_paths.items()
+        ),
+    )
+
+
 def informers(transport: Http, scheduler: Scheduler, config: Config) -> Informers:
     preemption = scheduler.preemption
     return Informers(
@@ -255,12 +293,7 @@ def informers(transport: Http, scheduler: Scheduler, config: Config) -> Informer
         )
         if config.scheduling.preemption
         else None,
-        Informer(
-            transport,
-            device_classes.PATH,
-            scheduler.device_classes.on_event,
-            on_relisted=scheduler.device_classes.relisted,
-        ),
+        optional_informers(transport, scheduler),
         storage_informers(transport, scheduler.state.storage),
     )
 

@@ -44,6 +44,8 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
             ("deviceclasses", "resource.k8s.io"),  # DRA-backed extended resources (refused)
+            ("podgroups", "scheduling.k8s.io"),  # gangs (scheduler/gangs.py), both APIs
+            ("podgroups", "scheduling.x-k8s.io"),
             ("persistentvolumeclaims", ""),  # the volume plugins (scheduler/volumes.py)
             ("persistentvolumes", ""),
             ("storageclasses", "storage.k8s.io"),
@@ -63,6 +65,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("patch", "", "persistentvolumes"),  # VolumeBinding's PreBind: claimRef
     Permission("patch", "", "persistentvolumeclaims"),  # ... and the selected-node annotation
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
+    Permission("patch", "scheduling.k8s.io", "podgroups", "status"),  # group_cycle.py
     Permission("delete", "", "pods", when="preemption"),  # preemption's victims
     Permission("create", "", "events", ""),
     Permission("patch", "loadwise.io", "schedulingpolicies"),  # pre-0.1.0 finalizers

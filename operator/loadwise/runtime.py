@@ -25,7 +25,15 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from . import secure_serving as serving
-from .components import Informers, api_client, build, identity_of, informers, operator_object
+from .components import (
+    Informers,
+    OptionalInformer,
+    api_client,
+    build,
+    identity_of,
+    informers,
+    operator_object,
+)
 from .config import Config
 from .degradations import Degradations
 from .kube import prefetch
@@ -65,7 +73,7 @@ class Runtime:
         self.informers = self.parts.required  # all listed before the first decision
         self.budget_informer = self.parts.budgets
         self.pod_informer = self.parts.pods
-        self.device_classes: Informer | None = self.parts.device_classes
+        self.optional: list[Informer] = [p.informer for p in self.parts.optional]
         self.policies = PolicyWatch(transport, scheduler.policies, self.degradations)
         self.reporter = Reporter(
             transport,
@@ -191,23 +199,26 @@ class Runtime:
         )
 
     async def _seed_optional(self) -> None:
-        informer = self.device_classes
-        if informer is None:
-            return
-        try:
-            await informer.list()
-        except ApiError as exc:
-            if exc.status not in (403, 404):
-                raise
-            log.info(
-                "DeviceClasses not readable (HTTP %s): pods requesting DRA-backed extended "
-                "resources are not recognised as such",
-                exc.status,
-            )
-            self.device_classes = None
+        """List the optional informers; those not served (or not granted) are not watched."""
+
+        async def seed(part: OptionalInformer) -> Informer | None:
+            try:
+                await part.informer.list()
+            except ApiError as exc:
+                if exc.status not in (403, 404):
+                    raise
+                log.info(
+                    "%s not readable (HTTP %s): %s", part.informer.path, exc.status, part.absent
+                )
+                part.on_absent()
+                return None
+            return part.informer
+
+        seeded = await asyncio.gather(*(seed(part) for part in self.parts.optional))
+        self.optional = [informer for informer in seeded if informer is not None]
 
     def _watched(self) -> list[Informer]:
-        return [*self.informers, *([self.device_classes] if self.device_classes else [])]
+        return [*self.informers, *self.optional]
 
     def _start_tasks(self) -> None:
         for informer in self._watched():

@@ -150,7 +150,7 @@ class ClusterEvents:
             self._gated_gauge.set(len(self.gated))
             return
         self._ungate(uid)
-        if pod.group is not None and not self.gangs.admit(pod):
+        if self.gangs.applies(pod) and not self.gangs.admit(pod):
             self.queue.remove(uid)  # held until its group is ready (gangs.py)
             return
         self.queue.add(pod)

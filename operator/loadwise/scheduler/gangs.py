@@ -38,6 +38,20 @@ class Gangs:
         self._group_of: dict[str, GroupKey] = {}  # uid -> its group, for ours and others'
         # Told of each held member its group made ready (the scheduler queues it).
         self.release: Callable[[PodInfo], None] = lambda pod: None
+        self.apis: set[Api] = {UPSTREAM, COSCHEDULING}  # those served (runtime.py finds out)
+
+    def applies(self, pod: PodInfo) -> bool:
+        """Whether `pod` is placed with its group: it names one, of an API this cluster serves
+        (kube-scheduler, too, places a pod whose group API it lacks as any other pod)."""
+        return pod.group is not None and pod.group.api in self.apis
+
+    def unwatch(self, api: Api) -> None:
+        """`api` is not served (or not readable): its members are ordinary pods from now on."""
+        self.apis.discard(api)
+        for uid, pod in list(self.held.items()):
+            if pod.group is not None and pod.group.api == api:
+                self.forget(uid)
+                self.release(pod)
 
     # --- PodGroups (informers) ---------------------------------------------------------------
     def on_event(self, api: Api) -> Callable[[str | None, Mapping[str, Any]], None]:

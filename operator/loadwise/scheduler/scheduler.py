@@ -193,7 +193,7 @@ class Scheduler:
         if pod.uid in self.state.pods:  # bound or assumed meanwhile
             self.queue.done(pod.uid)
             return False
-        if pod.group is not None:  # a gang's member: its whole group is decided now
+        if self.gangs.applies(pod):  # a gang's member: its whole group is decided now
             return self.groups.schedule(pod)
         policy = self.policies.for_pod(
             pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
