@@ -162,8 +162,9 @@ class LocalCluster:
         return Config.of(**values)
 
     # --- setup helpers -------------------------------------------------------------------------
-    async def install_crd(self, kube: Kube) -> None:
-        crd = build_crd()
+    async def install_crd(self, kube: Kube, crd: dict[str, Any] | None = None) -> None:
+        """loadwise's CRD, or `crd` (e.g. manifests.coscheduling_crd()), until Established."""
+        crd = crd or build_crd()
         path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
         try:
             await kube.create(path, crd)

@@ -179,6 +179,13 @@ def kubeconfig(server: str, ca_file: Path, token: str, user: str = "admin") -> s
     )
 
 
+# Kubernetes' own gang scheduling (PodGroups, scheduling.k8s.io/v1beta1): beta, off by default,
+# gated on kube-apiserver, kube-controller-manager (its podgroup-protection controller removes
+# the finalizer every PodGroup gets) and kube-scheduler (its GangScheduling plugin); docs/gangs.md.
+FEATURE_GATES = "--feature-gates=GenericWorkload=true"
+RUNTIME_CONFIG = "--runtime-config=scheduling.k8s.io/v1beta1=true"
+
+
 @dataclass
 class ControlPlane:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="loadwise-cp-")))
@@ -290,6 +297,8 @@ class ControlPlane:
             "--max-mutating-requests-inflight=1000",
             "--profiling=false",
             "--v=1",
+            FEATURE_GATES,
+            RUNTIME_CONFIG,
             *self.apiserver_args,
         ]
         if self.node_hosts:
@@ -323,6 +332,7 @@ class ControlPlane:
                 f"--root-ca-file={pki / 'ca.crt'}",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",
+                FEATURE_GATES,
                 "--v=1",
             ],
         )
@@ -351,6 +361,7 @@ class ControlPlane:
                 f"--config={config}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
+                FEATURE_GATES,
                 "--v=1",
             ],
         )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from loadwise.kube.times import stamp
 
@@ -103,3 +106,42 @@ def policy(name: str, cpu: float = 1, memory: float = 1, **spec: Any) -> dict[st
         "metadata": {"name": name},
         "spec": {"weights": {"cpu": cpu, "memory": memory}, **spec},
     }
+
+
+# --- pod groups (docs/gangs.md) --------------------------------------------------------------
+COSCHEDULING_CRD = Path(__file__).with_name("coscheduling-crd.yaml")
+
+
+def pod_group(name: str, namespace: str, min_count: int, **spec: Any) -> dict[str, Any]:
+    """Kubernetes' own PodGroup (scheduling.k8s.io/v1beta1) with a gang policy."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}, **spec},
+    }
+
+
+def coscheduling_group(name: str, namespace: str, min_member: int, **spec: Any) -> dict[str, Any]:
+    """scheduler-plugins' coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1)."""
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": min_member, **spec},
+    }
+
+
+def coscheduling_crd() -> dict[str, Any]:
+    """The coscheduling CRD as scheduler-plugins publishes it (the file says which release)."""
+    crd: dict[str, Any] = yaml.safe_load(COSCHEDULING_CRD.read_text())
+    return crd
+
+
+def in_group(pod: dict[str, Any], group: str, coscheduling: bool = False) -> dict[str, Any]:
+    """`pod` made a member of `group`: by its spec (Kubernetes' API) or by label."""
+    if coscheduling:
+        pod["metadata"].setdefault("labels", {})["scheduling.x-k8s.io/pod-group"] = group
+    else:
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
