@@ -26,6 +26,7 @@ from . import heat
 from .context import Basis, CycleContext
 from .cycle import Decision, conclude, diagnose
 from .heat import RELIEVABLE, sample_over
+from .pod_groups import group_of
 from .profile import DEFAULT_PROFILE, Profile
 from .scoring import UsageProfiles, pod_estimate
 from .types import PodInfo, controller_of
@@ -47,8 +48,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 def ineligible(raw: Mapping[str, Any], scheduler_name: str, local_storage: bool) -> str | None:
     """Why a pod may not be moved, or None. Static and DaemonSet pods never; pods another
-    scheduler placed, or that no controller would recreate, or holding local storage (unless
-    allowed) neither."""
+    scheduler placed, members of a pod group, pods no controller would recreate, or holding
+    local storage (unless allowed) neither."""
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
@@ -58,6 +59,8 @@ def ineligible(raw: Mapping[str, Any], scheduler_name: str, local_storage: bool)
         return "a DaemonSet's pod"
     if (spec.get("schedulerName") or "default-scheduler") != scheduler_name:
         return "placed by another scheduler"
+    if group_of(meta, spec) is not None:
+        return "a member of a pod group (moved alone, it would break its gang)"
     if owner is None or owner.kind not in RECREATING:
         return "no ReplicaSet, StatefulSet or ReplicationController recreates it"
     if meta.get("deletionTimestamp"):

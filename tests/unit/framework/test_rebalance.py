@@ -125,6 +125,8 @@ def test_which_pods_may_move() -> None:
         "a DaemonSet's pod": {"metadata": {"ownerReferences": [
             {"kind": "DaemonSet", "name": "d", "uid": "d", "controller": True}]}},
         "placed by another scheduler": {"spec": {"schedulerName": "default-scheduler"}},
+        "a member of a pod group (moved alone, it would break its gang)": {
+            "spec": {"schedulingGroup": {"podGroupName": "g"}}},
         "no ReplicaSet, StatefulSet or ReplicationController recreates it": {
             "metadata": {"ownerReferences": []}},
         "terminating": {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}},
