@@ -129,6 +129,13 @@ class SchedulingSettings(SettingsGroup):
         ge=0,
         description="seconds between repeated identical FailedScheduling events for one pod",
     )
+    gang_wait_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="seconds a pod group's members may wait for their PodGroup or its minimum "
+        "of members before each is told why (again at that interval; coscheduling's "
+        "scheduleTimeoutSeconds, when set, instead)",
+    )
 
 
 class ElectionSettings(SettingsGroup):

@@ -92,6 +92,21 @@ BUILD_INFO = Gauge(
     "Always 1; the labels say which loadwise and which Python run.",
     ["version", "python"],
 )
+POD_GROUP_DECISIONS = Counter(
+    "loadwise_pod_group_decisions_total",
+    "Decisions on pod groups (gangs), by result: placed (its minimum reached), unschedulable "
+    "(nothing of it kept), error (its members disagree on scheduler or priority).",
+    ["result"],
+)
+POD_GROUPS_WAITING = Gauge(
+    "loadwise_pod_groups_waiting",
+    "Pod groups whose members are held back: their PodGroup is missing, or fewer members than "
+    "its minimum exist.",
+)
+POD_GROUPS_TIMED_OUT = Counter(
+    "loadwise_pod_groups_timed_out_total",
+    "Times a pod group's members waited past its timeout and were told why.",
+)
 PLACEMENTS = Counter(
     "loadwise_placements",
     "Placement decisions by policy and by what the chosen node was scored on: 'metrics' (a "

@@ -11,9 +11,11 @@ and a group that mixes schedulers is refused as kube-scheduler refuses it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from .. import observability as obs
 from ..framework.pod_groups import COSCHEDULING, UPSTREAM, Api, GroupKey, PodGroup, parse_group
 from ..framework.types import PodInfo
 from .state import ClusterState
@@ -34,6 +36,8 @@ class Gangs:
         self.broken: dict[GroupKey, str] = {}  # PodGroups that cannot be read: why
         self.pending: dict[GroupKey, dict[str, PodInfo]] = {}  # our pending members
         self.held: dict[str, PodInfo] = {}  # members not queued until their group is ready
+        self.held_at: dict[str, float] = {}  # uid -> monotonic time it was first held
+        self.told: dict[GroupKey, float] = {}  # waiting groups told, and when
         self.foreign: dict[GroupKey, dict[str, str]] = {}  # others' pending: uid -> scheduler
         self._group_of: dict[str, GroupKey] = {}  # uid -> its group, for ours and others'
         # Told of each held member its group made ready (the scheduler queues it).
@@ -104,15 +108,20 @@ class Gangs:
         self.pending.setdefault(key, {})[pod.uid] = pod
         if self.ready(key):
             self.held.pop(pod.uid, None)
+            self.held_at.pop(pod.uid, None)
             self.try_release(key)
             return True
-        self.held[pod.uid] = pod
+        self._hold(pod)
         return False
 
     def hold(self, pod: PodInfo) -> None:
         """A member popped while its group is not ready (its PodGroup went, members left)."""
         if pod.group is not None and pod.uid in self.pending.get(pod.group, {}):
-            self.held[pod.uid] = pod
+            self._hold(pod)
+
+    def _hold(self, pod: PodInfo) -> None:
+        self.held[pod.uid] = pod
+        self.held_at.setdefault(pod.uid, time.monotonic())
 
     def note_foreign(self, uid: str, key: GroupKey, scheduler_name: str) -> None:
         """A pending member another scheduler is named to place."""
@@ -126,6 +135,7 @@ class Gangs:
         if key is None:
             return
         self.held.pop(uid, None)
+        self.held_at.pop(uid, None)
         for members in (self.pending, self.foreign):
             these = members.get(key)
             if these is not None:
@@ -155,7 +165,9 @@ class Gangs:
     def try_release(self, key: GroupKey) -> None:
         if not self.ready(key):
             return
+        self.told.pop(key, None)
         for uid in [u for u in self.pending.get(key, ()) if u in self.held]:
+            self.held_at.pop(uid, None)
             self.release(self.held.pop(uid))
 
     def waiting(self) -> Iterator[tuple[GroupKey, int]]:
@@ -165,6 +177,41 @@ class Gangs:
             if pod.group is not None:
                 counts[pod.group] = counts.get(pod.group, 0) + 1
         return iter(counts.items())
+
+    def overdue(self, now: float, default: float) -> list[tuple[list[PodInfo], str]]:
+        """Groups whose members have waited longer than the group's timeout (coscheduling's
+        scheduleTimeoutSeconds, else `default`) since they were held or last told: the members
+        to tell, and why they wait. Nothing of theirs is held meanwhile: waiting costs no room."""
+        members: dict[GroupKey, list[PodInfo]] = {}
+        for pod in self.held.values():
+            if pod.group is not None:
+                members.setdefault(pod.group, []).append(pod)
+        for key in [k for k in self.told if k not in members]:
+            del self.told[key]
+        due = []
+        for key, pods in members.items():
+            group = self.groups.get(key)
+            timeout = group.timeout if group is not None and group.timeout else default
+            since = self.told.get(key) or min(self.held_at.get(p.uid, now) for p in pods)
+            if now - since >= timeout:
+                if key not in self.told:
+                    obs.POD_GROUPS_TIMED_OUT.inc()
+                self.told[key] = now
+                due.append((pods, self.why_waiting(key)))
+        return due
+
+    def why_waiting(self, key: GroupKey) -> str:
+        """What a held member waits for, in words."""
+        group = self.groups.get(key)
+        if group is None:
+            broken = self.broken.get(key)
+            if broken is not None:
+                return f"pod group {key} cannot be read: {broken}"
+            return f"pod group {key} does not exist: its members wait for it"
+        return (
+            "waiting for minCount pods from a gang to appear in scheduling queue: "
+            f"{self.members(key)} of {group.minimum} exist (pod group {key})"
+        )
 
     def mismatch(self, group: PodGroup, members: list[PodInfo]) -> str:
         """kube-scheduler's refusal of a group whose members disagree ("" when they agree)."""

@@ -19,6 +19,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from .. import observability as obs
 from ..framework.cycle import Decision, Unschedulable
 from ..framework.gang import GroupDecision, member_order, place_group
 from ..framework.pod_groups import UPSTREAM, PodGroup
@@ -54,14 +55,17 @@ class GroupCycle:
         started = time.perf_counter()
         refusal = gangs.mismatch(group, members)
         if refusal:  # kube-scheduler fails such a group as a SchedulerError
+            obs.POD_GROUP_DECISIONS.labels("error").inc()
             for member in members:
                 s.queue.backoff(member.uid)
             self._report(group, members, {}, refusal, "SchedulerError")
             return True
         decision, plans = self._decide(group, members)
         if decision.reached:
+            obs.POD_GROUP_DECISIONS.labels("placed").inc()
             self._bind(group, decision, plans, started)
             return True
+        obs.POD_GROUP_DECISIONS.labels("unschedulable").inc()
         for member, _ in decision.placed:  # nothing of it is kept
             s.state.forget(member.uid)
             plan = plans.get(member.uid)

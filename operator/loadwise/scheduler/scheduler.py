@@ -11,6 +11,7 @@ network: its writes (bindings, events, PodScheduled, nominations and evictions) 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import logging
@@ -75,6 +76,7 @@ class Scheduler:
         self.policies = PolicySet()
         self.policies.on_change = self._policies_changed
         self.failure_event_interval = settings.failure_event_interval
+        self.gang_wait_timeout = settings.gang_wait_timeout
         self.rng = rng or random.Random()
         self.index = ScoreIndex(profile)
         self.events = EventWriter(binder.event)
@@ -152,6 +154,7 @@ class Scheduler:
     async def run(self) -> None:
         term = self._term
         log.info("scheduler %s running", self.name)
+        waiting = asyncio.get_running_loop().create_task(self._tell_waiting_groups())
         try:
             while True:
                 await self.inflight.slots.acquire()
@@ -182,8 +185,21 @@ class Scheduler:
                     if not handed_off:
                         self.inflight.slots.release()
         finally:
+            waiting.cancel()
             if term == self._term:  # stopped otherwise than by abandon(): end the term here
                 self.abandon()
+
+    async def _tell_waiting_groups(self) -> None:
+        """While leading: members held past their group's timeout are told why they wait."""
+        while True:
+            await asyncio.sleep(min(5.0, self.gang_wait_timeout / 2))
+            obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.gangs.waiting()))
+            for members, why in self.gangs.overdue(time.monotonic(), self.gang_wait_timeout):
+                self.inflight.spawn_unslotted(self._tell(members, why))
+
+    async def _tell(self, pods: list[PodInfo], message: str) -> None:
+        for pod in pods:
+            await self.report_unschedulable(pod, message)
 
     def schedule_popped(self, pod: PodInfo) -> bool:
         """kube-scheduler's ScheduleOne for a popped pod: the scheduling cycle, then the binding

@@ -7,13 +7,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from prometheus_client import REGISTRY
+
+from loadwise.config import SchedulingSettings
 from loadwise.framework.pod_groups import COSCHEDULING, COSCHEDULING_LABEL, UPSTREAM, GroupKey
-from loadwise.scheduler.binder import MERGE_PATCH
+from loadwise.scheduler.binder import MERGE_PATCH, Binder
+from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
+from loadwise.usage.cache import MetricsCache
 from loadwise_dev import manifests
 
 from ...fakes import until
-from .test_scheduler import Api, bound, raw_pod, running, scheduler, uid
+from .test_scheduler import NAME, Api, bound, raw_pod, running, scheduler, uid
 
 NS = "default"
 
@@ -168,3 +173,32 @@ async def test_a_coscheduling_group_by_label_and_a_group_deleted_while_members_w
     assert not api.fake.requests("PATCH", "/podgroups/")  # coscheduling's status is its own
     sched.relisted_pods(set())  # a relist without them: nothing of the group is kept
     assert not sched.gangs.held and not sched.gangs.pending
+
+
+async def test_members_waiting_past_the_timeout_are_told_why_and_nothing_is_held() -> None:
+    api = Api()
+    sched = Scheduler(
+        NAME,
+        Binder(api.fake, NAME),
+        {"prometheus": MetricsCache(None, 10.0)},
+        SchedulingQueue(),
+        SchedulingSettings(gang_wait_timeout=0.2),
+    )
+    with_nodes(sched, "8")
+    timed_out = REGISTRY.get_sample_value("loadwise_pod_groups_timed_out_total") or 0.0
+    pods = [member(f"t{i}", "late") for i in range(2)]
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("FailedScheduling")) == 2)
+        assert {e["message"] for e in api.events("FailedScheduling")} == {
+            "pod group default/late does not exist: its members wait for it"
+        }
+        sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("late", 3))  # 2 of 3 ever come
+        await until(lambda: len(api.events("FailedScheduling")) == 4, timeout=3.0)
+        assert not sched.state.pods and not api.fake.requests("POST", "/binding")
+    assert {e["message"] for e in api.events("FailedScheduling")[2:]} == {
+        "waiting for minCount pods from a gang to appear in scheduling queue: 2 of 3 exist "
+        "(pod group default/late)"
+    }
+    assert REGISTRY.get_sample_value("loadwise_pod_groups_timed_out_total") == timed_out + 1
