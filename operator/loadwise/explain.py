@@ -28,6 +28,7 @@ from .components import build
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose, prefilter
+from .framework.gang import member_order, what_if_group
 from .framework.heat import thresholds_text
 from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
@@ -85,6 +86,9 @@ def explain_rows(
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
     summary = f"{summary}\n{estimate_line(pod, policy, ctx.learned)}"
+    group = group_line(scheduler, pod, now)
+    if group is not None:
+        summary = f"{summary}\n{group}"
     if not isinstance(result, Decision) and not pod.invalid_reason:
         line = (
             preemption_line(scheduler, pod, policy)
@@ -94,6 +98,34 @@ def explain_rows(
         summary = f"{summary}\n{line}"
     warning = metrics_warning(scheduler, policy, config)
     return rows, f"{warning}\n{summary}" if warning else summary
+
+
+def group_line(scheduler: Scheduler, pod: PodInfo, now: float) -> str | None:
+    """A gang member's group: what it waits for, or the group's decision as a dry run (the
+    cycle the operator would run for all of its pending members now)."""
+    gangs, state = scheduler.gangs, scheduler.state
+    key = pod.group
+    if key is None or not gangs.applies(pod):
+        return None
+    group = gangs.groups.get(key)
+    if group is None or not gangs.ready(key):
+        return f"pod group: {gangs.why_waiting(key)}"
+    members = {u: p for u, p in gangs.pending.get(key, {}).items() if u not in state.pods}
+    members[pod.uid] = pod
+    first = min(members.values(), key=member_order)
+    policy = scheduler.policies.for_pod(
+        first.labels, state.namespaces.get(first.namespace), first.scheduler_name
+    )
+    basis = scheduler.usage.basis(policy, now, random.Random(0))
+    scheduled = state.group_members[key]
+    decision = what_if_group(
+        list(members.values()), state, basis, group.minimum, scheduled, scheduler.profile
+    )
+    head = f"pod group {key} (minimum {group.minimum}, {scheduled} scheduled)"
+    if not decision.reached:
+        return f"{head}: {decision.message}"
+    placed = ", ".join(f"{p.name} -> {d.node}" for p, d in decision.placed)
+    return f"{head}: placed whole now: {placed}"
 
 
 def preemption_line(scheduler: Scheduler, pod: PodInfo, policy: Policy) -> str:
@@ -254,6 +286,11 @@ async def _explain(target: str, config: Config) -> str:
             # workloads: Services and controllers, for default spreading; storage: claims,
             # volumes, classes and CSI objects, for the volume plugins
             await informer.list()
+        for optional in parts.optional:  # PodGroups (gangs): where served and readable
+            try:
+                await optional.informer.list()
+            except ApiError:
+                optional.on_absent()
         found: list[Mapping[str, Any]] = []
 
         def pod_event(kind: str | None, raw: Mapping[str, Any]) -> None:

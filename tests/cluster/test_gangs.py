@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.explain import _explain
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube
@@ -70,6 +71,11 @@ async def test_a_gang_waits_for_its_podgroup_and_minimum_then_is_placed_whole_of
         await kube.create(GROUPS.format(ns=ns), manifests.pod_group("train", ns, 6))
         await asyncio.sleep(3)  # 5 of 6 exist
         assert not await bound_names(kube, ns)
+        explained = await _explain(f"{ns}/w0", local_cluster.operator_config())
+        assert (
+            "pod group: waiting for minCount pods from a gang to appear in scheduling queue: "
+            f"5 of 6 exist (pod group {ns}/train)"
+        ) in explained, explained
         await create_members(kube, ns, "train", names[5:])
         nodes = await wait_bound(kube, ns, names)
         # 6 cpu on two cool nodes of 4: neither the hot node, nor one member left behind
@@ -103,6 +109,11 @@ async def test_a_gang_that_cannot_fit_holds_nothing_until_room_comes_then_is_pla
             for e in failed
         )
         assert not await bound_names(kube, ns)  # three would fit: none is bound
+        explained = await _explain(f"{ns}/b0", local_cluster.operator_config())
+        assert (
+            f"pod group {ns}/big (minimum 4, 0 scheduled): pod group is unschedulable, minCount "
+            "(4) cannot be satisfied: 3 scheduled, 0 remaining"
+        ) in explained, explained
 
         async def refused() -> dict[str, Any] | None:
             found = await condition(kube, ns, "big")
