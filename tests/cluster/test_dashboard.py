@@ -64,6 +64,13 @@ async def test_every_panel_returns_data_from_prometheus_scraping_loadwise(
                     f"/api/v1/namespaces/{ns}/pods", manifests.pod(name, namespace=ns)
                 )
             await wait_bound(kube, ns, pods)
+            groups = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
+            await kube.create(groups, manifests.pod_group("gang", ns, 2))
+            gang = [f"g{i}" for i in range(2)]
+            for name in gang:
+                member = manifests.in_group(manifests.pod(name, namespace=ns), "gang")
+                await kube.create(f"/api/v1/namespaces/{ns}/pods", member)
+            await wait_bound(kube, ns, gang)
             big = manifests.pod("too-big", namespace=ns, cpu="64")
             await kube.create(f"/api/v1/namespaces/{ns}/pods", big)
             await wait_event(kube, ns, "too-big", "FailedScheduling")
@@ -102,7 +109,8 @@ async def test_every_panel_returns_data_from_prometheus_scraping_loadwise(
                 raise AssertionError(f"no series {labels} for {expr}")
 
             attempts = f'scheduler_schedule_attempts_total{{profile="{SCHEDULER}"}}'
-            assert value(attempts, result="scheduled") >= 6
+            assert value(attempts, result="scheduled") >= 8
+            assert value("loadwise_pod_group_decisions_total", result="placed") >= 1
             assert value(attempts, result="unschedulable") >= 1
             # too-big went through the PostFilter (nothing of lower priority to evict).
             assert value("scheduler_preemption_attempts_total") >= 1
@@ -110,9 +118,9 @@ async def test_every_panel_returns_data_from_prometheus_scraping_loadwise(
             assert value('sum(scheduler_pending_pods{queue!="gated"})') == 1
             assert value("scheduler_pending_pods", queue="gated") == 1
             passed_over = 'loadwise_hot_nodes_passed_over_total{policy="board"}'
-            assert value(passed_over) >= 6  # the hot node, at every decision
+            assert value(passed_over) >= 8  # the hot node, at every decision
             placed = 'loadwise_placements_total{policy="board"}'
-            assert value(placed, basis="metrics") >= 6
+            assert value(placed, basis="metrics") >= 8
             assert value("loadwise_degraded", reason="no_policy") == 0  # raised, then cleared
     finally:
         prometheus.stop()

@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import observability as obs
+from ..framework.context import Basis
 from ..framework.cycle import Decision, Unschedulable
 from ..framework.gang import GroupDecision, member_order, place_group
 from ..framework.pod_groups import UPSTREAM, PodGroup
@@ -38,6 +39,9 @@ class GroupCycle:
     def __init__(self, scheduler: Scheduler) -> None:
         self.s = scheduler
         self._written: dict[Any, tuple[str, str, str]] = {}  # group -> condition last written
+        self._decisions = {
+            r: obs.POD_GROUP_DECISIONS.labels(r) for r in ("placed", "unschedulable", "error")
+        }
 
     def schedule(self, pod: PodInfo) -> bool:
         """The group of a popped member (Scheduler.schedule_popped's contract: True when the
@@ -55,17 +59,22 @@ class GroupCycle:
         started = time.perf_counter()
         refusal = gangs.mismatch(group, members)
         if refusal:  # kube-scheduler fails such a group as a SchedulerError
-            obs.POD_GROUP_DECISIONS.labels("error").inc()
+            self._decisions["error"].inc()
             for member in members:
                 s.queue.backoff(member.uid)
             self._report(group, members, {}, refusal, "SchedulerError")
             return True
-        decision, plans = self._decide(group, members)
+        decision, plans, basis = self._decide(group, members)
+        done = time.perf_counter()
+        obs.ALGORITHM_SECONDS.observe(done - started)
         if decision.reached:
-            obs.POD_GROUP_DECISIONS.labels("placed").inc()
+            self._decisions["placed"].inc()
+            for _, result in decision.placed:
+                s.observe_decision(result, basis.samples)
             self._bind(group, decision, plans, started)
             return True
-        obs.POD_GROUP_DECISIONS.labels("unschedulable").inc()
+        self._decisions["unschedulable"].inc()
+        s.count_unschedulable(len(members), done - started)
         for member, _ in decision.placed:  # nothing of it is kept
             s.state.forget(member.uid)
             plan = plans.get(member.uid)
@@ -80,7 +89,7 @@ class GroupCycle:
 
     def _decide(
         self, group: PodGroup, members: list[PodInfo]
-    ) -> tuple[GroupDecision, dict[str, VolumePlan]]:
+    ) -> tuple[GroupDecision, dict[str, VolumePlan], Basis]:
         """Members in kube-scheduler's order, each assumed with its volumes when it fits; the
         group's policy is its first member's."""
         s = self.s
@@ -101,7 +110,7 @@ class GroupCycle:
             return result
 
         scheduled = s.state.group_members[group.key]  # before this cycle assumes any
-        return place_group(members, group.minimum, attempt, scheduled), plans
+        return place_group(members, group.minimum, attempt, scheduled), plans, basis
 
     def _bind(
         self,

@@ -32,7 +32,7 @@ from ..framework.scoring import score_node, weighted_load
 from ..framework.types import PodInfo
 from ..policies.policy import Policy
 from ..policies.policy_set import PolicySet
-from ..usage.cache import MetricsCache
+from ..usage.cache import MetricsCache, NodeSample
 from .binder import Binder, BindResult
 from .decisions import DecisionMetrics, decision_record
 from .device_classes import DeviceClasses
@@ -263,6 +263,16 @@ class Scheduler:
             self.inflight.spawn(self.report_unschedulable(pod, message))
             return True
         return False
+
+    def observe_decision(self, result: Decision, samples: Mapping[str, NodeSample]) -> None:
+        """loadwise's placement metrics for a decision that is kept (reserved, then bound)."""
+        self._decision_metrics.observe(result, samples)
+
+    def count_unschedulable(self, pods: int, seconds: float) -> None:
+        """kube-scheduler's attempt metrics for pods no node took (a group's members too)."""
+        self._attempts["unschedulable"].inc(pods)
+        for _ in range(pods):
+            self._attempt_seconds["unschedulable"].observe(seconds)
 
     def decide(self, pod: PodInfo, basis: Basis) -> Decision | Unschedulable:
         """The scheduling cycle for one pod (the group cycle's too): the score index, or the
