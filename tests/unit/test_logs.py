@@ -114,7 +114,7 @@ def test_the_setting_takes_text_or_json_only() -> None:
 async def test_decisions_are_debug_lines_with_pod_node_and_policy(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="loadwise.scheduler.scheduler")
+    caplog.set_level(logging.DEBUG, logger="loadwise.scheduler")
     api = Api()
     sched = scheduler(api)
     sched.policies.apply("batch", {})
@@ -127,7 +127,7 @@ async def test_decisions_are_debug_lines_with_pod_node_and_policy(
     lines = [
         json.loads(logs.JsonFormatter().format(r))
         for r in caplog.records
-        if r.name == "loadwise.scheduler.scheduler" and r.levelno == logging.DEBUG
+        if r.name.startswith("loadwise.scheduler.") and r.levelno == logging.DEBUG
     ]
     bound = next(line for line in lines if line["msg"].startswith("bound "))
     assert (bound["pod"], bound["node"], bound["policy"]) == ("default/web", "n1", "batch")

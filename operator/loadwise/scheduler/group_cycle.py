@@ -15,6 +15,7 @@ siblings counted toward the minimum; members already bound stay bound (see docs/
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,19 @@ class GroupCycle:
         self._decisions = {
             r: obs.POD_GROUP_DECISIONS.labels(r) for r in ("placed", "unschedulable", "error")
         }
+
+    async def tell_waiting_forever(self) -> None:
+        """Beside the loop, while leading: members held past their group's timeout are told
+        why they wait."""
+        while True:
+            await asyncio.sleep(min(5.0, self.s.gang_wait_timeout / 2))
+            obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.s.gangs.waiting()))
+            for members, why in self.s.gangs.overdue(time.monotonic(), self.s.gang_wait_timeout):
+                self.s.inflight.spawn_unslotted(self._tell(members, why))
+
+    async def _tell(self, pods: list[PodInfo], message: str) -> None:
+        for pod in pods:
+            await self.s.report_unschedulable(pod, message)
 
     def schedule(self, pod: PodInfo) -> bool:
         """The group of a popped member (Scheduler.schedule_popped's contract: True when the

@@ -33,8 +33,9 @@ from ..framework.types import PodInfo
 from ..policies.policy import Policy
 from ..policies.policy_set import PolicySet
 from ..usage.cache import MetricsCache, NodeSample
-from .binder import Binder, BindResult
-from .decisions import DecisionMetrics, decision_record
+from .binder import Binder
+from .binding_cycle import BindingCycle
+from .decisions import DecisionMetrics
 from .device_classes import DeviceClasses
 from .event_handlers import ClusterEvents
 from .events import EventWriter
@@ -46,7 +47,7 @@ from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
 from .usage_sources import UsageSources
-from .volume_binder import VolumeBinder, VolumeBindError
+from .volume_binder import VolumeBinder
 
 log = logging.getLogger(__name__)
 RESULTS = ("scheduled", "unschedulable", "error")
@@ -84,14 +85,10 @@ class Scheduler:
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
         self._decided = itertools.count(1)  # decisions made, numbered in order
-        self._reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
+        self.reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
         # kube-scheduler's metrics; the profile label is the scheduler name.
-        self._attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
-        self._attempt_seconds = {r: obs.ATTEMPT_SECONDS.labels(r, scheduler_name) for r in RESULTS}
-        self._bind_seconds = {
-            s: obs.EXTENSION_POINT_SECONDS.labels("Bind", s, scheduler_name)
-            for s in ("Success", "Error")
-        }
+        self.attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
+        self.attempt_seconds = {r: obs.ATTEMPT_SECONDS.labels(r, scheduler_name) for r in RESULTS}
         self._decision_metrics = DecisionMetrics()
         self._pending = {q: obs.PENDING.labels(q) for q in obs.QUEUES}
         queue.on_count = self._queue_changed  # the gauge follows every queue change
@@ -116,6 +113,7 @@ class Scheduler:
         self.gangs = Gangs(scheduler_name, self.state)
         self.gangs.release = queue.add
         self.groups = GroupCycle(self)
+        self.binding = BindingCycle(self)
         # Watch events in (event_handlers.py): the informers call these.
         self.watch = ClusterEvents(
             scheduler_name,
@@ -123,7 +121,7 @@ class Scheduler:
             queue,
             profile,
             self.preemption,
-            self._reported,
+            self.reported,
             self._pending["gated"],
             self.gangs,
         )
@@ -154,7 +152,7 @@ class Scheduler:
     async def run(self) -> None:
         term = self._term
         log.info("scheduler %s running", self.name)
-        waiting = asyncio.get_running_loop().create_task(self._tell_waiting_groups())
+        waiting = asyncio.get_running_loop().create_task(self.groups.tell_waiting_forever())
         try:
             while True:
                 await self.inflight.slots.acquire()
@@ -178,7 +176,7 @@ class Scheduler:
                         pod.key,
                         extra={"pod": pod.key},
                     )
-                    self._attempts["error"].inc()
+                    self.attempts["error"].inc()
                     self.state.forget(pod.uid)
                     self.queue.backoff(pod.uid)
                 finally:
@@ -188,18 +186,6 @@ class Scheduler:
             waiting.cancel()
             if term == self._term:  # stopped otherwise than by abandon(): end the term here
                 self.abandon()
-
-    async def _tell_waiting_groups(self) -> None:
-        """While leading: members held past their group's timeout are told why they wait."""
-        while True:
-            await asyncio.sleep(min(5.0, self.gang_wait_timeout / 2))
-            obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.gangs.waiting()))
-            for members, why in self.gangs.overdue(time.monotonic(), self.gang_wait_timeout):
-                self.inflight.spawn_unslotted(self._tell(members, why))
-
-    async def _tell(self, pods: list[PodInfo], message: str) -> None:
-        for pod in pods:
-            await self.report_unschedulable(pod, message)
 
     def schedule_popped(self, pod: PodInfo) -> bool:
         """kube-scheduler's ScheduleOne for a popped pod: the scheduling cycle, then the binding
@@ -235,8 +221,8 @@ class Scheduler:
             return True
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
         refused = self.device_classes.refusal(pod)
-        self._attempts["unschedulable"].inc()
-        self._attempt_seconds["unschedulable"].observe(done - started)
+        self.attempts["unschedulable"].inc()
+        self.attempt_seconds["unschedulable"].observe(done - started)
         message = result.message
         outcome = (
             self.post_filter(pod, policy, held)
@@ -257,7 +243,7 @@ class Scheduler:
         if isinstance(outcome, Preemption):
             cleared = self.preemption.nominate(pod, outcome.node)
             self.inflight.spawn(self.preemption.carry_out(pod, outcome, message, cleared))
-            self._reported[pod.uid] = (message, time.monotonic())
+            self.reported[pod.uid] = (message, time.monotonic())
             return True
         if self.should_report(pod.uid, message):
             self.inflight.spawn(self.report_unschedulable(pod, message))
@@ -270,9 +256,9 @@ class Scheduler:
 
     def count_unschedulable(self, pods: int, seconds: float) -> None:
         """kube-scheduler's attempt metrics for pods no node took (a group's members too)."""
-        self._attempts["unschedulable"].inc(pods)
+        self.attempts["unschedulable"].inc(pods)
         for _ in range(pods):
-            self._attempt_seconds["unschedulable"].observe(seconds)
+            self.attempt_seconds["unschedulable"].observe(seconds)
 
     def decide(self, pod: PodInfo, basis: Basis) -> Decision | Unschedulable:
         """The scheduling cycle for one pod (the group cycle's too): the score index, or the
@@ -295,7 +281,7 @@ class Scheduler:
         try:
             return self.volumes.reserve(pod, node)
         except VolumeError as exc:
-            self._attempts["error"].inc()
+            self.attempts["error"].inc()
             self.queue.backoff(pod.uid)
             message = f'running Reserve plugin "VolumeBinding": {exc}'
             self.inflight.spawn(self.report_unschedulable(pod, message))
@@ -317,132 +303,17 @@ class Scheduler:
 
     def should_report(self, uid: str, message: str) -> bool:
         now = time.monotonic()
-        last = self._reported.get(uid)
+        last = self.reported.get(uid)
         if last is not None and last[0] == message and now - last[1] < self.failure_event_interval:
             return False
-        self._reported[uid] = (message, now)
+        self.reported[uid] = (message, now)
         return True
 
     def bind_task(
         self, pod: PodInfo, decision: Decision, attempt_started: float, volumes: VolumePlan
     ) -> Coroutine[Any, Any, None]:
         """The binding cycle of a reserved pod, numbered in the order of decisions."""
-        return self._bind(pod, decision, attempt_started, next(self._decided), volumes)
-
-    async def _bind(
-        self,
-        pod: PodInfo,
-        decision: Decision,
-        attempt_started: float,
-        sequence: int,
-        volumes: VolumePlan,
-    ) -> None:
-        """`attempt_started`: perf_counter at the start of the pod's cycle (the attempt's
-        duration is cycle plus bind, as kube-scheduler's). `volumes`: what PreBind must do
-        first (Unreserve undoes its assumptions if the pod is not bound)."""
-        bound = False
-        try:
-            bound = await self._bind_cycle(pod, decision, attempt_started, sequence, volumes)
-        finally:
-            if volumes and not bound:
-                self.volumes.unreserve(volumes)
-
-    async def _bind_cycle(
-        self,
-        pod: PodInfo,
-        decision: Decision,
-        attempt_started: float,
-        sequence: int,
-        volumes: VolumePlan,
-    ) -> bool:
-        """PreBind, Bind and what follows; True when the pod was bound."""
-        started = time.perf_counter()
-        if volumes:
-            try:
-                await self.volumes.prebind(pod, decision.node, volumes, self.inflight.free_slot)
-            except VolumeBindError as exc:
-                await self._prebind_failed(pod, decision, attempt_started, str(exc))
-                return False
-        try:
-            result = await self.binder.bind(pod, decision.node)
-        except Exception:  # Binder.bind classifies errors itself; this is the backstop
-            log.exception("bind of %s raised", pod.key, extra={"pod": pod.key})
-            result = BindResult.ERROR
-        if not self.inflight.settle(pod.uid):
-            # Abandoned while the request ran on (leadership lost, reservation expired):
-            # the reservation was released then, and the watch shows what the request did.
-            log.info(
-                "bind of %s to %s answered %s after it was abandoned",
-                pod.key,
-                decision.node,
-                result.value,
-                extra={"pod": pod.key, "node": decision.node},
-            )
-            return False
-        finished = time.perf_counter()
-        status = "Success" if result is BindResult.BOUND else "Error"
-        self._bind_seconds[status].observe(finished - started)
-        if result is BindResult.BOUND:
-            pod.bind_landed = True  # a relist that no longer shows it may now drop it
-            entry = self.queue.done(pod.uid)
-            self._reported.pop(pod.uid, None)
-            self._attempts["scheduled"].inc()
-            self._attempt_seconds["scheduled"].observe(finished - attempt_started)
-            if entry is not None:
-                attempts = entry.attempts + 1  # the failed ones and this one
-                obs.SLI_SECONDS.labels(str(attempts)).observe(
-                    max(0.0, self.queue.clock() - entry.queued_at)
-                )
-                obs.POD_ATTEMPTS.observe(attempts)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "bound %s to %s: %s",
-                    pod.key,
-                    decision.node,
-                    decision_record(decision),
-                    extra={"pod": pod.key, "node": decision.node, "policy": decision.policy},
-                )
-            # The decision's number in this replica's order: binds and event writes run
-            # concurrently, so the events' own order is not the order of the decisions.
-            message = (
-                f"Successfully assigned {pod.key} to {decision.node} (decision {sequence}); "
-                f"{decision_record(decision)}"
-            )
-            self.events.emit(pod, "Normal", "Scheduled", message)
-        elif result in (BindResult.GONE, BindResult.CONFLICT):
-            # Deleted, or bound by someone else: the watch brings the truth. Still a failed
-            # attempt, counted as kube-scheduler counts a failed bind: result "error".
-            self._attempts["error"].inc()
-            self._attempt_seconds["error"].observe(finished - attempt_started)
-            self.state.forget(pod.uid)
-            self.queue.done(pod.uid)
-        else:
-            self._attempts["error"].inc()
-            self._attempt_seconds["error"].observe(finished - attempt_started)
-            self.state.forget(pod.uid)
-            self.queue.backoff(pod.uid)
-        return result is BindResult.BOUND
-
-    async def _prebind_failed(
-        self, pod: PodInfo, decision: Decision, attempt_started: float, error: str
-    ) -> None:
-        """kube-scheduler's handleBindingCycleError after PreBind: unreserve (the caller's
-        `finally`), forget the pod, retry it after backoff, and say why."""
-        if not self.inflight.settle(pod.uid):
-            return  # abandoned meanwhile: the reservation was released then
-        log.warning(
-            "binding volumes of %s on %s failed: %s",
-            pod.key,
-            decision.node,
-            error,
-            extra={"pod": pod.key, "node": decision.node},
-        )
-        self._attempts["error"].inc()
-        self._attempt_seconds["error"].observe(time.perf_counter() - attempt_started)
-        self.state.forget(pod.uid)
-        self.queue.backoff(pod.uid)
-        self._reported[pod.uid] = (f'running PreBind plugin "VolumeBinding": {error}', 0.0)
-        await self.report_unschedulable(pod, self._reported[pod.uid][0])
+        return self.binding.run(pod, decision, attempt_started, next(self._decided), volumes)
 
     async def report_unschedulable(self, pod: PodInfo, message: str) -> None:
         await self.binder.event(pod, "Warning", "FailedScheduling", message)
