@@ -201,6 +201,38 @@ async def test_the_articles_test_pod_and_a_tenant_deployment_run_on_the_real_nod
             assert "Started" in described  # the kubelet's own event: the container runs
 
 
+async def test_a_gang_runs_whole_on_the_real_node(
+    rkube: Kube, real_cluster: LocalCluster, rns: str
+) -> None:
+    """Kubernetes' own PodGroup: three members, held until the third exists, then bound together
+    and run by the kubelet."""
+    groups = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{rns}/podgroups"
+    async with loadwise(real_cluster):
+        await rkube.create(groups, manifests.pod_group("trio", rns, 3))
+        names = [f"member-{i}" for i in range(3)]
+        for name in names[:2]:
+            body = manifests.in_group(burner(name), "trio")
+            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": REAL}
+            await create_pod(rkube, rns, body)
+        await asyncio.sleep(2)
+        pods = await rkube.list(f"/api/v1/namespaces/{rns}/pods")
+        assert not any(p["spec"].get("nodeName") for p in pods)  # 2 of 3: none placed
+        body = manifests.in_group(burner(names[2]), "trio")
+        body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": REAL}
+        await create_pod(rkube, rns, body)
+        for name in names:
+            pod = await wait_running(rkube, rns, name)
+            assert pod["spec"]["nodeName"] == REAL
+
+        async def scheduled() -> bool:
+            raw = await rkube.get(f"{groups}/trio")
+            conditions = (raw.get("status") or {}).get("conditions") or ()
+            return any(c["type"] == "PodGroupInitiallyScheduled" and c["status"] == "True"
+                       for c in conditions)  # fmt: skip
+
+        await wait_for(scheduled, 15, what="PodGroupInitiallyScheduled=True")
+
+
 # --- real load ---------------------------------------------------------------------------------
 async def test_a_real_node_made_hot_by_real_cpu_gets_nothing_new_while_a_cooler_node_fits(
     rkube: Kube, real_cluster: LocalCluster, rns: str
