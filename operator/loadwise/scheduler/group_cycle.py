@@ -24,8 +24,10 @@ from .. import observability as obs
 from ..framework.context import Basis
 from ..framework.cycle import Decision, Unschedulable
 from ..framework.gang import GroupDecision, member_order, place_group
-from ..framework.pod_groups import UPSTREAM, PodGroup
+from ..framework.gang_preemption import GroupPreemption, preempt_group
+from ..framework.pod_groups import UPSTREAM, GroupKey, PodGroup
 from ..framework.pod_volumes import VolumeError, VolumePlan
+from ..framework.preemption import NoPreemption
 from ..framework.types import PodInfo
 from ..kube.times import stamp
 
@@ -98,8 +100,80 @@ class GroupCycle:
             s.queue.park(member.uid)
         own = {p.uid: f"{result.message}; " for p, result in decision.refused}
         message = f"{decision.message} (pod group {key})"
+        outcome = self._post_filter(group, members, basis) if s.preempts else None
+        if isinstance(outcome, NoPreemption):
+            message = f"{message} preemption: {outcome.message}"
+        elif isinstance(outcome, GroupPreemption):
+            cleared = [
+                other
+                for member in members
+                if member.uid in outcome.nodes
+                for other in s.preemption.nominate(member, outcome.nodes[member.uid])
+            ]
+            s.inflight.spawn(self._preempt(group, members, outcome, message, cleared))
+            return True
         self._report(group, members, own, message, "Unschedulable")
         return True
+
+    def _post_filter(
+        self, group: PodGroup, members: list[PodInfo], basis: Basis
+    ) -> GroupPreemption | NoPreemption | None:
+        """Preemption for the group (framework/gang_preemption.py); None: nothing to try."""
+        s = self.s
+        obs.PREEMPTION_ATTEMPTS.inc()
+        groups = s.gangs.groups
+
+        def together(key: GroupKey) -> bool:
+            found = groups.get(key)
+            return found is not None and found.disrupt_all
+
+        return preempt_group(
+            members,
+            s.state,
+            basis,
+            group.minimum,
+            s.state.group_members[group.key],
+            list(s.preemption.budgets.values()),
+            together,
+            s.profile,
+        )
+
+    async def _preempt(
+        self,
+        group: PodGroup,
+        members: list[PodInfo],
+        outcome: GroupPreemption,
+        message: str,
+        cleared: list[PodInfo],
+    ) -> None:
+        """The victims marked and deleted (each as kube-scheduler's PreemptPod), the nominations
+        this ended cleared; every member told, nominated to its node; the group waits until the
+        victims' deletion moves it."""
+        binder, first = self.s.binder, min(members, key=member_order)
+        victims = [v for v in outcome.victims if not v.deleting]
+        obs.PREEMPTION_VICTIMS.observe(len(outcome.victims))
+        names = ", ".join(v.key for v in outcome.victims)
+        log.info("preempting %d pod(s) for pod group %s: %s", len(victims), group.key, names)
+        try:
+            await asyncio.gather(
+                *(binder.preempt_victim(v, first, v.node_name) for v in victims),
+                *(binder.clear_nomination(other) for other in cleared),
+            )
+            for member in members:
+                await binder.event(member, "Warning", "FailedScheduling", message)
+                node = outcome.nodes.get(member.uid)
+                await binder.mark_unschedulable(member, message, nominated_node=node)
+            await binder.event(
+                first,
+                "Normal",
+                "Preempting",
+                f"Preempting {len(outcome.victims)} pod(s) to make room for pod group "
+                f"{group.key}: {names}",
+            )
+            if group.key.api == UPSTREAM:
+                await self._condition(group, "False", "Unschedulable", message)
+        except Exception:  # best effort, as the binder's writes: the loop goes on
+            log.exception("preemption for pod group %s failed", group.key)
 
     def _decide(
         self, group: PodGroup, members: list[PodInfo]

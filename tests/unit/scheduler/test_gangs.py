@@ -202,3 +202,31 @@ async def test_members_waiting_past_the_timeout_are_told_why_and_nothing_is_held
         "(pod group default/late)"
     }
     assert REGISTRY.get_sample_value("loadwise_pod_groups_timed_out_total") == timed_out + 1
+
+
+async def test_a_group_preempts_only_when_its_whole_minimum_then_fits() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "2", "2")
+    low = [raw_pod(f"low{i}", cpu="2") for i in range(2)]
+    for index, raw in enumerate(low):
+        sched.on_pod_event("ADDED", bound(raw, f"n{index}"))
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("urgent", 2, priority=100))
+    pods = [member(f"u{i}", "urgent", cpu="2") for i in range(2)]
+    for raw in pods:
+        raw["spec"]["priority"] = 100
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.fake.requests("DELETE", "/pods/low")) == 2)
+        await until(lambda: len(api.events("Preempting")) == 1)
+        assert not api.fake.requests("POST", "/binding")
+        nominated = {p.name: p.nominated_node for p in sched.preemption.nominated.values()}
+        assert nominated == {"u0": "n0", "u1": "n1"} or nominated == {"u0": "n1", "u1": "n0"}
+        for raw in low:  # the victims go
+            sched.on_pod_event("DELETED", raw)
+        await until(lambda: len(api.events("Scheduled")) == 2)
+    (preempting,) = api.events("Preempting")
+    assert preempting["message"].startswith(
+        "Preempting 2 pod(s) to make room for pod group default/urgent: "
+    )
