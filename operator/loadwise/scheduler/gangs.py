@@ -10,6 +10,7 @@ and a group that mixes schedulers is refused as kube-scheduler refuses it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +18,7 @@ from typing import Any
 
 from .. import observability as obs
 from ..framework.pod_groups import COSCHEDULING, UPSTREAM, Api, GroupKey, PodGroup, parse_group
+from ..framework.preemption import Preemption
 from ..framework.types import PodInfo
 from .state import ClusterState
 
@@ -212,6 +214,24 @@ class Gangs:
             "waiting for minCount pods from a gang to appear in scheduling queue: "
             f"{self.members(key)} of {group.minimum} exist (pod group {key})"
         )
+
+    def whole_groups(self, preemption: Preemption) -> Preemption:
+        """A victim in a group whose `disruptionMode` is `all` takes every placed pod of its
+        group with it (they are evicted together, wherever they run)."""
+        together = {
+            v.group
+            for v in preemption.victims
+            if v.group is not None and (g := self.groups.get(v.group)) is not None and g.disrupt_all
+        }
+        if not together:
+            return preemption
+        chosen = {v.uid for v in preemption.victims}
+        extra = [
+            p
+            for p in self.state.pods.values()
+            if p.group in together and p.uid not in chosen and not p.deleting
+        ]
+        return dataclasses.replace(preemption, victims=(*preemption.victims, *extra))
 
     def mismatch(self, group: PodGroup, members: list[PodInfo]) -> str:
         """kube-scheduler's refusal of a group whose members disagree ("" when they agree)."""

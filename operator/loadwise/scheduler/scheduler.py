@@ -299,7 +299,10 @@ class Scheduler:
         def load_of(name: str) -> float:
             return weighted_load(policy, score_node(pod, state.nodes[name], state, basis))
 
-        return self.preemption.post_filter(pod, held, load_of)
+        outcome = self.preemption.post_filter(pod, held, load_of)
+        if isinstance(outcome, Preemption) and self.gangs.groups:
+            return self.gangs.whole_groups(outcome)  # disruptionMode: all
+        return outcome
 
     def should_report(self, uid: str, message: str) -> bool:
         now = time.monotonic()

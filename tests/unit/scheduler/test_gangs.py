@@ -230,3 +230,20 @@ async def test_a_group_preempts_only_when_its_whole_minimum_then_fits() -> None:
     assert preempting["message"].startswith(
         "Preempting 2 pod(s) to make room for pod group default/urgent: "
     )
+
+
+async def test_a_victim_whose_group_is_disrupted_as_one_takes_its_whole_group() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "2", "2")
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("batch", 2, disruptionMode={"all": {}}))
+    for index in range(2):
+        sched.on_pod_event("ADDED", bound(member(f"b{index}", "batch", cpu="2"), f"n{index}"))
+    urgent = raw_pod("urgent", cpu="2")
+    urgent["spec"]["priority"] = 100
+    async with running(sched):
+        sched.on_pod_event("ADDED", urgent)
+        await until(lambda: len(api.events("Preempting")) == 1)
+        await until(lambda: len(api.fake.requests("DELETE", "/pods/b")) == 2)
+    (preempting,) = api.events("Preempting")
+    assert preempting["message"].startswith("Preempting 2 pod(s) on node ")
