@@ -44,6 +44,8 @@ class Gangs:
         self._group_of: dict[str, GroupKey] = {}  # uid -> its group, for ours and others'
         # Told of each held member its group made ready (the scheduler queues it).
         self.release: Callable[[PodInfo], None] = lambda pod: None
+        # Told when a PodGroup changed: its parked members may fit now (a smaller minimum).
+        self.changed: Callable[[], object] = lambda: None
         self.apis: set[Api] = {UPSTREAM, COSCHEDULING}  # those served (runtime.py finds out)
 
     def applies(self, pod: PodInfo) -> bool:
@@ -78,9 +80,11 @@ class Gangs:
                 self.broken[key] = str(exc)
                 return
             self.broken.pop(key, None)
-            self.groups[key] = group
             conditions = (raw.get("status") or {}).get("conditions")
             self.conditions[key] = list(conditions) if isinstance(conditions, list) else []
+            if self.groups.get(key) != group:
+                self.changed()
+            self.groups[key] = group
             self.try_release(key)
 
         return handle
@@ -232,6 +236,30 @@ class Gangs:
             if p.group in together and p.uid not in chosen and not p.deleting
         ]
         return dataclasses.replace(preemption, victims=(*preemption.victims, *extra))
+
+    def resource_gap(self, group: PodGroup) -> str:
+        """coscheduling's PreFilter check of `minResources` (and minMember pods): what the
+        cluster's free room lacks, counting the group's own placed pods as free ("" if none)."""
+        if not group.min_resources:
+            return ""
+        wanted = {**group.min_resources, "pods": group.minimum}
+        for name, node in self.state.nodes.items():
+            free = dict(node.allocatable)
+            for resource, amount in self.state.requested(name).items():
+                free[resource] = free.get(resource, 0) - amount
+            for pod in self.state.pods_on(name):
+                if pod.group == group.key:
+                    for resource, amount in pod.requests.amounts.items():
+                        free[resource] = free.get(resource, 0) + amount
+                    free["pods"] = free.get("pods", 0) + 1
+            for resource in list(wanted):
+                wanted[resource] -= max(0, free.get(resource, 0))
+                if wanted[resource] <= 0:
+                    del wanted[resource]
+            if not wanted:
+                return ""
+        gap = ", ".join(f"{r} {a}" for r, a in sorted(wanted.items()))
+        return f"pod group {group.key}: the cluster's free room is short of minResources by {gap}"
 
     def mismatch(self, group: PodGroup, members: list[PodInfo]) -> str:
         """kube-scheduler's refusal of a group whose members disagree ("" when they agree)."""

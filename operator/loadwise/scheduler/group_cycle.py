@@ -80,6 +80,13 @@ class GroupCycle:
                 s.queue.backoff(member.uid)
             self._report(group, members, {}, refusal, "SchedulerError")
             return True
+        gap = gangs.resource_gap(group)
+        if gap:  # coscheduling's PreFilter: unresolvable, no preemption
+            self._decisions["unschedulable"].inc()
+            for member in members:
+                s.queue.park(member.uid)
+            self._report(group, members, {}, gap, "Unschedulable")
+            return True
         decision, plans, basis = self._decide(group, members)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)

@@ -112,6 +112,7 @@ class Scheduler:
         # pod groups (gangs.py): members held until their group is ready, then queued
         self.gangs = Gangs(scheduler_name, self.state)
         self.gangs.release = queue.add
+        self.gangs.changed = queue.move_all_to_active
         self.groups = GroupCycle(self)
         self.binding = BindingCycle(self)
         # Watch events in (event_handlers.py): the informers call these.

@@ -247,3 +247,28 @@ async def test_a_victim_whose_group_is_disrupted_as_one_takes_its_whole_group() 
         await until(lambda: len(api.fake.requests("DELETE", "/pods/b")) == 2)
     (preempting,) = api.events("Preempting")
     assert preempting["message"].startswith("Preempting 2 pod(s) on node ")
+
+
+async def test_coscheduling_min_resources_beyond_the_clusters_free_room_refuse_the_group() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "4", "4")
+    pods = [raw_pod(f"r{i}", cpu="1") for i in range(2)]
+    for raw in pods:
+        raw["metadata"]["labels"] = {COSCHEDULING_LABEL: "greedy"}
+    cosched = {
+        "metadata": {"name": "greedy", "namespace": NS},
+        "spec": {"minMember": 2, "minResources": {"cpu": "9", "memory": "1Gi"}},
+    }
+    sched.gangs.on_event(COSCHEDULING)("ADDED", cosched)
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("FailedScheduling")) == 2)
+        assert not api.fake.requests("POST", "/binding")
+        assert {e["message"] for e in api.events("FailedScheduling")} == {
+            "pod group default/greedy: the cluster's free room is short of minResources by cpu 1000"
+        }
+        cosched["spec"]["minResources"] = {"cpu": "8"}
+        sched.gangs.on_event(COSCHEDULING)("MODIFIED", cosched)  # its members are retried
+        await until(lambda: len(api.events("Scheduled")) == 2)
