@@ -272,3 +272,44 @@ async def test_coscheduling_min_resources_beyond_the_clusters_free_room_refuse_t
         cosched["spec"]["minResources"] = {"cpu": "8"}
         sched.gangs.on_event(COSCHEDULING)("MODIFIED", cosched)  # its members are retried
         await until(lambda: len(api.events("Scheduled")) == 2)
+
+
+async def test_odd_groups_never_crash_the_loop_nor_hold_room() -> None:
+    api = Api()
+    sched = Scheduler(
+        NAME,
+        Binder(api.fake, NAME),
+        {"prometheus": MetricsCache(None, 10.0)},
+        SchedulingQueue(initial_backoff=0.05, max_backoff=0.05),
+        SchedulingSettings(gang_wait_timeout=0.2),
+    )
+    with_nodes(sched, "1")
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("priced", 2, priority=10))
+    priced = [member(f"p{i}", "priced", cpu="100m") for i in range(2)]  # priority 0, not 10
+    sched.gangs.on_event(COSCHEDULING)(
+        "ADDED", {"metadata": {"name": "bad", "namespace": NS}, "spec": {"minMember": 0}}
+    )
+    bad = raw_pod("bad-0", cpu="100m")
+    bad["metadata"]["labels"] = {COSCHEDULING_LABEL: "bad"}
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("gone", 2))
+    gone = [member(f"g{i}", "gone", cpu="1") for i in range(2)]  # fit only together: 2 of 1 cpu
+    async with running(sched):
+        for raw in [*priced, bad, *gone]:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("FailedScheduling")) >= 5, timeout=3.0)
+        sched.gangs.on_event(UPSTREAM)("DELETED", pod_group("gone", 2))  # while they wait
+        sched.on_node_event("ADDED", manifests.node("n9", cpu="1"))  # room: they are retried
+        await asyncio.sleep(0.3)
+        assert not api.fake.requests("POST", "/binding") and not sched.state.pods
+        assert {uid(p) for p in gone} <= set(sched.gangs.held)  # held again, holding nothing
+        sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("gone", 2))
+        await until(lambda: len(api.events("Scheduled")) == 2)
+    messages = {e["involvedObject"]["name"]: e["message"] for e in api.events("FailedScheduling")}
+    assert messages["p0"] == (
+        "all pods in a single pod group should have the same priority as the pod group's "
+        "priority, got 0 and 10"
+    )
+    assert messages["bad-0"] == (
+        "pod group default/bad cannot be read: spec.minMember: 0 is not a count of at least 1"
+    )
+    assert {e["involvedObject"]["name"] for e in api.events("Scheduled")} == {"g0", "g1"}
