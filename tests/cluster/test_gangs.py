@@ -16,6 +16,8 @@ from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube
 
 from .conftest import POLICIES, OperatorFactory
+from .test_preemption import pod as victim_pod
+from .test_preemption import preempted, priority_classes
 from .util import events, wait_bound, wait_operator_metrics
 
 pytestmark = pytest.mark.cluster
@@ -141,3 +143,40 @@ async def test_a_coscheduling_group_from_its_published_crd_is_placed_whole(
         assert not await bound_names(kube, ns)
         await create_members(kube, ns, "spark", names[2:], coscheduling=True)
         await wait_bound(kube, ns, names)
+
+
+async def test_a_gang_preempts_lower_priority_pods_only_as_a_whole(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    await priority_classes(kube)
+    for node in ("a", "b"):  # API objects only: a victim stays Terminating until deleted here
+        await local_cluster.add_node(kube, node, cpu="2", kwok=False)
+        low = victim_pod(ns, f"low-{node}", "2", "lw-low", node=node)  # graceful: 30 s
+        await kube.create(f"/api/v1/namespaces/{ns}/pods", low)
+    group = manifests.pod_group("urgent", ns, 2, priorityClassName="lw-high")
+    await kube.create(GROUPS.format(ns=ns), group)
+    names = ["u0", "u1"]
+    async with operator():
+        await asyncio.gather(
+            *(
+                kube.create(
+                    f"/api/v1/namespaces/{ns}/pods",
+                    manifests.in_group(
+                        manifests.pod(n, namespace=ns, cpu="2", priority_class="lw-high"), "urgent"
+                    ),
+                )
+                for n in names
+            )
+        )
+
+        async def both_marked() -> bool:
+            return all([await preempted(kube, ns, "low-a"), await preempted(kube, ns, "low-b")])
+
+        await wait_for(both_marked, 30, what="both victims marked and deleted")
+        for node in ("a", "b"):
+            await kube.delete_pod_now(ns, f"low-{node}")  # their kubelet, standing in
+        nodes = await wait_bound(kube, ns, names)
+        assert sorted(nodes.values()) == ["a", "b"]
+        preempting = await events(kube, ns, reason="Preempting")
+        assert len(preempting) == 1
+        assert "to make room for pod group" in preempting[0]["message"]
