@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import observability as obs
 from ..framework.context import Basis
@@ -41,16 +41,18 @@ INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 class GroupCycle:
     def __init__(self, scheduler: Scheduler) -> None:
         self.s = scheduler
-        self._written: dict[Any, tuple[str, str, str]] = {}  # group -> condition last written
+        self._written: dict[GroupKey, tuple[str, str, str]] = {}  # group -> condition last written
         self._decisions = {
             r: obs.POD_GROUP_DECISIONS.labels(r) for r in ("placed", "unschedulable", "error")
         }
 
     async def tell_waiting_forever(self) -> None:
         """Beside the loop, while leading: members held past their group's timeout are told
-        why they wait."""
+        why they wait (and the conditions written for PodGroups now gone are forgotten)."""
         while True:
             await asyncio.sleep(min(5.0, self.s.gang_wait_timeout / 2))
+            for key in [k for k in self._written if k not in self.s.gangs.groups]:
+                del self._written[key]
             obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.s.gangs.waiting()))
             for members, why in self.s.gangs.overdue(time.monotonic(), self.s.gang_wait_timeout):
                 self.s.inflight.spawn_unslotted(self._tell(members, why))
