@@ -1,7 +1,7 @@
 """Differential testing of gangs against the real kube-scheduler 1.37 (GenericWorkload on, its
 GangScheduling plugin): are the same groups placed, and is every member's node feasible?
 
-bench/gang_differential [--seed S] [--scenarios N] [--groups G] [--json PATH]
+bench/gang-differential [--seed S] [--scenarios N] [--groups G] [--preemption] [--json PATH]
 
 Each scenario is bench/differential's: random nodes (labels, taints, capacity, some cordoned)
 and placed pods (ports, anti-affinity). Then its groups, one after the other, each on the same
@@ -19,6 +19,12 @@ twentieth name a PodGroup that is never created: both schedulers must leave thos
    member pinned to loadwise's node (bench/differential's `pin`) and minCount the number placed
    must be placed whole by kube-scheduler: every member's node feasible by its filters, with the
    siblings counted as kube-scheduler counts them.
+
+--preemption: half the placed pods have a low priority class and half the groups (their
+PodGroup and members) a higher one, so a group that does not fit may preempt (KEP-5710): the
+outcome compared is then whether the group ends placed. The placed pods a copy evicted are
+re-created on their nodes before the next copy, so each sees the same cluster; a member
+nominated by its preemption has not settled yet.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from . import differential as diff
 GROUPS = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{diff.NS}/podgroups"
 PODS = f"/api/v1/namespaces/{diff.NS}/pods"
 GANG_STREAM = 0x4671  # the groups' own random stream (KEP-4671)
+CLASSES = {"gd-low": 10, "gd-mid": 500}  # with --preemption
 QUIET = 4.0  # seconds with no member bound or marked: the group waits
 SETTLE = 30.0  # longest wait for a group to settle
 
@@ -51,6 +58,7 @@ class Group:
     members: int
     min_count: int
     podgroup: bool  # False: its PodGroup is never created
+    priority_class: str | None = None  # the PodGroup's and its members' (--preemption)
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Outcome:
     messages: tuple[str, ...] = ()
 
 
-def gen_group(rng: random.Random, name: str) -> Group:
+def gen_group(rng: random.Random, name: str, preemption: bool = False) -> Group:
     template = diff.gen_pod(rng, "x")
     members = rng.randint(2, 6)
     roll = rng.random()
@@ -68,7 +76,11 @@ def gen_group(rng: random.Random, name: str) -> Group:
         return Group(name, template, members, members, podgroup=False)
     if roll < 0.15:
         return Group(name, template, members, members + rng.randint(1, 2), podgroup=True)
-    return Group(name, template, members, rng.randint(max(1, members - 2), members), True)
+    minimum = rng.randint(max(1, members - 2), members)
+    if preemption and rng.random() < 0.5:
+        template["spec"]["priorityClassName"] = "gd-mid"
+        return Group(name, template, members, minimum, True, "gd-mid")
+    return Group(name, template, members, minimum, True)
 
 
 def member(group: Group, prefix: str, index: int, scheduler: str) -> dict[str, Any]:
@@ -93,7 +105,12 @@ async def settle(kube: Kube, prefix: str, count: int, min_count: int) -> Outcome
             for name, p in pods.items()
             if p["spec"].get("nodeName")
         }
-        marked = [name for name, p in pods.items() if manifests.marked_unschedulable(p)]
+        marked = [
+            name
+            for name, p in pods.items()
+            if manifests.marked_unschedulable(p)
+            and not (p.get("status") or {}).get("nominatedNodeName")  # preempting: not yet
+        ]
         messages = tuple(sorted({_message(pods[m]) for m in marked}))
         if len(nodes) >= min_count and len(nodes) + len(marked) >= count:
             return Outcome("placed", nodes, messages)
@@ -123,7 +140,8 @@ async def try_group(
     indexes = sorted(pins, key=int) if pins is not None else [str(i) for i in range(group.members)]
     min_count = len(indexes) if pins is not None else group.min_count
     if group.podgroup or pins is not None:
-        await kube.create(GROUPS, manifests.pod_group(prefix, diff.NS, min_count))
+        extra = {"priorityClassName": group.priority_class} if group.priority_class else {}
+        await kube.create(GROUPS, manifests.pod_group(prefix, diff.NS, min_count, **extra))
     try:
         for index in indexes:
             body = member(group, prefix, int(index), scheduler)
@@ -145,6 +163,9 @@ class Report:
     verdicts: dict[str, int] = field(default_factory=dict)  # loadwise's
     members_placed: int = 0
     pinned_placed: int = 0  # placed groups whose pinned copy kube-scheduler placed whole
+    evicted: dict[str, int] = field(
+        default_factory=lambda: {"loadwise": 0, "kube_scheduler": 0}
+    )  # placed pods each scheduler's group preemptions evicted
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -156,6 +177,7 @@ class Report:
             "loadwise_verdicts": self.verdicts,
             "members_placed": self.members_placed,
             "placed_groups_feasible_pinned": self.pinned_placed,
+            "pods_evicted_by_group_preemption": self.evicted,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -168,7 +190,31 @@ async def reset(kube: Kube) -> None:
     await diff.reset(kube)
 
 
-async def run(kube: Kube, seed: int, scenarios: int, groups: int) -> Report:
+async def priority_classes(kube: Kube) -> None:
+    for name, value in CLASSES.items():
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name}, "value": value}  # fmt: skip
+        with contextlib.suppress(KubeError):  # 409: there already
+            await kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+
+
+async def restore(kube: Kube, existing: list[dict[str, Any]]) -> int:
+    """Re-create the placed pods a copy's preemption evicted; returns how many."""
+    present = {(p["metadata"]["namespace"], p["metadata"]["name"])
+               for ns in (diff.NS, diff.NS_B)
+               for p in await kube.list(f"/api/v1/namespaces/{ns}/pods")}  # fmt: skip
+    missing = [p for p in existing
+               if (p["metadata"]["namespace"], p["metadata"]["name"]) not in present]  # fmt: skip
+    for pod in missing:
+        await kube.create(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod)
+    if missing:
+        await asyncio.sleep(0.5)  # both schedulers see them again
+    return len(missing)
+
+
+async def run(
+    kube: Kube, seed: int, scenarios: int, groups: int, preemption: bool = False
+) -> Report:
     rng = random.Random(seed)
     gang_rng = random.Random(seed ^ GANG_STREAM)
     report = Report()
@@ -178,18 +224,24 @@ async def run(kube: Kube, seed: int, scenarios: int, groups: int) -> Report:
         nodes = diff.gen_nodes(rng, f"s{s}")
         for node in nodes:
             await kube.create("/api/v1/nodes", node)
-        for pod in diff.gen_existing(rng, nodes):
+        existing = diff.gen_existing(rng, nodes)
+        for pod in existing:
+            if preemption and gang_rng.random() < 0.5:
+                pod["spec"]["priorityClassName"] = "gd-low"
             await kube.create(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod)
         await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
         for g in range(groups):
-            group = gen_group(gang_rng, f"{s}-{g}")
+            group = gen_group(gang_rng, f"{s}-{g}", preemption)
             ours = await try_group(kube, group, f"lw-{group.name}", "loadwise-scheduler")
+            report.evicted["loadwise"] += await restore(kube, existing)
             theirs = await try_group(kube, group, f"ks-{group.name}", "default-scheduler")
+            report.evicted["kube_scheduler"] += await restore(kube, existing)
             feasible = None
             if ours.verdict == "placed":
                 pinned = await try_group(
                     kube, group, f"kp-{group.name}", "default-scheduler", ours.nodes
                 )
+                await restore(kube, existing)
                 feasible = pinned.verdict == "placed"
                 report.pinned_placed += feasible
             report.groups += 1
@@ -217,7 +269,7 @@ async def run(kube: Kube, seed: int, scenarios: int, groups: int) -> Report:
     return report
 
 
-async def _run_local(seed: int, scenarios: int, groups: int) -> Report:
+async def _run_local(seed: int, scenarios: int, groups: int, preemption: bool) -> Report:
     import logging
 
     from ..cluster import LocalCluster, running_operator
@@ -230,8 +282,9 @@ async def _run_local(seed: int, scenarios: int, groups: int) -> Report:
             await cluster.install_crd(kube)
             await reset(kube)
             await cluster.wait_namespace(kube, diff.NS)
+            await priority_classes(kube)
             async with running_operator(cluster.operator_config(), cluster.cp.kubeconfig):
-                return await run(kube, seed, scenarios, groups)
+                return await run(kube, seed, scenarios, groups, preemption)
     finally:
         cluster.stop()
 
@@ -243,15 +296,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scenarios", type=int, default=10)
     parser.add_argument("--groups", type=int, default=4, help="groups per scenario")
+    parser.add_argument("--preemption", action="store_true", help="priorities: groups preempt")
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
-    report = asyncio.run(_run_local(args.seed, args.scenarios, args.groups))
+    report = asyncio.run(_run_local(args.seed, args.scenarios, args.groups, args.preemption))
     result = report.as_dict()
     print(
         f"gang differential vs kube-scheduler: {result['agree']}/{result['groups']} groups agree "
         f"({result['agreement']:.1%}); loadwise: {result['loadwise_verdicts']}, "
         f"{result['members_placed']} members placed; placed groups kube-scheduler placed whole "
         f"when pinned to loadwise's nodes: {result['placed_groups_feasible_pinned']}; "
+        f"pods evicted by group preemption: {result['pods_evicted_by_group_preemption']}; "
         f"{result['seconds']}s; seed {args.seed}"
     )
     for d in report.disagreements:
@@ -261,7 +316,8 @@ def main() -> int:
             f"kube-scheduler {d['kube_scheduler']!r}, pinned feasible {d['pinned_feasible']}"
         )
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"seed": args.seed, **result}, indent=1))
+        data = {"seed": args.seed, "preemption": args.preemption, **result}
+        Path(args.json_path).write_text(json.dumps(data, indent=1))
     return 0 if not report.disagreements else 1
 
 
