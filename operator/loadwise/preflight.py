@@ -65,7 +65,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("patch", "", "persistentvolumes"),  # VolumeBinding's PreBind: claimRef
     Permission("patch", "", "persistentvolumeclaims"),  # ... and the selected-node annotation
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
-    Permission("patch", "scheduling.k8s.io", "podgroups", "status"),  # group_cycle.py
+    Permission("patch", "scheduling.k8s.io", "podgroups", "status"),  # group_status.py
+    Permission("patch", "scheduling.x-k8s.io", "podgroups", "status"),
     Permission("delete", "", "pods", when="preemption"),  # preemption's victims
     Permission("create", "", "events", ""),
     Permission("patch", "loadwise.io", "schedulingpolicies"),  # pre-0.1.0 finalizers

@@ -144,6 +144,14 @@ async def test_a_coscheduling_group_from_its_published_crd_is_placed_whole(
         await create_members(kube, ns, "spark", names[2:], coscheduling=True)
         await wait_bound(kube, ns, names)
 
+        async def phase() -> str | None:
+            raw = await kube.get(f"{COSCHEDULING_GROUPS.format(ns=ns)}/spark")
+            found = (raw.get("status") or {}).get("phase")
+            return str(found) if found else None
+
+        # Written by loadwise (no coscheduling controller runs here to go on to Running).
+        assert await wait_for(phase, 15, what="the PodGroup's phase") == "Scheduling"
+
 
 async def test_a_gang_preempts_lower_priority_pods_only_as_a_whole(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory

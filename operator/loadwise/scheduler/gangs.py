@@ -35,6 +35,7 @@ class Gangs:
         self.state = state  # placed and assumed members are counted there (group_members)
         self.groups: dict[GroupKey, PodGroup] = {}
         self.conditions: dict[GroupKey, list[dict[str, Any]]] = {}  # status as last seen
+        self.phases: dict[GroupKey, str] = {}  # coscheduling's status.phase as last seen
         self.broken: dict[GroupKey, str] = {}  # PodGroups that cannot be read: why
         self.pending: dict[GroupKey, dict[str, PodInfo]] = {}  # our pending members
         self.held: dict[str, PodInfo] = {}  # members not queued until their group is ready
@@ -80,8 +81,10 @@ class Gangs:
                 self.broken[key] = str(exc)
                 return
             self.broken.pop(key, None)
-            conditions = (raw.get("status") or {}).get("conditions")
+            status = raw.get("status") or {}
+            conditions = status.get("conditions")
             self.conditions[key] = list(conditions) if isinstance(conditions, list) else []
+            self.phases[key] = str(status.get("phase") or "")
             if self.groups.get(key) != group:
                 self.changed()
             self.groups[key] = group
@@ -102,6 +105,7 @@ class Gangs:
     def _drop(self, key: GroupKey) -> None:
         self.groups.pop(key, None)
         self.conditions.pop(key, None)
+        self.phases.pop(key, None)
         self.broken.pop(key, None)
 
     # --- members -----------------------------------------------------------------------------

@@ -25,23 +25,22 @@ from ..framework.context import Basis
 from ..framework.cycle import Decision, Unschedulable
 from ..framework.gang import GroupDecision, member_order, place_group
 from ..framework.gang_preemption import GroupPreemption, preempt_group
-from ..framework.pod_groups import UPSTREAM, GroupKey, PodGroup
+from ..framework.pod_groups import GroupKey, PodGroup
 from ..framework.pod_volumes import VolumeError, VolumePlan
 from ..framework.preemption import NoPreemption
 from ..framework.types import PodInfo
-from ..kube.times import stamp
+from .group_status import GroupStatus
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
-INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 
 
 class GroupCycle:
     def __init__(self, scheduler: Scheduler) -> None:
         self.s = scheduler
-        self._written: dict[GroupKey, tuple[str, str, str]] = {}  # group -> condition last written
+        self.status = GroupStatus(scheduler.gangs, scheduler.binder)
         self._decisions = {
             r: obs.POD_GROUP_DECISIONS.labels(r) for r in ("placed", "unschedulable", "error")
         }
@@ -51,8 +50,7 @@ class GroupCycle:
         why they wait (and the conditions written for PodGroups now gone are forgotten)."""
         while True:
             await asyncio.sleep(min(5.0, self.s.gang_wait_timeout / 2))
-            for key in [k for k in self._written if k not in self.s.gangs.groups]:
-                del self._written[key]
+            self.status.forget_gone(self.s.gangs.groups)
             obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.s.gangs.waiting()))
             for members, why in self.s.gangs.overdue(time.monotonic(), self.s.gang_wait_timeout):
                 self.s.inflight.spawn_unslotted(self._tell(members, why))
@@ -179,8 +177,7 @@ class GroupCycle:
                 f"Preempting {len(outcome.victims)} pod(s) to make room for pod group "
                 f"{group.key}: {names}",
             )
-            if group.key.api == UPSTREAM:
-                await self._condition(group, "False", "Unschedulable", message)
+            await self.status.write(group, False, "Unschedulable", message)
         except Exception:  # best effort, as the binder's writes: the loop goes on
             log.exception("preemption for pod group %s failed", group.key)
 
@@ -227,8 +224,7 @@ class GroupCycle:
             message = f"{refused.message} (pod group {group.key} is placed without it)"
             if s.should_report(member.uid, message):
                 s.inflight.spawn_unslotted(s.report_unschedulable(member, message))
-        if group.key.api == UPSTREAM:
-            s.inflight.spawn_unslotted(self._condition(group, "True", "Scheduled", ""))
+        s.inflight.spawn_unslotted(self.status.write(group, True, "Scheduled", ""))
 
     def _report(
         self,
@@ -249,35 +245,6 @@ class GroupCycle:
         async def report() -> None:
             for member, text in told:
                 await s.report_unschedulable(member, text)
-            if group.key.api == UPSTREAM:
-                await self._condition(group, "False", reason, message)
+            await self.status.write(group, False, reason, message)
 
         s.inflight.spawn(report())
-
-    async def _condition(self, group: PodGroup, status: str, reason: str, message: str) -> None:
-        """PodGroupInitiallyScheduled, as kube-scheduler writes it: once True, never again."""
-        key = group.key
-        current = self.s.gangs.conditions.get(key, [])
-        mine = next((c for c in current if c.get("type") == INITIALLY_SCHEDULED), None)
-        if mine is not None and mine.get("status") == "True":
-            return
-        if self._written.get(key) == (status, reason, message):
-            return
-        self._written[key] = (status, reason, message)
-        since = mine.get("lastTransitionTime") if mine and mine.get("status") == status else None
-        condition = {
-            "type": INITIALLY_SCHEDULED,
-            "status": status,
-            "reason": reason,
-            "message": message[:1024],
-            "lastTransitionTime": since or stamp(),
-        }
-        conditions = [c for c in current if c.get("type") != INITIALLY_SCHEDULED]
-        path = (
-            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{key.namespace}/podgroups/"
-            f"{key.name}/status"
-        )
-        body = {"status": {"conditions": [*conditions, condition]}}
-        if not await self.s.binder.patch_merge("PodGroup status", path, body):
-            self._written.pop(key, None)
-        log.debug("PodGroup %s: %s=%s (%s)", key, INITIALLY_SCHEDULED, status, reason)

@@ -170,7 +170,9 @@ async def test_a_coscheduling_group_by_label_and_a_group_deleted_while_members_w
         sched.gangs.on_event(COSCHEDULING)("ADDED", cosched)
         await until(lambda: len(api.events("Scheduled")) == 2)
         await sched.drain()
-    assert not api.fake.requests("PATCH", "/podgroups/")  # coscheduling's status is its own
+    (phase,) = api.fake.requests("PATCH", "/podgroups/spark/status")  # coscheduling's phase
+    assert phase.body == {"status": {"phase": "Scheduling"}}
+    assert "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/" in phase.path
     sched.relisted_pods(set())  # a relist without them: nothing of the group is kept
     assert not sched.gangs.held and not sched.gangs.pending
 
