@@ -105,11 +105,11 @@ async def settle(kube: Kube, prefix: str, count: int, min_count: int) -> Outcome
             for name, p in pods.items()
             if p["spec"].get("nodeName")
         }
-        marked = [
+        nominated = [n for n, p in pods.items() if (p.get("status") or {}).get("nominatedNodeName")]
+        marked = [  # a member nominated by its preemption has not settled yet
             name
             for name, p in pods.items()
-            if manifests.marked_unschedulable(p)
-            and not (p.get("status") or {}).get("nominatedNodeName")  # preempting: not yet
+            if manifests.marked_unschedulable(p) and name not in nominated
         ]
         messages = tuple(sorted({_message(pods[m]) for m in marked}))
         if len(nodes) >= min_count and len(nodes) + len(marked) >= count:
@@ -117,9 +117,9 @@ async def settle(kube: Kube, prefix: str, count: int, min_count: int) -> Outcome
         if not nodes and len(marked) >= count:
             return Outcome("refused", nodes, messages)
         now = time.monotonic()
-        if not nodes and not marked and now >= quiet_until:
+        if not nodes and not marked and not nominated and now >= quiet_until:
             return Outcome("waiting", nodes)
-        if nodes or marked:
+        if nodes or marked or nominated:
             quiet_until = now + QUIET
         if now > deadline:
             return Outcome(f"unsettled: {len(nodes)} bound, {len(marked)} marked", nodes, messages)
@@ -213,25 +213,34 @@ async def restore(kube: Kube, existing: list[dict[str, Any]]) -> int:
 
 
 async def run(
-    kube: Kube, seed: int, scenarios: int, groups: int, preemption: bool = False
+    kube: Kube,
+    seed: int,
+    scenarios: int,
+    groups: int,
+    preemption: bool = False,
+    only: int | None = None,
 ) -> Report:
+    """`only`: run that scenario alone (the others are generated, not run: a replay)."""
     rng = random.Random(seed)
     gang_rng = random.Random(seed ^ GANG_STREAM)
     report = Report()
     started = time.monotonic()
     for s in range(scenarios):
-        await reset(kube)
         nodes = diff.gen_nodes(rng, f"s{s}")
-        for node in nodes:
-            await kube.create("/api/v1/nodes", node)
         existing = diff.gen_existing(rng, nodes)
         for pod in existing:
             if preemption and gang_rng.random() < 0.5:
                 pod["spec"]["priorityClassName"] = "gd-low"
+        made = [gen_group(gang_rng, f"{s}-{g}", preemption) for g in range(groups)]
+        if only is not None and s != only:
+            continue  # generated all the same: the later scenarios stay what they are
+        await reset(kube)
+        for node in nodes:
+            await kube.create("/api/v1/nodes", node)
+        for pod in existing:
             await kube.create(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod)
         await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
-        for g in range(groups):
-            group = gen_group(gang_rng, f"{s}-{g}", preemption)
+        for group in made:
             ours = await try_group(kube, group, f"lw-{group.name}", "loadwise-scheduler")
             report.evicted["loadwise"] += await restore(kube, existing)
             theirs = await try_group(kube, group, f"ks-{group.name}", "default-scheduler")
@@ -269,7 +278,9 @@ async def run(
     return report
 
 
-async def _run_local(seed: int, scenarios: int, groups: int, preemption: bool) -> Report:
+async def _run_local(
+    seed: int, scenarios: int, groups: int, preemption: bool, only: int | None
+) -> Report:
     import logging
 
     from ..cluster import LocalCluster, running_operator
@@ -284,7 +295,7 @@ async def _run_local(seed: int, scenarios: int, groups: int, preemption: bool) -
             await cluster.wait_namespace(kube, diff.NS)
             await priority_classes(kube)
             async with running_operator(cluster.operator_config(), cluster.cp.kubeconfig):
-                return await run(kube, seed, scenarios, groups, preemption)
+                return await run(kube, seed, scenarios, groups, preemption, only)
     finally:
         cluster.stop()
 
@@ -297,9 +308,12 @@ def main() -> int:
     parser.add_argument("--scenarios", type=int, default=10)
     parser.add_argument("--groups", type=int, default=4, help="groups per scenario")
     parser.add_argument("--preemption", action="store_true", help="priorities: groups preempt")
+    parser.add_argument("--only", type=int, help="replay this scenario alone")
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
-    report = asyncio.run(_run_local(args.seed, args.scenarios, args.groups, args.preemption))
+    report = asyncio.run(
+        _run_local(args.seed, args.scenarios, args.groups, args.preemption, args.only)
+    )
     result = report.as_dict()
     print(
         f"gang differential vs kube-scheduler: {result['agree']}/{result['groups']} groups agree "
