@@ -2,7 +2,7 @@
 
 bench/gang [--nodes N] [--groups G] [--seed S] [--schedulers loadwise,kube-scheduler]
            [--duration SECONDS] [--runtime SECONDS] [--tenants T] [--min-share F]
-           [--quick] [--verbose] [--json PATH]
+           [--policy JSON] [--quick] [--verbose] [--json PATH]
 Sets up its own control plane (GenericWorkload on: kube-scheduler places `default-scheduler`
 pods naming a PodGroup as one gang), Prometheus and a KWOK fleet whose usage KWOK serves
 (kwok_usage.py), and tears them down. Each scheduler in turn (loadwise in this process, as
@@ -87,6 +87,17 @@ def table(data: dict[str, Any]) -> str:
             f" longest bind spread {cell(row['bind_spread_max_s'], '{:.3f}')} s"
             + (f"; {row['harness_errors']} harness errors" if row.get("harness_errors") else "")
         )
+    counts = runs.get("loadwise", {}).get("loadwise")
+    if counts:
+        placed = counts.get("placements_by_metrics", 0) + counts.get("placements_by_requests", 0)
+        lines.append(
+            f"loadwise's own counts: {placed:.0f} member placements"
+            f" ({counts.get('placements_by_requests', 0):.0f} on requests alone),"
+            f" {counts.get('all_hot', 0):.0f} with every feasible node hot (least loaded taken),"
+            f" {counts.get('hot_passed_over', 0):.0f} hot nodes passed over; group decisions:"
+            f" {counts.get('group_decisions_placed', 0):.0f} placed,"
+            f" {counts.get('group_decisions_unschedulable', 0):.0f} unschedulable"
+        )
     ours, theirs = runs.get("loadwise"), runs.get("kube-scheduler")
     if ours and theirs:
         lines.append(
@@ -114,6 +125,12 @@ def main() -> int:
     parser.add_argument("--runtime", type=float, help="a group's mean runtime (default 25)")
     parser.add_argument("--tenants", type=int, default=4)
     parser.add_argument("--min-share", type=float, default=1.0)
+    parser.add_argument(
+        "--policy",
+        type=json.loads,
+        help="loadwise's SchedulingPolicy spec as JSON, e.g. '{\"placementEstimate\": 1}'"
+        " (default: none, its built-in defaults)",
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--verbose", action="store_true", help="log loadwise's decisions")
     parser.add_argument("--json", dest="json_path")
@@ -137,10 +154,11 @@ def main() -> int:
     began = time.monotonic()
     cluster = LocalCluster(kwok=True, kwok_usage=True).start()
     try:
-        results = asyncio.run(gang.run_all(cluster, scenario, schedulers, duration))
+        results = asyncio.run(gang.run_all(cluster, scenario, schedulers, duration, args.policy))
     finally:
         cluster.stop()
     data = gang.as_json(scenario, results, duration, runtime)
+    data["policy"] = args.policy
     data["wall_s"] = round(time.monotonic() - began, 1)
     print(table(data))
     print(f"wall time {data['wall_s']:.0f} s")

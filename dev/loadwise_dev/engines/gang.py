@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
+from prometheus_client import REGISTRY
 
 from .. import manifests
 from ..cluster import LocalCluster, running_operator, wait_for
@@ -60,6 +61,7 @@ CORES = (4, 6, 8)
 DRIFT_STEP = 5.0  # seconds between background updates
 PARTIAL_GRACE = 1.0  # a group partial for less is one decision's binds in flight
 STUCK = 30.0  # a group partial this long counts as a deadlock
+POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
 PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
 SCHEDULERS = {"loadwise": "loadwise-scheduler", "kube-scheduler": "default-scheduler"}
 GROUP_LABEL = "bench.loadwise.io/group"
@@ -413,13 +415,21 @@ def most_at_once(spans: Iterable[tuple[float, float]]) -> int:
 def summarise(times: Sequence[GroupTimes], start: float, end: float) -> dict[str, Any]:
     """The run's group figures; times are monotonic seconds, the run from `start` to `end`."""
     placed = [t for t in times if t.placed is not None]
-    to_bound = [t.placed - t.complete for t in placed if t.placed and t.complete]
-    to_run = [t.running - t.complete for t in placed if t.running and t.complete]
+    to_bound = [
+        t.placed - t.complete for t in placed if t.placed is not None and t.complete is not None
+    ]
+    to_run = [
+        t.running - t.complete for t in placed if t.running is not None and t.complete is not None
+    ]
     # Placed per second until the last was placed; over the whole run if some never were.
-    last = max((t.placed for t in placed if t.placed), default=start)
+    last = max((t.placed for t in placed if t.placed is not None), default=start)
     span = last if len(placed) == len(times) else end
     spans = partial_spans(times, end)
-    spreads = [t.placed - t.first_bound for t in placed if t.placed and t.first_bound]
+    spreads = [
+        t.placed - t.first_bound
+        for t in placed
+        if t.placed is not None and t.first_bound is not None
+    ]
 
     def rounded(value: float | None, digits: int = 2) -> float | None:
         return None if value is None else round(value, digits)
@@ -600,6 +610,28 @@ class Run:
 
 
 # --- the bench ------------------------------------------------------------------------------
+def loadwise_counts() -> dict[str, float]:
+    """loadwise's own counters in this process (it runs here): member placements by basis,
+    those where every feasible node was hot, hot nodes passed over, group decisions by result."""
+    names = {
+        "loadwise_all_nodes_hot_total": "all_hot",
+        "loadwise_hot_nodes_passed_over_total": "hot_passed_over",
+    }
+    counts: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name in names:
+                key = names[sample.name]
+            elif sample.name == "loadwise_placements_total":
+                key = f"placements_by_{sample.labels['basis']}"
+            elif sample.name == "loadwise_pod_group_decisions_total":
+                key = f"group_decisions_{sample.labels['result']}"
+            else:
+                continue
+            counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
 async def operator_sees(runtime: Any, expected: Mapping[str, float], timeout: float = 60) -> None:
     """Until the operator's own samples show each node's CPU near `expected`: a load-aware
     run must not start on request-based scoring."""
@@ -713,13 +745,21 @@ async def one_run(
     scheduler: str,
     index: int,
     duration: float,
+    policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One scheduler's run, then the cleanup. `policy`: loadwise's SchedulingPolicy spec (None:
+    none, its built-in defaults)."""
     start = {n.name: n.background(0.0) for n in scenario.nodes}
     async with contextlib.AsyncExitStack() as stack:
         if scheduler == "kube-scheduler":
             cluster.cp.start_scheduler(qps=5000, burst=5000)
             stack.callback(cluster.cp.stop_process, "kube-scheduler")
         elif scheduler == "loadwise":
+            if policy is not None:  # made before the operator starts: its first list has it
+                body = manifests.policy("gang-bench")
+                body["spec"] = policy
+                await kube.create(POLICIES, body, fieldValidation="Strict")
+                stack.push_async_callback(kube.delete, f"{POLICIES}/gang-bench")
             config = cluster.operator_config()
             runtime = await stack.enter_async_context(
                 running_operator(config, cluster.cp.kubeconfig)
@@ -728,13 +768,21 @@ async def one_run(
         else:
             raise ValueError(f"unknown scheduler {scheduler!r}: one of {sorted(SCHEDULERS)}")
         await warm_up(kube, scenario.tenants[0], SCHEDULERS[scheduler], index)
+        before = loadwise_counts()
         figures = await Run(cluster, kube, watch, scenario, index, scheduler).run(duration)
+        if scheduler == "loadwise":
+            after = loadwise_counts()
+            figures["loadwise"] = {k: after[k] - before.get(k, 0.0) for k in sorted(after)}
     await clear(cluster, kube, scenario)
     return figures
 
 
 async def run_all(
-    cluster: LocalCluster, scenario: Scenario, schedulers: Sequence[str], duration: float
+    cluster: LocalCluster,
+    scenario: Scenario,
+    schedulers: Sequence[str],
+    duration: float,
+    policy: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     async with cluster.kube() as kube:
@@ -765,7 +813,7 @@ async def run_all(
             for index, scheduler in enumerate(schedulers):
                 began = time.monotonic()
                 results[scheduler] = await one_run(
-                    cluster, kube, watch, scenario, scheduler, index, duration
+                    cluster, kube, watch, scenario, scheduler, index, duration, policy
                 )
                 print(
                     f"{scheduler}: done in {time.monotonic() - began:.0f} s (run and cleanup)",
