@@ -27,7 +27,7 @@ from ..framework.gang import GroupDecision, member_order, place_group
 from ..framework.gang_preemption import GroupPreemption, preempt_group
 from ..framework.pod_groups import GroupKey, PodGroup
 from ..framework.pod_volumes import VolumeError, VolumePlan
-from ..framework.preemption import NoPreemption
+from ..framework.preemption import TERMINATING, NoPreemption
 from ..framework.types import PodInfo
 from .group_status import GroupStatus
 
@@ -41,6 +41,7 @@ class GroupCycle:
     def __init__(self, scheduler: Scheduler) -> None:
         self.s = scheduler
         self.status = GroupStatus(scheduler.gangs, scheduler.binder)
+        self._evicting: dict[GroupKey, set[str]] = {}  # victims of each group's preemption
         self._decisions = {
             r: obs.POD_GROUP_DECISIONS.labels(r) for r in ("placed", "unschedulable", "error")
         }
@@ -51,6 +52,8 @@ class GroupCycle:
         while True:
             await asyncio.sleep(min(5.0, self.s.gang_wait_timeout / 2))
             self.status.forget_gone(self.s.gangs.groups)
+            for key in [k for k in self._evicting if k not in self.s.gangs.groups]:
+                del self._evicting[key]
             obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.s.gangs.waiting()))
             for members, why in self.s.gangs.overdue(time.monotonic(), self.s.gang_wait_timeout):
                 self.s.inflight.spawn_unslotted(self._tell(members, why))
@@ -117,6 +120,7 @@ class GroupCycle:
                 if member.uid in outcome.nodes
                 for other in s.preemption.nominate(member, outcome.nodes[member.uid])
             ]
+            self._evicting[group.key] = {v.uid for v in outcome.victims}
             s.inflight.spawn(self._preempt(group, members, outcome, message, cleared))
             return True
         self._report(group, members, own, message, "Unschedulable")
@@ -125,9 +129,16 @@ class GroupCycle:
     def _post_filter(
         self, group: PodGroup, members: list[PodInfo], basis: Basis
     ) -> GroupPreemption | NoPreemption | None:
-        """Preemption for the group (framework/gang_preemption.py); None: nothing to try."""
+        """Preemption for the group (framework/gang_preemption.py); None: nothing to try.
+        Not again while victims of its last preemption are still there (kube-scheduler's
+        rule for a pod whose victims are terminating): their room is on its way."""
         s = self.s
         obs.PREEMPTION_ATTEMPTS.inc()
+        evicting = self._evicting.get(group.key)
+        if evicting is not None:
+            if any(uid in s.state.pods for uid in evicting):
+                return NoPreemption(TERMINATING)
+            del self._evicting[group.key]
         groups = s.gangs.groups
 
         def together(key: GroupKey) -> bool:
@@ -192,9 +203,10 @@ class GroupCycle:
         policy = s.policies.for_pod(first.labels, namespace, first.scheduler_name)
         basis = s.usage.basis(policy, time.time(), s.rng)
         plans: dict[str, VolumePlan] = {}
+        siblings = {m.uid for m in members}
 
         def attempt(member: PodInfo) -> Decision | Unschedulable:
-            result = s.decide(member, basis)
+            result = s.decide(member, basis, siblings)
             if isinstance(result, Decision):
                 try:
                     plans[member.uid] = s.volumes.reserve(member, result.node)

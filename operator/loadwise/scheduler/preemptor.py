@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from .. import observability as obs
@@ -67,13 +67,14 @@ class Preemptor:
             del self.nominated[uid]
 
     # --- the PostFilter -------------------------------------------------------------------------
-    def held_for(self, pod: PodInfo) -> dict[str, list[PodInfo]]:
+    def held_for(self, pod: PodInfo, siblings: Collection[str] = ()) -> dict[str, list[PodInfo]]:
         """Per node, copies placed there of the pods nominated to it that `pod` must leave
         room for: of equal or higher priority, not itself (kube-scheduler's
-        addGENominatedPods)."""
+        addGENominatedPods), nor `siblings`: the members of its group decided in the same
+        cycle, each assumed in turn, are never held against each other."""
         held: dict[str, list[PodInfo]] = {}
         for other in self.nominated.values():
-            if other.uid == pod.uid or other.priority < pod.priority:
+            if other.uid == pod.uid or other.priority < pod.priority or other.uid in siblings:
                 continue
             node = other.nominated_node
             if node in self.state.nodes and other.uid not in self.state.pods:

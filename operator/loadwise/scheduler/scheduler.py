@@ -17,7 +17,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Collection, Coroutine, Mapping
 from typing import Any
 
 from .. import observability as obs
@@ -261,14 +261,17 @@ class Scheduler:
         for _ in range(pods):
             self.attempt_seconds["unschedulable"].observe(seconds)
 
-    def decide(self, pod: PodInfo, basis: Basis) -> Decision | Unschedulable:
-        """The scheduling cycle for one pod (the group cycle's too): the score index, or the
-        full cycle when room is being made for it somewhere."""
+    def decide(
+        self, pod: PodInfo, basis: Basis, siblings: Collection[str] = ()
+    ) -> Decision | Unschedulable:
+        """The scheduling cycle for one pod (the group cycle's too, with the `siblings` it
+        decides alongside): the score index, or the full cycle when room is being made for
+        it somewhere."""
         refused = self.device_classes.refusal(pod)
         if refused is not None:  # DRA decides this pod's fit: loadwise cannot
             return Unschedulable(f"pod cannot be scheduled: {refused}", {})
         reserved = self.moves.claim(pod, basis.now) if self.moves.records else None
-        held = self.preemption.held_for(pod) if self.preemption.nominated else {}
+        held = self.preemption.held_for(pod, siblings) if self.preemption.nominated else {}
         if held or pod.nominated_node or reserved:  # rare: room is being made somewhere
             nominated = Nominated(self.state, held)
             # a replacement of a pod rebalancing moved takes the room held for it if it fits

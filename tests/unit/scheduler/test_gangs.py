@@ -315,3 +315,31 @@ async def test_odd_groups_never_crash_the_loop_nor_hold_room() -> None:
         "pod group default/bad cannot be read: spec.minMember: 0 is not a count of at least 1"
     )
     assert {e["involvedObject"]["name"] for e in api.events("Scheduled")} == {"g0", "g1"}
+
+
+async def test_members_nominated_by_their_groups_preemption_are_not_held_against_each_other() -> (
+    None
+):
+    """Nominated siblings held against each other (each counted on its node, as kube-scheduler
+    counts nominated pods) made a spread-constrained group refuse itself for ever, after the
+    preemption that nominated them (found by bench/gang-differential --preemption)."""
+    api = Api()
+    sched = scheduler(api)
+    for name, zone in (("a", "za"), ("b", "zb")):
+        node = manifests.node(name, cpu="4", labels={"topology.kubernetes.io/zone": zone})
+        sched.on_node_event("ADDED", node)
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("spread", 3))
+    pods = []
+    for index, nominated in enumerate(("a", "b", "a")):
+        raw = member(f"s{index}", "spread", cpu="1", labels={"app": "web"})
+        raw["spec"]["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}},
+        }]  # fmt: skip
+        raw["status"] = {"nominatedNodeName": nominated}
+        pods.append(raw)
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("Scheduled")) == 3)
+    assert sorted(sched.state.pods[uid(p)].node_name for p in pods) == ["a", "a", "b"]
