@@ -25,7 +25,8 @@ for over a second: their seconds, the most at once; target 0); deadlocks (groups
 30 s or more; target 0); hot node-s (node-seconds above 80% CPU by the ground truth; target:
 loadwise at most half of kube-scheduler's); by pods (of those, the node-seconds the background
 alone would not have been hot); cpu mean (the fleet's mean CPU).
---quick: 12 nodes, runtime 12 s, duration 60 s: a smoke run of about three minutes.
+--quick: 12 nodes, runtime 12 s, duration 60 s: a smoke run (about 2.5 minutes on two cores;
+the defaults about 4). --policy: loadwise's SchedulingPolicy spec (default: its built-in one).
 """
 
 from __future__ import annotations
