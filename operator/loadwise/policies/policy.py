@@ -293,6 +293,15 @@ class SchedulingPolicySpec(_Model):
         default_factory=Rebalance,
         description="Moving pods off nodes that stay hot (off by default).",
     )
+    gang_hot_wait_seconds: int = Field(
+        0,
+        ge=0,
+        le=3600,
+        description="A pod group (gang) whose minimum fits only with a member on a hot node "
+        "(every feasible node hot for it) waits up to this long for cool room, holding "
+        "nothing, instead of taking the least loaded nodes at once: a gang runs at the pace of "
+        "its slowest member. After the wait it is placed as it fits. 0: no wait.",
+    )
     learned_estimate: bool = Field(
         True,
         description="Estimate a new pod's usage from what running pods of its workload (same "

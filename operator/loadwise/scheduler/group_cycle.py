@@ -42,8 +42,10 @@ class GroupCycle:
         self.s = scheduler
         self.status = GroupStatus(scheduler.gangs, scheduler.binder)
         self._evicting: dict[GroupKey, set[str]] = {}  # victims of each group's preemption
+        self._hot_since: dict[GroupKey, float] = {}  # groups waiting for cool room: since when
         self._decisions = {
-            r: obs.POD_GROUP_DECISIONS.labels(r) for r in ("placed", "unschedulable", "error")
+            r: obs.POD_GROUP_DECISIONS.labels(r)
+            for r in ("placed", "unschedulable", "hot_wait", "error")
         }
 
     async def tell_waiting_forever(self) -> None:
@@ -52,8 +54,11 @@ class GroupCycle:
         while True:
             await asyncio.sleep(min(5.0, self.s.gang_wait_timeout / 2))
             self.status.forget_gone(self.s.gangs.groups)
-            for key in [k for k in self._evicting if k not in self.s.gangs.groups]:
-                del self._evicting[key]
+            for gone in [
+                k for k in (*self._evicting, *self._hot_since) if k not in self.s.gangs.groups
+            ]:
+                self._evicting.pop(gone, None)
+                self._hot_since.pop(gone, None)
             obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.s.gangs.waiting()))
             for members, why in self.s.gangs.overdue(time.monotonic(), self.s.gang_wait_timeout):
                 self.s.inflight.spawn_unslotted(self._tell(members, why))
@@ -93,19 +98,26 @@ class GroupCycle:
         decision, plans, basis = self._decide(group, members)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
-        if decision.reached:
+        waits = self._hot_wait(group, decision, basis) if decision.reached else ""
+        if decision.reached and not waits:
             self._decisions["placed"].inc()
             for _, result in decision.placed:
                 s.observe_decision(result, basis.samples)
             self._bind(group, decision, plans, started)
             return True
-        self._decisions["unschedulable"].inc()
-        s.count_unschedulable(len(members), done - started)
         for member, _ in decision.placed:  # nothing of it is kept
             s.state.forget(member.uid)
             plan = plans.get(member.uid)
             if plan:
                 s.volumes.unreserve(plan)
+        if waits:  # tried again after its backoff: cool room may come with any sample
+            self._decisions["hot_wait"].inc()
+            for member in members:
+                s.queue.backoff(member.uid)
+            self._report(group, members, {}, waits, "Unschedulable")
+            return True
+        self._decisions["unschedulable"].inc()
+        s.count_unschedulable(len(members), done - started)
         for member in members:
             s.queue.park(member.uid)
         own = {p.uid: f"{result.message}; " for p, result in decision.refused}
@@ -125,6 +137,23 @@ class GroupCycle:
             return True
         self._report(group, members, own, message, "Unschedulable")
         return True
+
+    def _hot_wait(self, group: PodGroup, decision: GroupDecision, basis: Basis) -> str:
+        """Why the group waits for cool room (its policy's gangHotWaitSeconds), or ""."""
+        limit = basis.policy.spec.gang_hot_wait_seconds
+        hot = sum(1 for _, result in decision.placed if result.all_hot)
+        if not limit or not hot:
+            self._hot_since.pop(group.key, None)
+            return ""
+        now = time.monotonic()
+        if now - self._hot_since.setdefault(group.key, now) >= limit:
+            self._hot_since.pop(group.key, None)
+            return ""  # waited long enough: placed as it fits
+        return (
+            f"pod group {group.key} waits up to {limit}s for cool room "
+            f"(policy {basis.policy.name}, gangHotWaitSeconds): {hot} member(s) would land on "
+            "a hot node"
+        )
 
     def _post_filter(
         self, group: PodGroup, members: list[PodInfo], basis: Basis

@@ -5,6 +5,7 @@ group deleted while its members wait."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -14,7 +15,7 @@ from loadwise.framework.pod_groups import COSCHEDULING, COSCHEDULING_LABEL, UPST
 from loadwise.scheduler.binder import MERGE_PATCH, Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
-from loadwise.usage.cache import MetricsCache
+from loadwise.usage.cache import MetricsCache, NodeSample
 from loadwise_dev import manifests
 
 from ...fakes import until
@@ -343,3 +344,32 @@ async def test_members_nominated_by_their_groups_preemption_are_not_held_against
             sched.on_pod_event("ADDED", raw)
         await until(lambda: len(api.events("Scheduled")) == 3)
     assert sorted(sched.state.pods[uid(p)].node_name for p in pods) == ["a", "a", "b"]
+
+
+async def test_a_group_that_fits_only_on_a_hot_node_waits_for_cool_room_as_its_policy_says() -> (
+    None
+):
+    api = Api()
+    sched = scheduler(api)
+    sched.policies.apply("gangs", {"gangHotWaitSeconds": 1})
+    with_nodes(sched, "2", "2")  # n0 cool, n1 hot: the group needs both
+    now = time.time()
+    cache = sched.usage.caches["prometheus"]
+    cache.samples = {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
+    pods = [member(f"h{i}", "g", cpu="2") for i in range(2)]
+    started = asyncio.get_running_loop().time()
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.events("FailedScheduling")) == 2)
+        assert not api.fake.requests("POST", "/binding")  # it waits, holding nothing
+        assert not sched.state.pods
+        (message,) = {e["message"] for e in api.events("FailedScheduling")}
+        assert message == (
+            "pod group default/g waits up to 1s for cool room (policy gangs, "
+            "gangHotWaitSeconds): 2 member(s) would land on a hot node"
+        )
+        await until(lambda: len(api.events("Scheduled")) == 2, timeout=5.0)
+    first_bind = api.binds("h0")[0].at
+    assert first_bind - started >= 1.0  # not before its wait was out
