@@ -165,7 +165,7 @@ class Report:
     pinned_placed: int = 0  # placed groups whose pinned copy kube-scheduler placed whole
     evicted: dict[str, int] = field(
         default_factory=lambda: {"loadwise": 0, "kube_scheduler": 0}
-    )  # placed pods each scheduler's group preemptions evicted
+    )  # victims of each scheduler's group preemptions (their Preempted events)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -198,8 +198,20 @@ async def priority_classes(kube: Kube) -> None:
             await kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", body)
 
 
+async def preempted(kube: Kube) -> int:
+    """`Preempted` events so far (both schedulers write one on each victim; a NoExecute taint's
+    evictions, which both copies meet alike, are another reason)."""
+    return sum(
+        1
+        for ns in (diff.NS, diff.NS_B)
+        for event in await kube.list(f"/api/v1/namespaces/{ns}/events")
+        if event.get("reason") == "Preempted"
+    )
+
+
 async def restore(kube: Kube, existing: list[dict[str, Any]]) -> int:
-    """Re-create the placed pods a copy's preemption evicted; returns how many."""
+    """Re-create the placed pods a copy evicted (its preemption, or a NoExecute taint):
+    returns how many."""
     present = {(p["metadata"]["namespace"], p["metadata"]["name"])
                for ns in (diff.NS, diff.NS_B)
                for p in await kube.list(f"/api/v1/namespaces/{ns}/pods")}  # fmt: skip
@@ -241,10 +253,14 @@ async def run(
             await kube.create(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod)
         await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
         for group in made:
+            before = await preempted(kube)
             ours = await try_group(kube, group, f"lw-{group.name}", "loadwise-scheduler")
-            report.evicted["loadwise"] += await restore(kube, existing)
+            await restore(kube, existing)
+            middle = await preempted(kube)
             theirs = await try_group(kube, group, f"ks-{group.name}", "default-scheduler")
-            report.evicted["kube_scheduler"] += await restore(kube, existing)
+            await restore(kube, existing)
+            report.evicted["loadwise"] += middle - before
+            report.evicted["kube_scheduler"] += await preempted(kube) - middle
             feasible = None
             if ours.verdict == "placed":
                 pinned = await try_group(
