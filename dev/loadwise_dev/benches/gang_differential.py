@@ -201,12 +201,11 @@ async def priority_classes(kube: Kube) -> None:
 async def preempted(kube: Kube) -> int:
     """`Preempted` events so far (both schedulers write one on each victim; a NoExecute taint's
     evictions, which both copies meet alike, are another reason)."""
-    return sum(
-        1
-        for ns in (diff.NS, diff.NS_B)
-        for event in await kube.list(f"/api/v1/namespaces/{ns}/events")
-        if event.get("reason") == "Preempted"
-    )
+    count = 0
+    for ns in (diff.NS, diff.NS_B):
+        events = await kube.list(f"/api/v1/namespaces/{ns}/events")
+        count += sum(1 for event in events if event.get("reason") == "Preempted")
+    return count
 
 
 async def restore(kube: Kube, existing: list[dict[str, Any]]) -> int:
