@@ -107,6 +107,7 @@ class GroupCycle:
             return True
         for member, _ in decision.placed:  # nothing of it is kept
             s.state.forget(member.uid)
+            member.node_name, member.assumed = "", False  # pending again, as it was
             plan = plans.get(member.uid)
             if plan:
                 s.volumes.unreserve(plan)
