@@ -112,7 +112,8 @@ async def settle(kube: Kube, prefix: str, count: int, min_count: int) -> Outcome
             if manifests.marked_unschedulable(p) and name not in nominated
         ]
         messages = tuple(sorted({_message(pods[m]) for m in marked}))
-        if len(nodes) >= min_count and len(nodes) + len(marked) >= count:
+        if len(nodes) >= min_count and len(nodes) + len(marked) + len(nominated) >= count:
+            # placed: the minimum is bound; members past it that preempt may take their time
             return Outcome("placed", nodes, messages)
         if not nodes and len(marked) >= count:
             return Outcome("refused", nodes, messages)
