@@ -10,16 +10,14 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from loadwise.config import SchedulingSettings
 from loadwise.framework.pod_groups import COSCHEDULING, COSCHEDULING_LABEL, UPSTREAM, GroupKey
-from loadwise.scheduler.binder import MERGE_PATCH, Binder
-from loadwise.scheduler.queue import SchedulingQueue
+from loadwise.scheduler.binder import MERGE_PATCH
 from loadwise.scheduler.scheduler import Scheduler
-from loadwise.usage.cache import MetricsCache, NodeSample
+from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ...fakes import until
-from .test_scheduler import NAME, Api, bound, raw_pod, running, scheduler, uid
+from .test_scheduler import Api, bound, raw_pod, running, scheduler, uid
 
 NS = "default"
 
@@ -180,13 +178,7 @@ async def test_a_coscheduling_group_by_label_and_a_group_deleted_while_members_w
 
 async def test_members_waiting_past_the_timeout_are_told_why_and_nothing_is_held() -> None:
     api = Api()
-    sched = Scheduler(
-        NAME,
-        Binder(api.fake, NAME),
-        {"prometheus": MetricsCache(None, 10.0)},
-        SchedulingQueue(),
-        SchedulingSettings(gang_wait_timeout=0.2),
-    )
+    sched = scheduler(api, gang_wait_timeout=0.2)
     with_nodes(sched, "8")
     timed_out = REGISTRY.get_sample_value("loadwise_pod_groups_timed_out_total") or 0.0
     pods = [member(f"t{i}", "late") for i in range(2)]
@@ -279,13 +271,7 @@ async def test_coscheduling_min_resources_beyond_the_clusters_free_room_refuse_t
 
 async def test_odd_groups_never_crash_the_loop_nor_hold_room() -> None:
     api = Api()
-    sched = Scheduler(
-        NAME,
-        Binder(api.fake, NAME),
-        {"prometheus": MetricsCache(None, 10.0)},
-        SchedulingQueue(initial_backoff=0.05, max_backoff=0.05),
-        SchedulingSettings(gang_wait_timeout=0.2),
-    )
+    sched = scheduler(api, gang_wait_timeout=0.2)
     with_nodes(sched, "1")
     sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("priced", 2, priority=10))
     priced = [member(f"p{i}", "priced", cpu="100m") for i in range(2)]  # priority 0, not 10

@@ -82,13 +82,20 @@ class Api:
         return self.fake.requests("PATCH", f"/pods/{pod}/status")
 
 
-def scheduler(api: Api, backoff: float = 0.05, failure_event_interval: float = 60.0) -> Scheduler:
+def scheduler(
+    api: Api,
+    backoff: float = 0.05,
+    failure_event_interval: float = 60.0,
+    gang_wait_timeout: float = 60.0,
+) -> Scheduler:
     return Scheduler(
         NAME,
         Binder(api.fake, NAME),
         {"prometheus": MetricsCache(None, 10.0)},
         SchedulingQueue(initial_backoff=backoff, max_backoff=backoff),
-        SchedulingSettings(failure_event_interval=failure_event_interval),
+        SchedulingSettings(
+            failure_event_interval=failure_event_interval, gang_wait_timeout=gang_wait_timeout
+        ),
         rng=random.Random(1),
     )
 
