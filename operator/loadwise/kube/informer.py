@@ -10,8 +10,11 @@ The watch resumes from the last resourceVersion seen (bookmarks keep it current)
 too old (410 Gone) the kind is listed again and `on_relisted` receives every key present, so
 objects deleted while nobody watched are dropped.
 
-Dead connections: a watch that has delivered nothing, not even a bookmark (the API server sends
-one about every minute), for READ_TIMEOUT is dropped and resumed; the Runtime's API probe also
+Each watch asks the API server to end it after 60-80 s (jittered, so the kinds do not reconnect
+together), and it is then resumed quietly: the API server sends bookmarks only for kinds that
+have changed since it started, so a watch of an idle kind (storage classes, CSI nodes) would
+otherwise read nothing at all. Dead connections: a watch that has delivered nothing, not even
+the end of its request, for READ_TIMEOUT is dropped and resumed with a warning; the Runtime's API probe also
 restarts every watch when the API server stops answering and again when it answers, so a network
 black hole costs seconds after it ends, not a read timeout. The reconnect backoff starts again
 from its floor as soon as a watch is accepted.
@@ -23,6 +26,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -36,8 +40,8 @@ log = logging.getLogger(__name__)
 OnEvent = Callable[[str | None, Mapping[str, Any]], None]  # (ADDED/MODIFIED/DELETED/None, object)
 OnRelisted = Callable[[set[str]], object]  # keys present in a fresh list
 
-WATCH_SECONDS = 240  # server-side timeout of one watch request; it is then resumed
-READ_TIMEOUT = 90.0  # nothing read for this long (bookmarks come about every 60 s): reconnect
+WATCH_SECONDS = (60, 80)  # server-side timeout of one watch request, drawn in this range
+READ_TIMEOUT = 90.0  # nothing read for this long, past the server's own end: reconnect
 PAGE = 500
 FEED_TURN = 4  # while the next page is requested, list items fed between turns of the loop
 BACKOFF_FLOOR, BACKOFF_CAP = 0.25, 5.0
@@ -242,7 +246,7 @@ class Informer:
             "watch": "1",
             "allowWatchBookmarks": "true",
             "resourceVersion": self.resource_version,
-            "timeoutSeconds": str(WATCH_SECONDS),
+            "timeoutSeconds": str(random.randint(*WATCH_SECONDS)),
         }
         try:
             async with self.transport.stream(self.path, params, READ_TIMEOUT) as resp:
