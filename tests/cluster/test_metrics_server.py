@@ -19,7 +19,8 @@ import pytest
 
 from loadwise.config import Config
 from loadwise.usage.cache import NodeSample
-from loadwise.usage.prometheus import PrometheusError, PrometheusSource
+from loadwise.usage.prometheus import PrometheusSource
+from loadwise.usage.prometheus_answers import PrometheusError
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.controlplane import k8s_bin_dir

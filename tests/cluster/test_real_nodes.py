@@ -21,7 +21,8 @@ from loadwise.config import Config
 from loadwise.resources import to_amount
 from loadwise.runtime import Runtime
 from loadwise.usage.cache import NodeSample
-from loadwise.usage.prometheus import PrometheusError, PrometheusSource
+from loadwise.usage.prometheus import PrometheusSource
+from loadwise.usage.prometheus_answers import PrometheusError
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
 from loadwise_dev.images import BURN

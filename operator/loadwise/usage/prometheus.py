@@ -5,6 +5,8 @@ The per-resource queries are joined into one request with `label_replace(...) or
 series tagged with its resource in the `loadwise_resource` label.
 Node defaults fit node-exporter series carrying a `node` label (the usual kubernetes_sd
 relabelling); pod defaults fit cAdvisor's container series (`namespace` and `pod` labels).
+Answers are decoded and read a slice at a time (sliced_json.py, prometheus_answers.py), so a
+large cluster's answer never holds the event loop for long.
 """
 
 from __future__ import annotations
@@ -23,8 +25,17 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import orjson
 
+from . import sliced_json
 from .answers import error_text
-from .cache import NodeSample, PodUsage, SourceError
+from .cache import NodeSample, PodUsage
+from .prometheus_answers import (
+    RESOURCE_LABEL,
+    NodeAnswer,
+    NodeLabelMissing,
+    PodAnswer,
+    PrometheusError,
+    vector,
+)
 from .scrape_intervals import (
     DEFAULT_LAG,
     WINDOW,
@@ -41,19 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_RESOURCE_LABEL = "loadwise_resource"
-_NAMESPACE_LABEL = "namespace"
-_POD_LABEL = "pod"
-
-
-class PrometheusError(SourceError):
-    pass
-
-
-class NodeLabelMissing(PrometheusError):
-    """Series came back, none with the node label: a stack whose labels the preset does not
-    read (the source then looks at a raw series to say which preset fits)."""
-
 
 def combined_query(
     cpu_query: str, memory_query: str, dimensions: Mapping[str, str] | None = None
@@ -61,100 +59,9 @@ def combined_query(
     """One query for all resources; each series carries its resource name."""
     queries = {"cpu": cpu_query, "memory": memory_query, **(dimensions or {})}
     return " or ".join(
-        f'label_replace({query}, "{_RESOURCE_LABEL}", "{name}", "", "")'
+        f'label_replace({query}, "{RESOURCE_LABEL}", "{name}", "", "")'
         for name, query in queries.items()
     )
-
-
-def _vector(payload: Any) -> list[Any]:
-    """The result list of an instant-vector answer; a malformed envelope raises."""
-    if not isinstance(payload, dict) or payload.get("status") != "success":
-        error = payload.get("error") if isinstance(payload, dict) else None
-        raise PrometheusError(f"query failed: {error or 'unexpected response'}")
-    data = payload.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "vector":
-        raise PrometheusError("query did not return an instant vector")
-    result = data.get("result")
-    return result if isinstance(result, list) else []
-
-
-def parse_response(
-    payload: Any, node_label: str, lag: float, dimensions: Collection[str] = ()
-) -> dict[str, NodeSample]:
-    """Turn a /api/v1/query answer into samples. Malformed entries are skipped, never fatal;
-    a malformed envelope raises PrometheusError. `lag` is how far before the evaluation time a
-    placement must be to show fully in the figures (rate window plus scrape interval): pods
-    placed later are still estimated by the scorer. Of the other resources than cpu and memory,
-    those named in `dimensions` become the sample's `extra`; a node needs cpu and memory."""
-    partial: dict[str, dict[str, float]] = {}
-    stamps: dict[str, float] = {}
-    unlabelled = 0  # series without the node label
-    other_labels: set[str] = set()
-    for item in _vector(payload):
-        try:
-            labels = item["metric"]
-            if node_label not in labels and _RESOURCE_LABEL in labels:
-                unlabelled += 1
-                other_labels.update(k for k in labels if k not in (_RESOURCE_LABEL, "__name__"))
-                continue
-            node = labels[node_label]
-            resource = labels[_RESOURCE_LABEL]
-            stamp = float(item["value"][0])
-            value = float(item["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        if not isinstance(node, str) or not isinstance(resource, str):
-            continue
-        if resource not in ("cpu", "memory") and resource not in dimensions:
-            continue
-        if not math.isfinite(value) or not math.isfinite(stamp):
-            continue
-        partial.setdefault(node, {})[resource] = min(1.0, max(0.0, value))
-        stamps[node] = min(stamp, stamps.get(node, stamp))
-    if unlabelled and not partial:  # a wrong label, not stale samples: say so
-        have = (
-            f"they have {', '.join(sorted(other_labels))}"
-            if other_labels
-            else f"they have no other label (the series read carry no {node_label!r} label, "
-            "or the query drops it)"
-        )
-        raise NodeLabelMissing(
-            f"{unlabelled} series came back but none has the node label {node_label!r} "
-            f"(LOADWISE_PROMETHEUS_NODE_LABEL): {have}; for kube-prometheus or "
-            "kube-prometheus-stack, set LOADWISE_PROMETHEUS_PRESET (chart: metrics.preset) "
-            "to its name"
-        )
-    samples = {}
-    for node, values in partial.items():
-        cpu, memory = values.pop("cpu", None), values.pop("memory", None)
-        if cpu is None or memory is None:
-            continue
-        samples[node] = NodeSample(cpu, memory, stamps[node], stamps[node] - lag, values)
-    return samples
-
-
-def parse_pod_response(payload: Any) -> PodUsage:
-    """Per-pod usage from the combined pod query (cpu in cores, memory in bytes). Malformed
-    entries, and pods lacking either resource, are skipped; a malformed envelope raises."""
-    partial: dict[tuple[str, str], dict[str, float]] = {}
-    for item in _vector(payload):
-        try:
-            labels = item["metric"]
-            pod = (labels[_NAMESPACE_LABEL], labels[_POD_LABEL])
-            resource = labels[_RESOURCE_LABEL]
-            value = float(item["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        if not all(isinstance(part, str) and part for part in pod):
-            continue
-        if resource not in ("cpu", "memory") or not math.isfinite(value) or value < 0:
-            continue
-        partial.setdefault(pod, {})[resource] = value
-    return {
-        pod: (round(values["cpu"] * 1000), round(values["memory"]))  # a rate is never exact
-        for pod, values in partial.items()
-        if "cpu" in values and "memory" in values
-    }
 
 
 @dataclass(frozen=True)
@@ -240,14 +147,17 @@ class PrometheusSource:
 
     async def fetch(self) -> dict[str, NodeSample]:
         await self._discover()
-        payload = await self._query(with_window(self.query, self.window))
+        answer = NodeAnswer(self.node_label, self.lag, self.dimensions)
+        await self._feed(with_window(self.query, self.window), answer)
         if self.ready is not None:
             await self.ready.wait()
         known = self.known_nodes() if self.known_nodes is not None else ()
         try:
-            samples = parse_response(payload, self.node_label, self.lag, self.dimensions)
+            for _ in answer.finish():
+                await asyncio.sleep(0)
         except NodeLabelMissing as exc:
             raise NodeLabelMissing(f"{exc}{await self._label_hint(known)}") from None
+        samples = answer.samples
         if samples and known and not any(name in known for name in samples):
             raise PrometheusError(
                 f"no series' {self.node_label!r} label names a node of the cluster "
@@ -261,7 +171,7 @@ class PrometheusSource:
         that reads such labels; empty when that cannot be asked."""
         for metric in sorted(self.node_metrics):
             try:
-                found = _vector(await self._query(f"topk(1, {metric})"))
+                found = vector(await self._query(f"topk(1, {metric})"))
                 labels = found[0]["metric"] if found else None
             except (PrometheusError, aiohttp.ClientError, TimeoutError, LookupError, TypeError):
                 return ""
@@ -286,7 +196,11 @@ class PrometheusSource:
     async def fetch_pods(self) -> PodUsage:
         await self._discover()
         window = window_for(self.interval(self.pod_metrics))
-        return parse_pod_response(await self._query(with_window(self.pod_query, window)))
+        answer = PodAnswer()
+        await self._feed(with_window(self.pod_query, window), answer)
+        for _ in answer.finish():
+            await asyncio.sleep(0)
+        return answer.usage
 
     async def _discover(self) -> None:
         """Ask Prometheus how often it scrapes the metrics the `$window` queries rate, at the
@@ -339,7 +253,28 @@ class PrometheusSource:
     async def _get(self, path: str, params: Mapping[str, str]) -> Any:
         return await self._request("GET", path, params=params)
 
+    async def _feed(self, query: str, answer: NodeAnswer | PodAnswer) -> None:
+        """Ask an instant query and give its series to `answer` a slice at a time, letting
+        the event loop run between slices (sliced_json.py: 150,000 pods' answer is tens of
+        MB)."""
+        body = await self._request_body("POST", "/api/v1/query", data={"query": query})
+        try:
+            pieces = sliced_json.slices(body, "result", "metric")
+            answer.add(vector(next(pieces)))
+            for piece in pieces:
+                await asyncio.sleep(0)
+                answer.add(piece)
+        except orjson.JSONDecodeError as exc:
+            raise PrometheusError(f"the answer is not JSON: {exc}") from None
+
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        body = await self._request_body(method, path, **kwargs)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise PrometheusError(f"the answer is not JSON: {exc}") from None
+
+    async def _request_body(self, method: str, path: str, **kwargs: Any) -> bytes:
         connection = self.connection
         if self._session is None or self._session.closed:
             tls = connection.ssl_context()
@@ -352,15 +287,10 @@ class PrometheusSource:
         async with self._session.request(
             method, self.url + path, headers=headers, **kwargs
         ) as resp:
-            if resp.status != 200:
-                raise PrometheusError(
-                    f"HTTP {resp.status}: {error_text(await resp.read(), 'error')}"
-                )
-            # orjson: the per-pod answer has a series per pod (50,000 at start-up in the bench)
-            try:
-                return orjson.loads(await resp.read())
-            except orjson.JSONDecodeError as exc:
-                raise PrometheusError(f"the answer is not JSON: {exc}") from None
+            body = await resp.read()
+        if resp.status != 200:
+            raise PrometheusError(f"HTTP {resp.status}: {error_text(body, 'error')}")
+        return body
 
     async def close(self) -> None:
         if self._session is not None:

@@ -4,7 +4,7 @@ import pytest
 
 from loadwise.config import Config
 from loadwise.usage.cache import MetricsCache, NodeSample
-from loadwise.usage.prometheus import PrometheusError, parse_response
+from loadwise.usage.prometheus_answers import PrometheusError, parse_response
 
 
 def vector(*items: tuple[str, str, object]) -> dict[str, object]:
@@ -166,7 +166,7 @@ def pod_vector(*items: tuple[str, str, str, object]) -> dict[str, object]:
 
 
 def test_parse_pod_usage_pairs_cpu_cores_and_memory_bytes() -> None:
-    from loadwise.usage.prometheus import parse_pod_response
+    from loadwise.usage.prometheus_answers import parse_pod_response
 
     payload = pod_vector(
         ("ns", "a", "cpu", "0.2500004"),  # a rate: 250m, not 251m

@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 
 from loadwise.usage.cache import MetricsCache, SourceError
 from loadwise.usage.metrics_server import MetricsServerSource
-from loadwise.usage.prometheus import PrometheusError, PrometheusSource, parse_response
+from loadwise.usage.prometheus import PrometheusSource
+from loadwise.usage.prometheus_answers import PrometheusError, parse_response
 from loadwise.usage.prometheus_settings import PrometheusSettings
 
 from ...fakes import Reply, answering
@@ -96,10 +98,10 @@ class Scripted(PrometheusSource):
         super().__init__(PrometheusSettings(url="http://127.0.0.1:1"), known_nodes=lambda: known)
         self.answer = answer
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _request_body(self, method: str, path: str, **kwargs: Any) -> bytes:
         if path != "/api/v1/query":  # the scrape intervals: as a Prometheus-alike without them
             raise PrometheusError("HTTP 404: not found")
-        return self.answer
+        return orjson.dumps(self.answer)
 
 
 def by_node(*names: str) -> dict[str, Any]:
