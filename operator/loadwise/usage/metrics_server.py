@@ -1,6 +1,6 @@
 """metrics-server source, its declaration and its client in one module: NodeMetrics from
 `metrics.k8s.io/v1beta1` through the API server's aggregation layer; one list call per refresh
-for all nodes (and one for all pods' PodMetrics).
+for all nodes (and one for all pods' PodMetrics), decoded and read a slice at a time.
 
 NodeMetrics report absolute usage; utilisation divides by the node's allocatable, which the
 scheduler's ClusterState already holds. A sample covers placements made before its window
@@ -10,16 +10,17 @@ began; pods placed during the window are still estimated by the scorer.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 import aiohttp
+import orjson
 
 from ..kube.permission import Permission
 from ..kube.transport import Http
 from ..resources import CPU, MEMORY, to_amount
+from . import sliced_json
 from .answers import error_text
 from .cache import MetricsSource, NodeSample, PodUsage, SourceError
 from .source_kind import BuildContext, SourceSettings
@@ -27,6 +28,7 @@ from .source_kind import BuildContext, SourceSettings
 PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
 PODS_PATH = "/apis/metrics.k8s.io/v1beta1/pods"
 TIMEOUT = aiohttp.ClientTimeout(total=5)
+SLICE_BYTES = 1 << 17  # about 500 PodMetrics: a few ms to decode and read
 
 
 class MetricsServerError(SourceError):
@@ -52,10 +54,20 @@ def http_error(status: int, body: bytes, what: str) -> MetricsServerError:
 def parse_node_metrics(
     payload: Any, allocatable: Callable[[str], Mapping[str, int] | None]
 ) -> dict[str, NodeSample]:
-    if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
-        raise MetricsServerError("not a NodeMetricsList")
+    """A whole NodeMetricsList (decoded) as samples."""
     out: dict[str, NodeSample] = {}
-    for item in payload["items"]:
+    add_node_metrics(_items(payload, "NodeMetricsList"), allocatable, out)
+    return out
+
+
+def add_node_metrics(
+    items: Iterable[Any],
+    allocatable: Callable[[str], Mapping[str, int] | None],
+    out: dict[str, NodeSample],
+) -> None:
+    """NodeMetrics into `out`, utilisation of each node's allocatable; malformed ones and
+    nodes without allocatable are skipped."""
+    for item in items:
         try:
             name = item["metadata"]["name"]
             usage = item["usage"]
@@ -74,16 +86,19 @@ def parse_node_metrics(
             stamp.timestamp(),
             stamp.timestamp() - window,  # the window averages: only earlier pods count fully
         )
-    return out
 
 
 def parse_pod_metrics(payload: Any) -> PodUsage:
-    """A PodMetricsList as per-pod usage: the sum of the containers' usage. A pod with any
-    malformed container is skipped (a partial sum would under-state it), as is one with none."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
-        raise MetricsServerError("not a PodMetricsList")
+    """A whole PodMetricsList (decoded) as per-pod usage."""
     out: PodUsage = {}
-    for item in payload["items"]:
+    add_pod_metrics(_items(payload, "PodMetricsList"), out)
+    return out
+
+
+def add_pod_metrics(items: Iterable[Any], out: PodUsage) -> None:
+    """PodMetrics into `out`: the sum of the containers' usage. A pod with any malformed
+    container is skipped (a partial sum would under-state it), as is one with none."""
+    for item in items:
         try:
             meta = item["metadata"]
             pod = (meta["namespace"], meta["name"])
@@ -101,7 +116,27 @@ def parse_pod_metrics(payload: Any) -> PodUsage:
             continue
         if containers and all(isinstance(part, str) and part for part in pod):
             out[pod] = (cpu, memory)
-    return out
+
+
+def _items(payload: Any, kind: str) -> list[Any]:
+    if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
+        raise MetricsServerError(f"not a {kind}")
+    items: list[Any] = payload["items"]
+    return items
+
+
+async def _in_slices(body: bytes, kind: str) -> AsyncIterator[list[Any]]:
+    """The list's items a slice at a time (sliced_json.py), letting the event loop run
+    between slices: 150,000 pods' PodMetricsList is tens of MB."""
+    try:
+        pieces = sliced_json.slices(body, "items", "metadata", SLICE_BYTES)
+        last = _items(next(pieces), kind)
+        for piece in pieces:
+            yield piece
+            await asyncio.sleep(0)
+    except orjson.JSONDecodeError as exc:
+        raise MetricsServerError(f"the {kind} is not JSON: {exc}") from None
+    yield last
 
 
 def _seconds(text: str) -> float:
@@ -139,13 +174,19 @@ class MetricsServerSource:
             raise http_error(status, body, "node")
         if self.ready is not None:
             await self.ready.wait()
-        return parse_node_metrics(json.loads(body), self.allocatable)
+        samples: dict[str, NodeSample] = {}
+        async for items in _in_slices(body, "NodeMetricsList"):
+            add_node_metrics(items, self.allocatable, samples)
+        return samples
 
     async def fetch_pods(self) -> PodUsage:
         status, body = await self.transport.request("GET", PODS_PATH, timeout=TIMEOUT)
         if status != 200:
             raise http_error(status, body, "pod")
-        return parse_pod_metrics(json.loads(body))
+        usage: PodUsage = {}
+        async for items in _in_slices(body, "PodMetricsList"):
+            add_pod_metrics(items, usage)
+        return usage
 
 
 class MetricsServerSettings(SourceSettings):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 import pytest
 
 from loadwise.usage.cache import MetricsCache
@@ -116,3 +117,21 @@ async def test_no_pod_request_without_learning() -> None:
     cache = MetricsCache(MetricsServerSource(fake, ALLOCATABLE.get), 10.0)
     await cache.refresh()
     assert [call.path for call in fake.calls] == [PATH] and cache.pod_usage == {}
+
+
+async def test_a_large_pod_metrics_list_is_read_in_slices_with_every_pod() -> None:
+    from loadwise.usage import sliced_json
+    from loadwise.usage.metrics_server import SLICE_BYTES, parse_pod_metrics
+
+    items = [
+        {
+            "metadata": {"name": f"p{i}", "namespace": f"ns{i % 7}"},
+            "containers": [{"name": "c", "usage": {"cpu": f"{i % 900 + 1}m", "memory": "1Mi"}}],
+        }
+        for i in range(4000)
+    ]
+    listed = {"kind": "PodMetricsList", "items": items}
+    body = orjson.dumps(listed)
+    assert len(list(sliced_json.slices(body, "items", "metadata", SLICE_BYTES))) > 2
+    usage = await MetricsServerSource(answering((200, body)), ALLOCATABLE.get).fetch_pods()
+    assert len(usage) == 4000 and usage == parse_pod_metrics(listed)
