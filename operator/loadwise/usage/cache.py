@@ -172,7 +172,9 @@ class MetricsCache:
         if self.workload_of is not None:
             # A rate window shows a pod fully about a lag after it starts, a lag after placement.
             min_age = max(self.min_age, 2 * self.lag)
-            self.learned.observe(usage, self.workload_of, time.time(), min_age)
+            steps = self.learned.observe_steps(usage, self.workload_of, time.time(), min_age)
+            for _ in steps:  # 150,000 pods: let the scheduling loop run between steps
+                await asyncio.sleep(0)
 
 
 def _describe(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .history import Aggregation, aggregate
@@ -37,6 +37,7 @@ PERCENTILE = 0.8
 FORGET_REFRESHES = 6
 WORKLOAD_TTL = 3600.0
 MAX_WORKLOADS = 10_000
+POD_STEP, WORKLOAD_STEP = 2000, 500  # between two yields of observe_steps (a few ms)
 
 
 @dataclass(slots=True)
@@ -82,12 +83,28 @@ class LearnedUsage:
         now: float,
         min_age: float,
     ) -> None:
-        """One refresh's per-pod usage. Pods placed less than `min_age` seconds before `now`
-        are skipped: a rate window shows a new pod only partly, and would under-estimate."""
-        self._round += 1
-        current = self._round
+        """One refresh's per-pod usage, in one call (`observe_steps` says what is learned)."""
+        for _ in self.observe_steps(usage, workload_of, now, min_age):
+            pass
+
+    def observe_steps(
+        self,
+        usage: Mapping[tuple[str, str], tuple[int, int]],
+        workload_of: WorkloadOf,
+        now: float,
+        min_age: float,
+    ) -> Iterator[None]:
+        """One refresh's per-pod usage, yielding every few thousand pods or hundred workloads
+        so that the caller can let the event loop run (150,000 pods take a tenth of a second
+        or more). Pods placed less than `min_age` seconds before `now` are skipped: a rate
+        window shows a new pod only partly, and would under-estimate. Estimates may be read
+        meanwhile: each workload's changes at once, and windowed views are renewed at the
+        end."""
+        current = self._round + 1
         workloads = self._workloads
-        for pod, (cpu, memory) in usage.items():
+        for done, (pod, (cpu, memory)) in enumerate(usage.items(), 1):
+            if done % POD_STEP == 0:
+                yield
             found = workload_of(*pod)
             if found is None or cpu < 0 or memory < 0:
                 continue
@@ -104,7 +121,9 @@ class LearnedUsage:
                 if past is None:
                     past = workload.past[pod] = deque()
                 past.append((now, cpu, memory))
-        for key, workload in list(workloads.items()):
+        for done, (key, workload) in enumerate(list(workloads.items()), 1):
+            if done % WORKLOAD_STEP == 0:
+                yield
             pods = workload.pods
             for pod in [
                 p for p, (_, _, seen) in pods.items() if current - seen >= FORGET_REFRESHES
@@ -126,6 +145,7 @@ class LearnedUsage:
             by_age = sorted(workloads, key=lambda k: workloads[k].seen)
             for key in by_age[: len(workloads) - MAX_WORKLOADS]:
                 del workloads[key]
+        self._round = current
 
 
 def _percentile(values: list[int]) -> int:
