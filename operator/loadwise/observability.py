@@ -187,6 +187,18 @@ METRICS_REFRESH = Counter(
     "Node metrics refreshes by source and result.",
     ["source", "result"],
 )
+METRICS_REFRESH_SECONDS = Histogram(
+    "loadwise_metrics_refresh_duration_seconds",
+    "Wall time of a metrics refresh (its requests, decoding and learning), by source.",
+    ["source"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+LOOP_LAG = Histogram(
+    "loadwise_event_loop_lag_seconds",
+    "How late the event loop woke a 100 ms timer: the longest anything held the loop that "
+    "scheduling, watches and refreshes share.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 SOURCE_UP = Gauge(
     "loadwise_metrics_source_up", "1 if the source's last refresh succeeded, else 0.", ["source"]
 )

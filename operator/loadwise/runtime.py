@@ -229,6 +229,7 @@ class Runtime:
         self._spawn("api-probe", upkeep.probe_forever())
         self._spawn("reconcile", upkeep.reconcile_forever())
         self._spawn("reservation-audit", upkeep.audit_forever())
+        self._spawn("loop-lag", upkeep.measure_loop_forever())
         if self.elector is not None:
             self._spawn("leader-election", self.elector.run())
         else:

@@ -1,7 +1,8 @@
 """Upkeep: the periodic tasks every replica runs beside the watches, leader or not: the
 metrics refresh (the operator's own task, not a kopf timer: it runs whether or not any policy
 exists, and an outage cannot end it), the API probe that tells a black hole from a quiet
-cluster, the reconcile that drops objects deleted unseen, and the audit of reservations."""
+cluster, the reconcile that drops objects deleted unseen, the audit of reservations, and the timer
+that measures how long anything holds the event loop."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT = 2.0  # at most; never longer than the probe interval
 PROBE_FAILURES = 2  # consecutive failed probes before the API server counts as unreachable
 AUDIT_INTERVAL = 5.0  # seconds between audits of the scheduler's reservations
+LOOP_TICK = 0.1  # seconds between two wake-ups of the loop-lag timer
 
 
 class Upkeep:
@@ -54,7 +56,9 @@ class Upkeep:
 
     async def refresh_metrics(self) -> None:
         for name, cache in self.scheduler.usage.caches.items():
+            began = time.monotonic()
             if await cache.refresh_if_due():
+                obs.METRICS_REFRESH_SECONDS.labels(name).observe(time.monotonic() - began)
                 ok = cache.last_error is None
                 obs.METRICS_REFRESH.labels(name, "ok" if ok else "error").inc()
                 obs.SOURCE_UP.labels(name).set(1 if ok else 0)
@@ -84,6 +88,15 @@ class Upkeep:
         )
         self.scheduler.trim_placements(keep=2 * lag + 4 * self.config.metrics.interval)
         self.scheduler.update_gauges()
+
+    @staticmethod
+    async def measure_loop_forever(tick: float = LOOP_TICK) -> None:
+        """How late the loop wakes a timer, into loadwise_event_loop_lag_seconds: what a
+        long refresh, list or decision costs everything else sharing the loop."""
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(tick)
+            obs.LOOP_LAG.observe(max(0.0, time.perf_counter() - asked - tick))
 
     async def probe_forever(self) -> None:
         """Tell a silent network (a black hole) from a quiet cluster: watches cannot."""

@@ -147,3 +147,22 @@ async def test_hot_nodes_passed_over_and_the_estimate_are_counted_per_policy() -
     # The pod being placed: 2 x 500m on a 2-core node.
     added = value("loadwise_placement_estimate_cpu_ratio_sum", policy="hotpol") - estimate_sum
     assert abs(added - 0.5) < 1e-9
+
+
+async def test_the_loop_lag_histogram_sees_a_call_that_holds_the_loop() -> None:
+    import asyncio
+
+    from loadwise.upkeep import Upkeep
+
+    def held_longer_than(seconds: float) -> float:
+        total = value("loadwise_event_loop_lag_seconds_count")
+        within = value("loadwise_event_loop_lag_seconds_bucket", le=str(seconds))
+        return total - within
+
+    before = held_longer_than(0.025)
+    timer = asyncio.create_task(Upkeep.measure_loop_forever(tick=0.005))
+    await asyncio.sleep(0.02)
+    time.sleep(0.06)  # noqa: ASYNC251 - holding the loop, as a long decode would
+    await asyncio.sleep(0.02)
+    timer.cancel()
+    assert held_longer_than(0.025) >= before + 1
