@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from ..kube.informer import collection_paused
 from .history import SampleHistory
 from .learned import LearnedUsage, WorkloadOf
 
@@ -103,7 +104,9 @@ class MetricsCache:
         self.workload_of = workload_of
         self.min_age = min_age
         self.lag = 0.0  # the latest answer's longest lag (how far back a sample covers)
-        self.pod_usage: PodUsage = {}  # the latest successful answer, replaced whole
+        # The latest successful answer, updated in place a few thousand pods at a time (a
+        # reader may see the two answers mixed for a moment).
+        self.pod_usage: PodUsage = {}
         self.pods_error: str | None = None
         self.learned = LearnedUsage()
         self.history = SampleHistory(step=interval)  # for policies judging load over a window
@@ -124,6 +127,12 @@ class MetricsCache:
             return True
 
     async def refresh(self) -> None:
+        # A refresh decodes millions of short-lived objects (150,000 pods' answer): no cyclic
+        # collection meanwhile, which would walk everything alive (kube/informer.py says why).
+        with collection_paused():
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         source = self.source
         if source is None:
             return
@@ -165,7 +174,7 @@ class MetricsCache:
             log.log(level, "pod metrics from %s failed: %s", source, error)
             self.pods_error = error
             return
-        self.pod_usage = usage
+        await _update_in_steps(self.pod_usage, usage)
         self.pods_error = None
         if self.ready is not None:
             await self.ready.wait()
@@ -175,6 +184,25 @@ class MetricsCache:
             steps = self.learned.observe_steps(usage, self.workload_of, time.time(), min_age)
             for _ in steps:  # 150,000 pods: let the scheduling loop run between steps
                 await asyncio.sleep(0)
+
+
+async def _update_in_steps(target: PodUsage, fresh: PodUsage, step: int = 2000) -> None:
+    """`target` made equal to `fresh`, letting the event loop run every `step` pods: replacing
+    150,000 pods' figures at once would free the old ones in one pause."""
+    for done, (pod, figures) in enumerate(fresh.items(), 1):
+        target[pod] = figures
+        if done % step == 0:
+            await asyncio.sleep(0)
+    gone = []
+    for done, pod in enumerate(target, 1):
+        if pod not in fresh:
+            gone.append(pod)
+        if done % (step * 10) == 0:
+            await asyncio.sleep(0)
+    for done, pod in enumerate(gone, 1):
+        del target[pod]
+        if done % step == 0:
+            await asyncio.sleep(0)
 
 
 def _describe(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ from .cache import NodeSample, PodUsage, SourceError
 RESOURCE_LABEL = "loadwise_resource"
 NAMESPACE_LABEL = "namespace"
 POD_LABEL = "pod"
-STEP = 5000  # nodes or pods finished between two awaits
+STEP = 2000  # nodes or pods finished between two awaits
 
 
 class PrometheusError(SourceError):
@@ -137,12 +137,13 @@ class PodAnswer:
 
     def finish(self) -> Iterator[None]:
         """Build the usage into `self.usage`, yielding every STEP pods."""
-        usage = self.usage
-        for done, (pod, values) in enumerate(self._partial.items(), 1):
-            if "cpu" in values and "memory" in values:  # a rate is never exact: rounded
-                usage[pod] = (round(values["cpu"] * 1000), round(values["memory"]))
-            if done % STEP == 0:
-                yield
+        usage, partial = self.usage, self._partial
+        while partial:  # emptied as it goes: never a pause to free all of it at once
+            for _ in range(min(STEP, len(partial))):
+                pod, values = partial.popitem()
+                if "cpu" in values and "memory" in values:  # a rate is never exact: rounded
+                    usage[pod] = (round(values["cpu"] * 1000), round(values["memory"]))
+            yield
 
 
 def parse_response(

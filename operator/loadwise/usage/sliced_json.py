@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-SLICE_BYTES = 1 << 19  # about 5,000 series: 1-3 ms to decode
+SLICE_BYTES = 1 << 17  # about 1,000 pods' series: a few ms to decode and read
 
 
 @cache
@@ -30,7 +30,9 @@ def _patterns(list_key: str, first_key: str) -> tuple[re.Pattern[bytes], re.Patt
     return head, between
 
 
-def slices(body: bytes, list_key: str, first_key: str, size: int = SLICE_BYTES) -> Iterator[Any]:
+def slices(
+    body: bytes | bytearray, list_key: str, first_key: str, size: int = SLICE_BYTES
+) -> Iterator[Any]:
     """The answer decoded piece by piece: first the envelope (whose list holds the last
     slice's elements only), then each other slice's elements as a list, each about `size`
     bytes of the answer. `list_key` names the list (its first occurrence is taken), and
