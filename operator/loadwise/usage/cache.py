@@ -175,7 +175,11 @@ class MetricsCache:
             log.log(level, "pod metrics from %s failed: %s", source, error)
             self.pods_error = error
             return
-        await _update_in_steps(self.pod_usage, usage)
+        first = not self.pod_usage
+        if first:  # the first answer becomes the table (growing one a step at a time costs)
+            self.pod_usage = usage
+        else:
+            await _update_in_steps(self.pod_usage, usage)
         self.pods_error = None
         if self.ready is not None:
             await self.ready.wait()
@@ -185,10 +189,11 @@ class MetricsCache:
             steps = self.learned.observe_steps(usage, self.workload_of, time.time(), min_age)
             for _ in steps:  # 150,000 pods: let the scheduling loop run between steps
                 await asyncio.sleep(0)
-        await _drain(usage)  # its keys are copies of those kept: freed a step at a time
+        if not first:
+            await _drain(usage)  # its keys are copies of those kept: freed a step at a time
 
 
-async def _drain(answer: PodUsage, step: int = 2000) -> None:
+async def _drain(answer: PodUsage, step: int = 1000) -> None:
     """Empty a dict no one else holds a few thousand entries at a time: freeing 150,000 pods'
     keys in one go holds the event loop for tens of milliseconds."""
     while answer:
@@ -197,18 +202,20 @@ async def _drain(answer: PodUsage, step: int = 2000) -> None:
         await asyncio.sleep(0)
 
 
-async def _update_in_steps(target: PodUsage, fresh: PodUsage, step: int = 2000) -> None:
+async def _update_in_steps(target: PodUsage, fresh: PodUsage, step: int = 1000) -> None:
     """`target` made equal to `fresh`, letting the event loop run every `step` pods: replacing
     150,000 pods' figures at once would free the old ones in one pause."""
     for done, (pod, figures) in enumerate(fresh.items(), 1):
         target[pod] = figures
         if done % step == 0:
             await asyncio.sleep(0)
+    if len(target) == len(fresh):
+        return  # it holds every pod of `fresh`, so no other
     gone = []
     for done, pod in enumerate(target, 1):
         if pod not in fresh:
             gone.append(pod)
-        if done % (step * 10) == 0:
+        if done % step == 0:
             await asyncio.sleep(0)
     for done, pod in enumerate(gone, 1):
         del target[pod]

@@ -37,7 +37,7 @@ PERCENTILE = 0.8
 FORGET_REFRESHES = 6
 WORKLOAD_TTL = 3600.0
 MAX_WORKLOADS = 10_000
-POD_STEP, WORKLOAD_STEP = 1000, 250  # between two yields of observe_steps (a few ms)
+POD_STEP, WORKLOAD_STEP = 500, 125  # between two yields of observe_steps (a few ms)
 
 
 @dataclass(slots=True)

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_STEP = 4 << 20  # bytes of an answer read between two yields to the event loop
+READ_STEP = 1 << 20  # bytes of an answer read between two yields to the event loop
 
 
 def combined_query(
@@ -292,7 +292,7 @@ class PrometheusSource:
             if resp.status != 200:
                 text = error_text(await resp.read(), "error")
                 raise PrometheusError(f"HTTP {resp.status}: {text}")
-            # Gathered as it comes, the loop let run every few MB: one read() of 37 MB
+            # Gathered as it comes, the loop let run every MB: one read() of 37 MB
             # would join it all in one step (15 ms and more).
             body, seen = bytearray(), 0
             async for chunk in resp.content.iter_any():

@@ -17,7 +17,7 @@ from .cache import NodeSample, PodUsage, SourceError
 RESOURCE_LABEL = "loadwise_resource"
 NAMESPACE_LABEL = "namespace"
 POD_LABEL = "pod"
-STEP = 2000  # nodes or pods finished between two awaits
+STEP = 1000  # nodes or pods finished between two awaits
 
 
 class PrometheusError(SourceError):

@@ -226,3 +226,18 @@ def test_the_runtime_looks_pods_up_by_name_in_the_state() -> None:
     assert workload_of("ns", "bare") is None and workload_of("ns", "missing") is None
     state.remove_pod("u1")
     assert workload_of("ns", "web-1") is None  # rebuilt (max_age 0): it is gone
+
+
+async def test_the_per_pod_table_is_updated_in_place_to_the_new_answer() -> None:
+    from loadwise.usage.cache import _drain, _update_in_steps
+
+    table = {("ns", f"p{i}"): (i, i) for i in range(5000)}
+    kept = table
+    fresh = {("ns", f"p{i}"): (i + 1, i) for i in range(100, 5100)}  # 100 gone, 100 new
+    await _update_in_steps(table, dict(fresh), step=300)
+    assert table is kept and table == fresh
+    same_size = {("ns", f"q{i}"): (1, 1) for i in range(5000)}  # all replaced, equal count
+    await _update_in_steps(table, same_size, step=300)
+    assert table == same_size
+    await _drain(same_size, step=300)
+    assert same_size == {} and len(table) == 5000
