@@ -61,31 +61,37 @@ def ignore(_: str | None, __: Mapping[str, Any]) -> None:
     """An on_event for listing keys only."""
 
 
-_lists_running = 0
+_paused = 0  # collection_paused blocks open
 _collector_was_enabled = False
+_freeze_after = False  # one of them asked for the survivors to be frozen
 
 
 @contextlib.contextmanager
-def collection_paused() -> Iterator[None]:
-    """No cyclic garbage collection while lists build the state, then the survivors frozen.
+def collection_paused(freeze: bool = True) -> Iterator[None]:
+    """No cyclic garbage collection inside, and with `freeze` the survivors frozen after.
 
     A list allocates millions of long-lived objects (decoded pods, their PodInfos); every
     automatic collection meanwhile re-traversed all of them, which made decoding 50,000 pods
     cost 3.0 s of CPU instead of 0.9 s. Freezing moves what the lists built out of future
     collections, so the first decisions after start-up pay no full collection either. Objects
     freed by reference counting (a replaced pod) are still freed; only cyclic garbage made
-    during a list is kept, and lists make little."""
-    global _lists_running, _collector_was_enabled
-    if _lists_running == 0:
+    while paused is kept, which lists, rare and making little, may afford: a metrics refresh,
+    every interval, freezes only the first time. Blocks may
+    overlap: the collector resumes, and freezes if one of them asked, when the last ends."""
+    global _paused, _collector_was_enabled, _freeze_after
+    if _paused == 0:
         _collector_was_enabled = gc.isenabled()
         gc.disable()
-    _lists_running += 1
+    _paused += 1
+    _freeze_after = _freeze_after or freeze
     try:
         yield
     finally:
-        _lists_running -= 1
-        if _lists_running == 0:
-            gc.freeze()
+        _paused -= 1
+        if _paused == 0:
+            if _freeze_after:
+                gc.freeze()
+            _freeze_after = False
             if _collector_was_enabled:
                 gc.enable()
 

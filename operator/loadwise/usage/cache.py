@@ -113,6 +113,7 @@ class MetricsCache:
         self.history = SampleHistory(step=interval)  # for policies judging load over a window
         self.ready = ready
         self._lock = asyncio.Lock()
+        self._frozen = False  # a refresh's survivors were frozen once
 
     async def refresh_if_due(self, now: float | None = None) -> bool:
         """Refresh unless it was done within this interval (the start-up refresh and the
@@ -130,7 +131,10 @@ class MetricsCache:
     async def refresh(self) -> None:
         # A refresh decodes millions of short-lived objects (150,000 pods' answer): no cyclic
         # collection meanwhile, which would walk everything alive (kube/informer.py says why).
-        with collection_paused():
+        # The first one's survivors (the per-pod table, the learned workloads) are frozen, as
+        # the lists' are; later ones are not, so no garbage made meanwhile is kept for ever.
+        with collection_paused(freeze=not self._frozen):
+            self._frozen = True
             await self._refresh()
 
     async def _refresh(self) -> None:
