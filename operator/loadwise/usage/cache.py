@@ -105,7 +105,7 @@ class MetricsCache:
         self.workload_of = workload_of
         self.min_age = min_age
         self.lag = 0.0  # the latest answer's longest lag (how far back a sample covers)
-        # The latest successful answer, updated in place a few thousand pods at a time (a
+        # The latest successful answer, updated in place about a thousand pods at a time (a
         # reader may see the two answers mixed for a moment).
         self.pod_usage: PodUsage = {}
         self.pods_error: str | None = None
@@ -198,7 +198,7 @@ class MetricsCache:
 
 
 async def _drain(answer: PodUsage, step: int = 1000) -> None:
-    """Empty a dict no one else holds a few thousand entries at a time: freeing 150,000 pods'
+    """Empty a dict no one else holds a thousand entries at a time: freeing 150,000 pods'
     keys in one go holds the event loop for tens of milliseconds."""
     while answer:
         for _ in range(min(step, len(answer))):

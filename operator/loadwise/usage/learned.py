@@ -94,7 +94,7 @@ class LearnedUsage:
         now: float,
         min_age: float,
     ) -> Iterator[None]:
-        """One refresh's per-pod usage, yielding every few thousand pods or hundred workloads
+        """One refresh's per-pod usage, yielding every few hundred pods or workloads
         so that the caller can let the event loop run (150,000 pods take a tenth of a second
         or more). Pods placed less than `min_age` seconds before `now` are skipped: a rate
         window shows a new pod only partly, and would under-estimate. Estimates may be read
