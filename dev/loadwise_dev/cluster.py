@@ -272,7 +272,10 @@ class LocalCluster:
         except TimeoutError as exc:
             worst = sorted(off.items(), key=lambda kv: -abs(kv[1][0] - kv[1][1]))[:5]
             shown = ", ".join(f"{n} {a:.3f} not {b:.3f}" for n, (a, b) in worst)
-            raise TimeoutError(f"{exc}: {len(off)} nodes off ({shown})") from None
+            targets = await asyncio.to_thread(prometheus.target_health)
+            raise TimeoutError(
+                f"{exc}: {len(off)} nodes off ({shown}); Prometheus' targets: {targets}"
+            ) from None
 
 
 @contextlib.asynccontextmanager

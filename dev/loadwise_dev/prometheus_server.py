@@ -111,6 +111,21 @@ class Prometheus:
         with self._open(url) as resp:
             return json.loads(resp.read())
 
+    def target_health(self) -> str:
+        """Each scrape target's health and last error, one line: what a harness timeout shows,
+        to tell a target that answered nothing from a Prometheus that did not scrape."""
+        try:
+            with self._open(self.url + "/api/v1/targets?state=active") as resp:
+                active = json.loads(resp.read())["data"]["activeTargets"]
+        except (OSError, ValueError, KeyError) as exc:
+            return f"targets unknown ({exc!r})"
+        return "; ".join(
+            f"{t.get('scrapeUrl')} {t.get('health')}"
+            + (f" ({t['lastError']})" if t.get("lastError") else "")
+            + f", last scrape {t.get('lastScrape')}"
+            for t in active
+        )
+
     def stop(self) -> None:
         if self.process is not None:
             terminate(self.process)

@@ -2,7 +2,8 @@
 
 bench/throughput [--nodes N] [--pods M] [--mode backlog|burst|steady] [--rate R]
                  [--workload W] [--pin] [--existing-pods K] [--runners R,...]
-                 [--repeat N] [--kwok] [--json PATH] [--png PATH] [--profile SVG]
+                 [--repeat N] [--relist PODS] [--kwok] [--json PATH] [--png PATH]
+                 [--profile SVG]
 
 Starts its own control plane (and Prometheus, which loadwise reads as in production), creates N
 simulated nodes and K pods already bound to them, then for each runner in turn:
@@ -49,9 +50,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -67,6 +68,7 @@ CONTROL_CPU, SCHEDULER_CPU = 0, 1
 # The runners' processes and py-spy, killed on the way out if a run is interrupted or fails
 # (kube-scheduler also stops with the control plane).
 CHILDREN: list[subprocess.Popen[bytes]] = []
+T = TypeVar("T")
 
 
 def pin_refusal() -> str | None:
@@ -161,23 +163,37 @@ class BindWatch:
         page = await self.kube.get(f"/api/v1/namespaces/{NS}/pods")
         self._task = asyncio.create_task(self._run(page["metadata"]["resourceVersion"]))
 
+    def _saw(self, obj: dict[str, Any]) -> None:
+        name = obj.get("metadata", {}).get("name")
+        if name and obj.get("spec", {}).get("nodeName") and name not in self.bound_at:
+            self.bound_at[name] = time.monotonic()
+
     async def _run(self, version: str) -> None:
-        params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3600"}
+        """Watches from `version`; across an API server restart (--relist) it reconnects, and
+        lists again when its version has expired (410)."""
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        url = f"{self.kube.server}/api/v1/namespaces/{NS}/pods"
         while True:
-            async with self.kube.session.get(
-                f"{self.kube.server}/api/v1/namespaces/{NS}/pods", params=params, timeout=timeout
-            ) as resp:
-                while line := await resp.content.readline():
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        break
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    name = obj.get("metadata", {}).get("name")
-                    if name and obj.get("spec", {}).get("nodeName") and name not in self.bound_at:
-                        self.bound_at[name] = time.monotonic()
-            params["resourceVersion"] = version
+            params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3600"}
+            expired = False
+            try:
+                async with self.kube.session.get(url, params=params, timeout=timeout) as resp:
+                    expired = resp.status == 410
+                    while resp.status == 200 and (line := await resp.content.readline()):
+                        event = json.loads(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            expired = obj.get("code") == 410
+                            break
+                        version = obj.get("metadata", {}).get("resourceVersion", version)
+                        self._saw(obj)
+                if expired:
+                    page = await self.kube.get(f"/api/v1/namespaces/{NS}/pods")
+                    for obj in page.get("items") or []:
+                        self._saw(obj)
+                    version = page["metadata"]["resourceVersion"]
+            except (aiohttp.ClientError, TimeoutError, KubeError):
+                await asyncio.sleep(0.1)  # the API server restarting
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -337,6 +353,10 @@ async def run_one(
         await wait_for(all_bound, args.bind_timeout, interval=0.2, what=f"{runner}: all bound")
     except TimeoutError as exc:  # record what it did bind, and go on with the next runner
         print(exc, file=sys.stderr, flush=True)
+    relist = None
+    if args.relist and proc is not None:
+        relist = await relist_recovery(cluster, kube, runner, scheduler, watch, args.relist)
+        print(runner, "relist", json.dumps(relist), flush=True)
     cpu_s = peak_mb = per_pod = None
     cpus = None
     if proc is not None and sampler is not None:
@@ -362,6 +382,8 @@ async def run_one(
         sched_cpu_ms_per_pod=per_pod and round(per_pod, 2),
         peak_rss_mb=peak_mb and round(peak_mb, 1),
     )
+    if relist is not None:
+        result["relist"] = relist
     if args.pin:
         result["cpus"] = cpus
     placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await kube.list(path)}
@@ -374,6 +396,84 @@ async def run_one(
     await watch.stop()
     await delete_all(kube)
     return result
+
+
+async def relist_recovery(
+    cluster: LocalCluster, kube: Kube, runner: str, scheduler: str, watch: BindWatch, count: int
+) -> dict[str, Any]:
+    """A forced relist of everything, and how long the runner takes to bind again.
+
+    The API server is stopped, etcd's revision moved on, the API server started again: its new
+    watch cache begins past every resourceVersion its clients hold, so each of the runner's
+    watches (its pods' above all) ends in 410 Gone and it lists again; `raw_watch` records what a
+    watch from the version before the restart got, to show it. Then `count` plain pods are
+    created, and the recovery is the time from the API server's /readyz to their first and last
+    bind."""
+    before = (await kube.get(f"/api/v1/namespaces/{NS}/pods", limit="1"))["metadata"][
+        "resourceVersion"
+    ]
+    stopped = time.monotonic()
+    await asyncio.to_thread(cluster.cp.stop_apiserver)
+    revision = await asyncio.to_thread(cluster.cp.advance_etcd)
+    await asyncio.to_thread(cluster.cp.start_apiserver, 300.0)
+    ready = time.monotonic()
+    raw = await _retrying(lambda: raw_watch(kube, before))
+    names = [f"{runner[:2]}-relist-{i:04d}" for i in range(count)]
+    sem = asyncio.Semaphore(64)
+
+    async def create(name: str) -> None:
+        body = workloads.pod("basic", 0, name, NS, scheduler)
+        async with sem:
+            with contextlib.suppress(KubeError):  # 409: an earlier attempt made it
+                await _retrying(lambda: kube.create(f"/api/v1/namespaces/{NS}/pods", body))
+
+    await asyncio.gather(*(create(n) for n in names))
+
+    async def bound() -> bool:
+        return all(n in watch.bound_at for n in names)
+
+    with contextlib.suppress(TimeoutError):
+        await wait_for(bound, 600, interval=0.1, what=f"{runner}: relist probes bound")
+    binds = sorted(watch.bound_at[n] for n in names if n in watch.bound_at)
+    return {
+        "probes": count,
+        "bound": len(binds),
+        "apiserver_down_s": round(ready - stopped, 2),
+        "etcd_revision": revision,
+        "raw_watch": raw,
+        "first_bind_s": round(binds[0] - ready, 2) if binds else None,
+        "all_bound_s": round(binds[-1] - ready, 2) if binds else None,
+    }
+
+
+async def _retrying(call: Callable[[], Awaitable[T]], attempts: int = 50) -> T:
+    """`call` again while a pooled connection from before an API server restart fails."""
+    for _ in range(attempts - 1):
+        try:
+            return await call()
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.2)
+        except KubeError as exc:
+            if exc.status == 409:
+                raise
+            await asyncio.sleep(0.2)
+    return await call()
+
+
+async def raw_watch(kube: Kube, version: str) -> str:
+    """What a watch of the namespace's pods from `version` gets now: 'HTTP 410', 'ERROR 410',
+    or what else."""
+    params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "1"}
+    async with kube.session.get(f"{kube.server}/api/v1/namespaces/{NS}/pods", params=params) as r:
+        if r.status != 200:
+            return f"HTTP {r.status}"
+        line = await r.content.readline()
+    if not line:
+        return "no event"
+    event = json.loads(line)
+    if event.get("type") == "ERROR":
+        return f"ERROR {(event.get('object') or {}).get('code')}"
+    return f"event {event.get('type')}"
 
 
 async def make_storage(kube: Kube, names: list[str], nodes: list[str]) -> None:
@@ -608,6 +708,14 @@ def main() -> int:
         "--kwok",
         action="store_true",
         help="KWOK plays the nodes' kubelets (their pods turn Running, Leases renew)",
+    )
+    parser.add_argument(
+        "--relist",
+        type=int,
+        default=0,
+        metavar="PODS",
+        help="after the runner bound all: restart the API server past every watch's version "
+        "(410, a relist of everything), create PODS plain pods, time their binds",
     )
     parser.add_argument(
         "--repeat",
