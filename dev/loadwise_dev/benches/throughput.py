@@ -19,6 +19,10 @@ Bind times come from a watch; CPU and peak RSS of the runner's process from /pro
 `--repeat N` runs the runners N times in turn on the same cluster (the table shows the last
 round; every round's first bind is listed): start-up compared over several rounds.
 `--profile PATH` attaches py-spy to loadwise and writes a flame graph (SVG).
+`--relist PODS`: once a scheduler has bound all, the API server is restarted past every version
+its watches hold (each ends in 410 Gone: the scheduler lists all pods and nodes again), PODS
+plain pods are created, and `relist` reports the seconds from the API server's /readyz to their
+first and last bind.
 
 Workloads (`--workload`, loadwise_dev.workloads), after kube-scheduler's scheduler_perf: basic
 (today's plain pods on unlabelled nodes), spread and preferred-spread (zone spread, maxSkew 1,
