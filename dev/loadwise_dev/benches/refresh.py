@@ -1,7 +1,7 @@
 """The metrics refresh at scale: what one refresh costs and how long it pauses the event loop.
 
 bench/refresh [--nodes 15000] [--pods 150000] [--workloads 10000] [--refreshes 5]
-              [--scrape SECONDS] [--profile PATH] [--json PATH]
+              [--scrape SECONDS] [--profile PATH] [--stalls MS] [--json PATH]
 
 A real Prometheus scrapes the exporter stand-in (exporter.py, in a child process of its own so
 that its rendering never takes this process's GIL) publishing N nodes' node-exporter series and
@@ -14,7 +14,10 @@ Columns per refresh: wall seconds; CPU seconds of this process; the longest paus
 (the probe's latest wake-up: what a scheduling cycle waiting to run would have waited); node
 samples, pod figures, workloads with an estimate. Before the refreshes, the answers' sizes (the
 same two queries asked once more by the bench). The loop's target: no pause over 10 ms
-(issue 39). `--profile PATH`: cProfile of the refreshes (pstats file).
+(issue 39). `--profile PATH`: cProfile of the refreshes (pstats file). `--stalls MS`: a thread
+samples the loop thread's Python stack every millisecond while the probe has been late by more
+than MS, and the most sampled stacks are printed (and kept in the JSON): which code the pauses
+were spent in, where a profile only gives totals.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ import gc
 import json
 import subprocess
 import sys
+import threading
 import time
+import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +100,15 @@ class LoopProbe:
     def __init__(self, tick: float = 0.001) -> None:
         self.tick = tick
         self.longest = self.longest_cpu = 0.0
+        self.beat = time.perf_counter()  # its latest wake-up, for StallSampler
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         while True:
             asked, cpu = time.perf_counter(), time.thread_time()
             await asyncio.sleep(self.tick)
-            self.longest = max(self.longest, time.perf_counter() - asked - self.tick)
+            self.beat = time.perf_counter()
+            self.longest = max(self.longest, self.beat - asked - self.tick)
             self.longest_cpu = max(self.longest_cpu, time.thread_time() - cpu)
 
     def start(self) -> None:
@@ -116,6 +124,41 @@ class LoopProbe:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+class StallSampler:
+    """A thread that samples the loop thread's stack every millisecond while the probe is late by
+    more than `threshold` seconds. It runs whenever the loop thread lets the GIL go (at the
+    latest every switch interval, 5 ms), so a long pause is sampled while it lasts."""
+
+    def __init__(self, probe: LoopProbe, threshold: float, depth: int = 8) -> None:
+        self.probe = probe
+        self.threshold = threshold
+        self.depth = depth
+        self.stacks: Counter[str] = Counter()
+        self.active = False  # sampled only during refreshes
+        self._loop_thread = threading.get_ident()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(0.001):
+            if not self.active or time.perf_counter() - self.probe.beat <= self.threshold:
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            if frame is None:
+                continue
+            inner = traceback.extract_stack(frame)[-self.depth :]
+            self.stacks[
+                " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(inner))
+            ] += 1
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 async def answer_bytes(url: str, query: str) -> int:
@@ -174,6 +217,9 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     probe.start()
     await asyncio.sleep(0.5)
     idle_pause, _ = probe.take()
+    sampler = StallSampler(probe, args.stalls / 1000) if args.stalls else None
+    if sampler is not None:
+        sampler.start()
     profile = cProfile.Profile() if args.profile else None
     rows = []
     for _ in range(args.refreshes):
@@ -181,11 +227,15 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
         wall, cpu = time.perf_counter(), time.process_time()
         if profile is not None:
             profile.enable()
+        if sampler is not None:
+            sampler.active = True
         await cache.refresh()
         if profile is not None:
             profile.disable()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         await asyncio.sleep(0.01)  # the probe's last wake-up after the refresh
+        if sampler is not None:
+            sampler.active = False
         pause, pause_cpu = probe.take()
         row = {
             "wall_s": round(wall, 3),
@@ -210,7 +260,15 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     await source.close()
     if profile is not None:
         profile.dump_stats(args.profile)
+    stalls = []
+    if sampler is not None:
+        sampler.stop()
+        stalls = [{"samples": n, "stack": k} for k, n in sampler.stacks.most_common(20)]
+        print(f"stacks sampled while the loop was over {args.stalls:g} ms late:", flush=True)
+        for stall in stalls:
+            print(f"{stall['samples']:5d}  {stall['stack']}", flush=True)
     return {
+        "stalls": stalls,
         **sizes,
         "window_s": window,
         "idle_pause_ms": round(idle_pause * 1000, 2),
@@ -229,6 +287,9 @@ def main() -> int:
     parser.add_argument("--refreshes", type=int, default=5)
     parser.add_argument("--scrape", type=float, default=10.0, help="Prometheus' scrape interval")
     parser.add_argument("--profile", help="write a cProfile of the refreshes here")
+    parser.add_argument(
+        "--stalls", type=float, metavar="MS", help="sample the stacks of pauses over MS ms"
+    )
     parser.add_argument("--json", dest="json_path")
     parser.add_argument("--serve-exporter", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

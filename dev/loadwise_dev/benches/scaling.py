@@ -2,14 +2,19 @@
 one row per runner per run.
 
 bench/scaling [--nodes 100,500,1000,5000] [--pods 5000] [--memory 1000:20000,5000:50000]
-              [--workloads basic,...] [--mode backlog|burst] [--pin]
-              [--runners kube-scheduler,loadwise] [--markdown PATH]
+              [--sizes 5000:150000,15000:150000] [--workloads basic,...] [--relist PODS]
+              [--mode backlog|burst] [--pin] [--runners kube-scheduler,loadwise]
+              [--markdown PATH]
+bench/scaling --render JSON...
 
 Each (size, workload) is its own `bench/throughput` run (a fresh control plane and nodes). The
 memory rows add already-bound pods (nodes:existing), which both schedulers must list and hold;
-they run the first workload only. JSON of every run goes to bench/out/scaling-*.json; the table
-is printed as Markdown, with loadwise's pods/s over kube-scheduler's and over the ceiling's of
-the same run. anti-affinity runs with at most as many pods as nodes.
+they run the first workload only; `--sizes` rows (nodes:existing too) run every workload.
+`--relist PODS` passes on to bench/throughput: the seconds from a forced relist (410) to the
+runner's first bind after it. JSON of every run goes to bench/out/scaling-*.json; the table is
+printed as Markdown, with loadwise's pods/s over kube-scheduler's and over the ceiling's of the
+same run. anti-affinity runs with at most as many pods as nodes. `--render` prints the table of
+runs already made (bench/throughput's JSON), running nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ def run(
         f"--runners={args.runners}",
         f"--json={path}",
         *(["--pin"] if args.pin else []),
+        *([f"--relist={args.relist}"] if args.relist else []),
     ]
     print("+", " ".join(command[1:]), file=sys.stderr, flush=True)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -49,8 +55,9 @@ def run(
 
 HEADER = [
     "| nodes | existing pods | pods | workload | runner | pods/s | loadwise / ks | loadwise / "
-    "ceiling | violations | CPU ms per pod while binding | first bind s | drain s | peak RSS MiB |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    "ceiling | violations | CPU ms per pod while binding | first bind s | p99 s | drain s "
+    "| peak RSS MiB | relist: first bind s |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ]
 
 
@@ -58,14 +65,17 @@ def rows(data: dict[str, Any]) -> list[str]:
     out = []
     for name, result in data["runners"].items():
         ours = name == "loadwise"
+        p99 = result.get("p99_ms")
         out.append(
             f"| {data['nodes']} | {data['existing_pods']} | {data['pods']} "
             f"| {data.get('workload', 'basic')} | {name} | {result.get('pods_per_s')} "
             f"| {data.get('ratio_vs_kube_scheduler') if ours else ''} "
             f"| {data.get('ratio_vs_ceiling') if ours else ''} "
             f"| {(result.get('checks') or {}).get('violations')} "
-            f"| {result.get('sched_cpu_ms_per_pod')} | {result.get('first_bind_s')} "
-            f"| {result.get('drain_s')} | {result.get('peak_rss_mb')} |"
+            f"| {result.get('sched_cpu_ms_per_pod') or ''} | {result.get('first_bind_s')} "
+            f"| {round(p99 / 1000, 1) if p99 is not None else ''} "
+            f"| {result.get('drain_s')} | {result.get('peak_rss_mb') or ''} "
+            f"| {(result.get('relist') or {}).get('first_bind_s', '')} |"
         )
     return out
 
@@ -81,14 +91,28 @@ def main() -> int:
     parser.add_argument("--mode", choices=("backlog", "burst"), default="backlog")
     parser.add_argument("--pin", action="store_true")
     parser.add_argument("--runners", default="kube-scheduler,loadwise")
+    parser.add_argument("--sizes", default="", help="nodes:existing pods, every workload")
+    parser.add_argument("--relist", type=int, default=0, metavar="PODS")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--render", nargs="+", metavar="JSON", help="only print these runs")
     args = parser.parse_args()
+    if args.render:
+        table = list(HEADER)
+        for path in args.render:
+            table += rows(json.loads(Path(path).read_text()))
+        print("\n".join(table))
+        return 0
     OUT.mkdir(parents=True, exist_ok=True)
     workloads = [w for w in args.workloads.split(",") if w]
     plan = [(int(n), 0, w) for n in args.nodes.split(",") if n for w in workloads]
     plan += [
         (int(n), int(e), workloads[0])
         for n, e in (m.split(":") for m in args.memory.split(",") if m)
+    ]
+    plan += [
+        (int(n), int(e), w)
+        for n, e in (m.split(":") for m in args.sizes.split(",") if m)
+        for w in workloads
     ]
     table = list(HEADER)
     for nodes, existing, workload in plan:
