@@ -216,6 +216,11 @@ async def test_410_relists_and_reports_the_keys_present(expiry: str) -> None:
     assert relisted == [{"b", "c"}] and inf.relists == 1
     assert (fake.watches[1].params or {})["resourceVersion"] == "200"
     assert seen[-2:] == [(None, "b"), (None, "c")]
+    # From the watch cache, whole, but never older than what the informer had seen.
+    assert fake.calls[1].params == {
+        "resourceVersion": "100",
+        "resourceVersionMatch": "NotOlderThan",
+    }
 
 
 async def test_resync_returns_only_after_a_list_that_started_after_it_was_asked() -> None:
@@ -254,6 +259,7 @@ async def test_resync_while_watching_lists_again_at_once() -> None:
         assert relisted == [{"a", "b"}]
         await until(lambda: len(fake.watches) == 2)
     assert (fake.watches[1].params or {})["resourceVersion"] == "150"
+    assert fake.calls[1].params == {"limit": "500"}  # a consistent read: binds it never saw
 
 
 async def test_restart_resumes_the_watch_from_the_last_version_without_a_list() -> None:
