@@ -253,7 +253,22 @@ async def ceiling_binder(kube: Kube, names: list[str], nodes: list[str]) -> None
             await asyncio.sleep(0.05)
 
 
-def start_loadwise(cluster: LocalCluster) -> subprocess.Popen[bytes]:
+EXPIRED_LINE = b"expired; listing again"  # informer.py's INFO line on a 410 relist
+
+
+def relisted_kinds(cluster: LocalCluster) -> list[str]:
+    """The API paths loadwise's log says it listed again after 410 Gone."""
+    log = cluster.cp.workdir / "loadwise.log"
+    found = []
+    for line in log.read_bytes().splitlines() if log.exists() else ():
+        if EXPIRED_LINE in line:
+            found.append(line.split(b"watch of ", 1)[-1].split(b" ", 1)[0].decode())
+    return found
+
+
+def start_loadwise(cluster: LocalCluster, relist: bool = False) -> subprocess.Popen[bytes]:
+    """`relist`: logs at INFO (unless LOADWISE_LOG_LEVEL says otherwise), which shows each
+    relist after 410 Gone; no line is logged per pod at INFO."""
     assert cluster.prometheus is not None
     env = dict(
         os.environ,
@@ -268,7 +283,7 @@ def start_loadwise(cluster: LocalCluster) -> subprocess.Popen[bytes]:
         # As kube-scheduler runs here (leaderElect false): equal terms, and with --repeat no
         # round inherits the Lease the previous one held.
         LOADWISE_LEADER_ELECT="false",
-        LOADWISE_LOG_LEVEL=os.environ.get("LOADWISE_LOG_LEVEL", "WARNING"),
+        LOADWISE_LOG_LEVEL=os.environ.get("LOADWISE_LOG_LEVEL", "INFO" if relist else "WARNING"),
     )
     log = open(cluster.cp.workdir / "loadwise.log", "wb")  # noqa: SIM115 - lives with the process
     return subprocess.Popen(
@@ -323,7 +338,7 @@ async def run_one(
         if runner == "kube-scheduler":
             proc = cluster.cp.start_scheduler(qps=5000, burst=5000)
         elif runner == "loadwise":
-            proc = start_loadwise(cluster)
+            proc = start_loadwise(cluster, relist=bool(args.relist))
     CHILDREN.extend([proc] if proc is not None else [])
     sampler = CpuSampler(proc.pid) if proc is not None else None
     profiler = None
@@ -360,6 +375,8 @@ async def run_one(
     relist = None
     if args.relist and proc is not None:
         relist = await relist_recovery(cluster, kube, runner, scheduler, watch, args.relist)
+        if runner == "loadwise":
+            relist["relisted"] = relisted_kinds(cluster)
         print(runner, "relist", json.dumps(relist), flush=True)
     cpu_s = peak_mb = per_pod = None
     cpus = None
