@@ -33,12 +33,12 @@ nodes carry zone-0..9 round-robin, shifted so that no zone is cooler than anothe
 runner the placements are checked: `violations` counts pods that break a required constraint (the
 ceiling ignores them all, on purpose); `checks` also reports the preferred ones' outcome.
 
-`--pin` gives the schedulers a core of their own: the runner's process (kube-scheduler or
-`loadwise run`, all its threads) on CPU 1; etcd, kube-apiserver, kube-controller-manager,
-Prometheus and this process on CPU 0. This process creates and watches the pods, serves the
-simulated usage and is the ceiling runner: it stays with the control plane so that it never takes
-CPU from the scheduler being measured, which makes the ceiling in a pinned run that of a client
-sharing one core with the API server (lower than unpinned).
+`--pin` gives the runners a core of their own: the runner's process (the ceiling's binder,
+kube-scheduler or `loadwise run`, all its threads) on CPU 1; etcd, kube-apiserver,
+kube-controller-manager, Prometheus and this process on CPU 0. This process creates and watches
+the pods and serves the simulated usage. Pinned, the ceiling is a client of its own on CPU 1
+like the schedulers (before 2026-11-27 it was this process, on CPU 0 with the API server: a
+lower ceiling than the schedulers', which pinned tables from before then compare against).
 """
 
 from __future__ import annotations
@@ -266,6 +266,43 @@ def relisted_kinds(cluster: LocalCluster) -> list[str]:
     return found
 
 
+async def ceiling_in_child(cluster: LocalCluster, names: list[str], nodes: list[str]) -> int:
+    """The ceiling runner as a process of its own on the scheduler's CPU (--pin), so that it
+    and the schedulers are clients on the same terms: one core each, the API server on the
+    other. Returns its pid (gone by now)."""
+    job = {
+        "server": cluster.cp.server,
+        "token": cluster.cp.token,
+        "ca": str(cluster.cp.ca_file),
+        "names": names,
+        "nodes": nodes,
+    }
+    with spawning_on(SCHEDULER_CPU):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "loadwise_dev.benches.throughput",
+            "--ceiling-child",
+            stdin=subprocess.PIPE,
+        )
+    await proc.communicate(json.dumps(job).encode())
+    if proc.returncode != 0:
+        raise RuntimeError(f"the ceiling's process exited with {proc.returncode}")
+    return proc.pid
+
+
+def ceiling_child() -> int:
+    """--ceiling-child: bind the pods read from stdin, as ceiling_binder does, and exit."""
+    job = json.loads(sys.stdin.read())
+
+    async def go() -> None:
+        async with Kube(job["server"], job["token"], Path(job["ca"]), pool=128) as kube:
+            await ceiling_binder(kube, job["names"], job["nodes"])
+
+    asyncio.run(go())
+    return 0
+
+
 def start_loadwise(cluster: LocalCluster, relist: bool = False) -> subprocess.Popen[bytes]:
     """`relist`: logs at INFO (unless LOADWISE_LOG_LEVEL says otherwise), which shows each
     relist after 410 Gone; no line is logged per pod at INFO."""
@@ -361,7 +398,10 @@ async def run_one(
     if runner == "ceiling":
         if creating is not None:
             await asyncio.sleep(0.2)
-        await ceiling_binder(kube, names, nodes)
+        if args.pin:
+            await ceiling_in_child(cluster, names, nodes)
+        else:
+            await ceiling_binder(kube, names, nodes)
     if creating is not None:
         await creating
 
@@ -744,7 +784,10 @@ def main() -> int:
         default=1,
         help="rounds of the runners in turn on the same cluster (start-up: first bind each)",
     )
+    parser.add_argument("--ceiling-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ceiling_child:
+        return ceiling_child()
     if refusal := workloads.refusal(args.workload, args.nodes, args.pods):
         parser.error(refusal)
     if args.pin and (refusal := pin_refusal()):
