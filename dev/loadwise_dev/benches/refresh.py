@@ -126,6 +126,33 @@ class LoopProbe:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
+class Collections:
+    """The garbage collector's runs (gc.callbacks): the longest per generation since the last
+    take, in seconds. A collection runs without a bytecode boundary, so the stall sampler
+    cannot see one; this can."""
+
+    def __init__(self) -> None:
+        self.longest: dict[int, float] = {}
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        generation = info["generation"]
+        took = time.perf_counter() - self._began
+        self.longest[generation] = max(self.longest.get(generation, 0.0), took)
+
+    def take(self) -> dict[str, float]:
+        taken = {f"gen{g}_ms": round(t * 1000, 1) for g, t in sorted(self.longest.items())}
+        self.longest = {}
+        return taken
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 class StallSampler:
     """A thread that samples the loop thread's stack every millisecond while the probe is late by
     more than `threshold` seconds. It runs whenever the loop thread lets the GIL go (at the
@@ -217,6 +244,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     probe.start()
     await asyncio.sleep(0.5)
     idle_pause, _ = probe.take()
+    collections = Collections()
     sampler = StallSampler(probe, args.stalls / 1000) if args.stalls else None
     if sampler is not None:
         sampler.start()
@@ -224,6 +252,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     rows = []
     for _ in range(args.refreshes):
         probe.take()
+        collections.take()
         wall, cpu = time.perf_counter(), time.process_time()
         if profile is not None:
             profile.enable()
@@ -246,17 +275,20 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
             "pods": len(cache.pod_usage),
             "workloads": cache.learned.workloads,
             "error": cache.last_error or cache.pods_error,
+            "collections": collections.take(),  # the longest of each generation, in the window
         }
         rows.append(row)
         print(
             f"refresh: {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU, longest loop pause"
             f" {row['longest_pause_ms']:.1f} ms ({row['longest_pause_cpu_ms']:.1f} ms of CPU);"
             f" {row['nodes']} nodes, {row['pods']} pods,"
-            f" {row['workloads']} workloads" + (f"; error {row['error']}" if row["error"] else ""),
+            f" {row['workloads']} workloads; longest collections {row['collections']}"
+            + (f"; error {row['error']}" if row["error"] else ""),
             flush=True,
         )
         await asyncio.sleep(max(0.0, args.scrape - wall))
     await probe.stop()
+    collections.stop()
     await source.close()
     if profile is not None:
         profile.dump_stats(args.profile)
