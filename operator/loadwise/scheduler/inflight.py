@@ -30,12 +30,19 @@ class InFlight:
     def __init__(self, state: ClusterState, queue: SchedulingQueue, concurrency: int) -> None:
         self.state = state
         self.queue = queue
+        self.concurrency = concurrency
         self.slots = asyncio.Semaphore(concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self._freed: set[asyncio.Task[None]] = set()  # tasks that gave their slot back early
         self._binds: dict[str, asyncio.Task[None]] = {}  # pod uid -> the bind that owns it
         # seconds a bind may take beyond the audit's bound (volume binding waits for claims)
         self._allowance: dict[str, float] = {}
+
+    def crowded(self) -> bool:
+        """Whether half the bind slots or more hold binds waiting for their answers: a burst,
+        which the EventWriter lets go first. Not one bind left hanging (a claim's PreBind, a
+        request into a black hole), which must not hold every event back."""
+        return len(self._binds) >= max(1, self.concurrency // 2)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """A task that holds the slot its caller was given."""

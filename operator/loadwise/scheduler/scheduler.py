@@ -80,8 +80,8 @@ class Scheduler:
         self.gang_wait_timeout = settings.gang_wait_timeout
         self.rng = rng or random.Random()
         self.index = ScoreIndex(profile)
-        self.events = EventWriter(binder.event)
         self.inflight = InFlight(self.state, queue, settings.bind_concurrency)
+        self.events = EventWriter(binder.event, busy=self.inflight.crowded)
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
         self._decided = itertools.count(1)  # decisions made, numbered in order
