@@ -1,4 +1,5 @@
-"""EventWriter: events never wait on each other's writes; a full buffer drops and counts."""
+"""EventWriter: events never wait on each other's writes; a full buffer drops and counts; binds
+first while a burst crowds the bind slots."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from prometheus_client import REGISTRY
 from loadwise.framework.types import PodInfo
 from loadwise.scheduler.binder import Binder
 from loadwise.scheduler.events import EventWriter, Write
+from loadwise.scheduler.inflight import InFlight
+from loadwise.scheduler.queue import SchedulingQueue
+from loadwise.scheduler.state import ClusterState
 
 from ...fakes import FakeTransport, Reply
 from ...helpers import pod_info
@@ -145,3 +149,16 @@ async def test_a_half_full_buffer_is_written_even_while_binds_wait() -> None:
     assert writer.dropped == 0
     assert written[:2] == ["m0", "m1"] and len(written) == 2
     await writer.stop()
+
+
+async def test_a_burst_of_binds_crowds_the_slots_and_one_hanging_bind_does_not() -> None:
+    inflight = InFlight(ClusterState(), SchedulingQueue(), concurrency=4)
+    hang = asyncio.Event()
+    assert not inflight.crowded()
+    inflight.start_bind("a", hang.wait())
+    assert not inflight.crowded()  # one bind left hanging holds no event back
+    inflight.start_bind("b", hang.wait())
+    assert inflight.crowded()  # half the slots: a burst, binds first
+    hang.set()
+    await asyncio.sleep(0.01)
+    assert not inflight.crowded()
