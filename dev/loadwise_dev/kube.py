@@ -80,6 +80,21 @@ class Kube:
     async def get(self, path: str, **params: str) -> Any:
         return await self.request("GET", path, params=params or None)
 
+    async def watch_status(self, path: str, version: str) -> str:
+        """What a watch of `path` from `version` gets now: 'HTTP 410', 'ERROR 410', or what
+        else (whether that version has expired)."""
+        params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "1"}
+        async with self.session.get(self.server + path, params=params) as resp:
+            if resp.status != 200:
+                return f"HTTP {resp.status}"
+            line = await resp.content.readline()
+        if not line:
+            return "no event"
+        event = json.loads(line)
+        if event.get("type") == "ERROR":
+            return f"ERROR {(event.get('object') or {}).get('code')}"
+        return f"event {event.get('type')}"
+
     async def exists(self, path: str) -> bool:
         try:
             await self.get(path)

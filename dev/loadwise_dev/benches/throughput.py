@@ -478,7 +478,7 @@ async def relist_recovery(
     revision = await asyncio.to_thread(cluster.cp.advance_etcd)
     await asyncio.to_thread(cluster.cp.start_apiserver, 300.0)
     ready = time.monotonic()
-    raw = await _retrying(lambda: raw_watch(kube, before))
+    raw = await _retrying(lambda: kube.watch_status(f"/api/v1/namespaces/{NS}/pods", before))
     names = [f"{runner[:2]}-relist-{i:04d}" for i in range(count)]
     sem = asyncio.Semaphore(64)
 
@@ -519,22 +519,6 @@ async def _retrying(call: Callable[[], Awaitable[T]], attempts: int = 50) -> T:
                 raise
             await asyncio.sleep(0.2)
     return await call()
-
-
-async def raw_watch(kube: Kube, version: str) -> str:
-    """What a watch of the namespace's pods from `version` gets now: 'HTTP 410', 'ERROR 410',
-    or what else."""
-    params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "1"}
-    async with kube.session.get(f"{kube.server}/api/v1/namespaces/{NS}/pods", params=params) as r:
-        if r.status != 200:
-            return f"HTTP {r.status}"
-        line = await r.content.readline()
-    if not line:
-        return "no event"
-    event = json.loads(line)
-    if event.get("type") == "ERROR":
-        return f"ERROR {(event.get('object') or {}).get('code')}"
-    return f"event {event.get('type')}"
 
 
 async def make_storage(kube: Kube, names: list[str], nodes: list[str]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import time
@@ -167,19 +166,7 @@ async def watch_gone(env: Env) -> Fault:
 
 async def raw_watch_status(env: Env, version: str) -> str:
     """What a watch from `version` gets now: 'HTTP 410', 'ERROR 410', or what else."""
-    url = f"{env.cp.server}/api/v1/namespaces/{NS}/pods"
-    params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "1"}
-    k = env.k
-    async with k.session.get(url, params=params) as resp:
-        if resp.status != 200:
-            return f"HTTP {resp.status}"
-        line = await resp.content.readline()
-    if not line:
-        return "no event"
-    event = json.loads(line)
-    if event.get("type") == "ERROR":
-        return f"ERROR {(event.get('object') or {}).get('code')}"
-    return f"event {event.get('type')}"
+    return await env.k.watch_status(f"/api/v1/namespaces/{NS}/pods", version)
 
 
 async def restart_all(env: Env) -> Fault:
