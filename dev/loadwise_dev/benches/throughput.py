@@ -266,10 +266,10 @@ def relisted_kinds(cluster: LocalCluster) -> list[str]:
     return found
 
 
-async def ceiling_in_child(cluster: LocalCluster, names: list[str], nodes: list[str]) -> int:
+async def ceiling_in_child(cluster: LocalCluster, names: list[str], nodes: list[str]) -> None:
     """The ceiling runner as a process of its own on the scheduler's CPU (--pin), so that it
     and the schedulers are clients on the same terms: one core each, the API server on the
-    other. Returns its pid (gone by now)."""
+    other."""
     job = {
         "server": cluster.cp.server,
         "token": cluster.cp.token,
@@ -288,7 +288,6 @@ async def ceiling_in_child(cluster: LocalCluster, names: list[str], nodes: list[
     await proc.communicate(json.dumps(job).encode())
     if proc.returncode != 0:
         raise RuntimeError(f"the ceiling's process exited with {proc.returncode}")
-    return proc.pid
 
 
 def ceiling_child() -> int:

@@ -4,13 +4,12 @@ A bind slot is released as soon as the Binding lands; its event goes into a boun
 a few workers drain. Binds first: while half the bind slots or more wait for the API server
 (`busy`: a burst), the workers hold their events back, unless the buffer is half full; a
 burst's events are written as it ends, and an endless stream of binds still gets its events,
-late. The API server is what
-binds and events share: with a core of its own beside the API server's, loadwise's binds per
-second reached the raw binding ceiling this way (median of three at 1000 nodes, 1.00 of it,
-against 0.88 when events were written during the burst; docs/benchmarks.md). When the
-buffer is full the event is dropped and counted (`loadwise_events_dropped_total`), as
-client-go's event broadcaster drops under pressure: an event is a report, the Binding is the
-decision.
+late. The API server is what binds and events share: with a core of its own beside the API
+server's, loadwise's binds per second reached the raw binding ceiling this way (median of three
+at 1000 nodes, 1.00 of it, against 0.88 when events were written during the burst;
+docs/benchmarks.md). When the buffer is full the event is dropped and counted
+(`loadwise_events_dropped_total`), as client-go's event broadcaster drops under pressure: an
+event is a report, the Binding is the decision.
 """
 
 from __future__ import annotations
