@@ -62,6 +62,7 @@ import aiohttp
 
 from loadwise_dev import manifests, workloads
 from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.engines.faults.model import EXPIRED_LOG
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 
@@ -253,15 +254,12 @@ async def ceiling_binder(kube: Kube, names: list[str], nodes: list[str]) -> None
             await asyncio.sleep(0.05)
 
 
-EXPIRED_LINE = b"expired; listing again"  # informer.py's INFO line on a 410 relist
-
-
 def relisted_kinds(cluster: LocalCluster) -> list[str]:
     """The API paths loadwise's log says it listed again after 410 Gone."""
     log = cluster.cp.workdir / "loadwise.log"
     found = []
     for line in log.read_bytes().splitlines() if log.exists() else ():
-        if EXPIRED_LINE in line:
+        if EXPIRED_LOG.encode() in line:
             found.append(line.split(b"watch of ", 1)[-1].split(b" ", 1)[0].decode())
     return found
 
