@@ -180,7 +180,7 @@ class Runtime:
     async def _seed(self) -> None:
         # Concurrently: each list feeds its own kind, and the state accepts them in any order.
         began, cpu = time.monotonic(), time.process_time()
-        lists = asyncio.gather(*(informer.list(from_cache=True) for informer in self.informers))
+        lists = asyncio.gather(*(informer.seed(from_cache=True) for informer in self.informers))
         try:
             keys, _, _ = await asyncio.gather(lists, self.policies.seed(), self._seed_optional())
         finally:
@@ -203,7 +203,7 @@ class Runtime:
 
         async def seed(part: OptionalInformer) -> Informer | None:
             try:
-                await part.informer.list()
+                await part.informer.seed()
             except ApiError as exc:
                 if exc.status not in (403, 404):
                     raise

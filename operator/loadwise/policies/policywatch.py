@@ -110,7 +110,7 @@ class PolicyWatch:
     async def seed(self) -> None:
         """The first list, before any decision. A missing CRD is a degradation, not an error."""
         try:
-            await self.informer.list()
+            await self.informer.seed()
         except ApiError as exc:
             if exc.status != 404:
                 raise

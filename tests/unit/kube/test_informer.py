@@ -13,6 +13,7 @@ import pytest
 
 from loadwise.kube import informer as informer_module
 from loadwise.kube.informer import Gone, Informer
+from loadwise.kube.transport import ApiError
 
 from ...fakes import HANG, FakeTransport, Reply, background, until
 
@@ -309,3 +310,74 @@ async def test_backoff_doubles_while_the_api_is_away_and_starts_low_once_it_answ
         await until(lambda: len(fake.watches) == 6)
     floor = informer_module.BACKOFF_FLOOR
     assert recorder.sleeps == [floor, 2 * floor, 4 * floor, floor, 2 * floor]
+
+
+class CutShort:
+    """A list endpoint whose first `failures` lists feed `fed` and then fail with `error`."""
+
+    def __init__(self, inner: FakeTransport, failures: int, fed: list[str], error: Exception):
+        self.list_whole = inner.get_list  # the fake's own, before this replaces it
+        self.failures, self.fed, self.error = failures, fed, error
+        self.attempts = 0
+
+    async def get_list(
+        self, path: str, params: Mapping[str, str], on_item: Any
+    ) -> Mapping[str, Any]:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            for name in self.fed:
+                on_item(obj(name, "1"))
+            raise self.error
+        return await self.list_whole(path, params, on_item)
+
+
+def cut_short(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeTransport, failures: int, error: Exception
+) -> CutShort:
+    monkeypatch.setattr(informer_module, "asyncio", RecordingAsyncio())
+    endpoint = CutShort(fake, failures, ["a", "deleted-meanwhile"], error)
+    monkeypatch.setattr(fake, "get_list", endpoint.get_list)
+    return endpoint
+
+
+async def test_a_start_up_list_cut_short_is_listed_again_and_drops_what_it_half_fed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeTransport(Lists([["a", "b"]], rv="100"))
+    timed_out = aiohttp.ConnectionTimeoutError("Connection timeout to host")
+    endpoint = cut_short(monkeypatch, fake, failures=2, error=timed_out)
+    relisted: list[set[str]] = []
+    inf, seen = fed_informer(fake, relisted)
+    assert await inf.seed(from_cache=True) == {"a", "b"}
+    assert endpoint.attempts == 3 and inf.synced and inf.resource_version == "100"
+    assert relisted == [{"a", "b"}]  # "deleted-meanwhile", fed by a failed attempt, is dropped
+    assert seen[-2:] == [(None, "a"), (None, "b")]
+
+
+async def test_a_first_start_up_list_that_succeeds_relists_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeTransport(Lists([["a"]], rv="100"))
+    relisted: list[set[str]] = []
+    inf, _ = fed_informer(fake, relisted)
+    assert await inf.seed(from_cache=True) == {"a"}
+    assert relisted == []
+
+
+@pytest.mark.parametrize(
+    ("error", "attempts"),
+    [
+        (ApiError(403, b"forbidden"), 1),  # not transient: start-up fails at once and says why
+        (ApiError(503, b"unavailable"), informer_module.SEED_ATTEMPTS),
+        (aiohttp.ServerDisconnectedError(), informer_module.SEED_ATTEMPTS),
+    ],
+)
+async def test_a_start_up_list_gives_up_on_lasting_or_permanent_failures(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, attempts: int
+) -> None:
+    fake = FakeTransport(Lists([["a"]], rv="100"))
+    endpoint = cut_short(monkeypatch, fake, failures=100, error=error)
+    inf, _ = fed_informer(fake, [])
+    with pytest.raises(type(error)):
+        await inf.seed(from_cache=True)
+    assert endpoint.attempts == attempts and not inf.synced
