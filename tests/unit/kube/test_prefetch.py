@@ -4,7 +4,9 @@ real API server's answer is checked by tests/cluster/test_json_logs.py."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import itertools
 import socket
 import ssl
 import tempfile
@@ -173,6 +175,36 @@ async def test_the_list_arrives_through_the_child_and_splits_into_items(
     first_line, *headers = server.request.decode().split("\r\n")
     assert first_line == "GET /api/v1/pods?limit=500&resourceVersion=0 HTTP/1.0"
     assert "Authorization: Bearer t" in headers and "Accept-Encoding: identity" in headers
+
+
+async def test_a_list_already_read_gives_the_loop_a_turn_between_pieces(
+    answering: list[OneAnswer],
+) -> None:
+    """Read from memory, pieces are there at once: without a turn of the loop between them a
+    large list would be fed in one stretch while other requests' timeouts run out."""
+    body = b"x" * (10 * prefetch.PIECE)  # three reads of the file, read whole
+    server = OneAnswer(b"HTTP/1.0 200 OK\r\n\r\n" + body)
+    answering.append(server)
+    fetched = prefetch.Prefetch(server.credentials(), "/api/v1/pods").start()
+    await asyncio.to_thread(fetched._reap, True)  # the child has written it all
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    counter = asyncio.create_task(count_turns())
+    await asyncio.sleep(0)
+    seen: list[int] = []
+    size = 0
+    async for chunk in fetched.chunks():
+        seen.append(turns)
+        size += len(chunk)
+    counter.cancel()
+    assert size == len(body) and len(seen) >= 3
+    assert all(later > earlier for earlier, later in itertools.pairwise(seen))
 
 
 async def test_a_refusal_is_a_failure_the_informer_recovers_from(
