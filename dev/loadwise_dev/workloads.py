@@ -26,6 +26,7 @@ WORKLOADS = (
     "node-affinity",
     "mixed",
     "volumes",
+    "gangs",
 )
 ZONE_KEY = "topology.kubernetes.io/zone"
 HOST_KEY = "kubernetes.io/hostname"
@@ -58,6 +59,10 @@ REQUIRED = ("spread", "anti-affinity", "affinity", "node-affinity")
 # local PVs made in advance (one per pod, round-robin over the nodes), as scheduler_perf's
 # SchedulingWithPVC-like workloads; the schedulers bind the PVs (PreBind) before the pods.
 VOLUME_CLASS = "bench-local"
+# `gangs`: groups of GANG pods, each a Kubernetes PodGroup (scheduling.k8s.io/v1beta1) with
+# minCount GANG, made before the pods (as a Spark or training job's operator makes it): both
+# schedulers bind a group's pods all or none.
+GANG = 10
 
 
 def zone(i: int) -> str:
@@ -95,6 +100,8 @@ def refusal(workload: str, nodes: int, pods: int) -> str | None:
     of its pods on a node of its own, so there must be no more of them than nodes."""
     if workload not in WORKLOADS:
         return f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}"
+    if workload == "gangs" and pods % GANG:
+        return f"--workload gangs places groups of {GANG} pods: --pods must be a multiple of it"
     spread_out = count(workload, pods, "anti-affinity")
     if spread_out > nodes:
         return (
@@ -124,6 +131,11 @@ def pod(workload: str, i: int, name: str, namespace: str, scheduler: str) -> dic
         return manifests.pod(
             name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
         )
+    if shape == "gangs":
+        body = manifests.pod(
+            name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
+        )
+        return manifests.in_group(body, gang_name(i, name))
     if shape == "volumes":
         body = manifests.pod(
             name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
@@ -176,6 +188,17 @@ def pod(workload: str, i: int, name: str, namespace: str, scheduler: str) -> dic
     else:
         raise ValueError(f"unknown workload {shape!r}")
     return body
+
+
+def gang_name(i: int, pod_name: str) -> str:
+    """The PodGroup pod i belongs to, named after its runner's prefix (pods are `XX-00042`)."""
+    return f"{pod_name.rsplit('-', 1)[0]}-g{i // GANG:04d}"
+
+
+def gangs(names: Sequence[str], namespace: str) -> list[dict[str, Any]]:
+    """The PodGroups of the `gangs` workload's pods `names` (in pod index order)."""
+    groups = dict.fromkeys(gang_name(i, n) for i, n in enumerate(names))
+    return [manifests.pod_group(g, namespace, GANG) for g in groups]
 
 
 def claim_name(pod_name: str) -> str:
@@ -285,5 +308,10 @@ def check(
             outside = sum(1 for n in where if labels[n].get(POOL_KEY) not in AFFINE_POOLS)
             out["node_affinity_outside_pools"] = outside
             violations += outside
+        elif shape == "gangs":  # a group with some but not all of its pods bound
+            members = Counter(i // GANG for i in placed)
+            partial = sum(1 for bound in members.values() if bound < GANG)
+            out["gangs_partly_bound"] = partial
+            violations += partial
     out["violations"] = violations
     return out

@@ -28,7 +28,9 @@ Workloads (`--workload`, loadwise_dev.workloads), after kube-scheduler's schedul
 (today's plain pods on unlabelled nodes), spread and preferred-spread (zone spread, maxSkew 1,
 DoNotSchedule or ScheduleAnyway), anti-affinity (required, by hostname: pods <= nodes), affinity
 and preferred-affinity (to anchor pods bound in 3 of the 10 zones), node-affinity (required, a
-label 40% of the nodes carry), mixed (all of them by pod index, 4 in 10 plain). Other than basic,
+label 40% of the nodes carry), mixed (all of them by pod index, 4 in 10 plain), volumes (a
+WaitForFirstConsumer claim per pod against a local PV made for it) and gangs (PodGroups of 10
+pods, minCount 10: bound all or none; a group partly bound is a violation). Other than basic,
 nodes carry zone-0..9 round-robin, shifted so that no zone is cooler than another. After each
 runner the placements are checked: `violations` counts pods that break a required constraint (the
 ceiling ignores them all, on purpose); `checks` also reports the preferred ones' outcome.
@@ -68,6 +70,7 @@ from loadwise_dev.prometheus_server import SIM_CPU_QUERY
 
 NS = "throughput"
 PVS = "/api/v1/persistentvolumes"
+GROUPS = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{NS}/podgroups"
 CLK = os.sysconf("SC_CLK_TCK")
 CONTROL_CPU, SCHEDULER_CPU = 0, 1
 # The runners' processes and py-spy, killed on the way out if a run is interrupted or fails
@@ -365,6 +368,9 @@ async def run_one(
     rate = args.rate if args.mode == "steady" else None
     if args.workload == "volumes":  # every pod's claim, and a free PV for each, made first
         await make_storage(kube, names, nodes)
+    if args.workload == "gangs":  # the PodGroups first, as a job's operator makes them
+        for group in workloads.gangs(names, NS):
+            await kube.create(GROUPS, group)
     if args.mode == "backlog":
         await create_pods(kube, names, scheduler, None, created, args.workload)
     started = time.monotonic()
@@ -575,6 +581,9 @@ async def delete_all(kube: Kube) -> None:
     for volume in await kube.list(PVS):
         with contextlib.suppress(KubeError):
             await kube.delete(f"{PVS}/{volume['metadata']['name']}")
+    for group in await kube.list(GROUPS):  # each runner's have names of their own
+        with contextlib.suppress(KubeError):
+            await kube.delete(f"{GROUPS}/{group['metadata']['name']}")
 
     async def empty() -> bool:
         return not await kube.list(f"/api/v1/namespaces/{NS}/pods")

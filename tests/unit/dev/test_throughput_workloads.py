@@ -131,8 +131,8 @@ def test_mixed_is_a_deterministic_blend() -> None:
     counts = Counter(kinds)
     assert counts["basic"] == 400
     assert {k: v for k, v in counts.items() if k != "basic"} == {
-        k: 100 for k in workloads.WORKLOADS if k not in ("basic", "mixed", "volumes")
-    }  # volumes: a workload of its own (its claims and PVs are made per runner)
+        k: 100 for k in workloads.WORKLOADS if k not in ("basic", "mixed", "volumes", "gangs")
+    }  # volumes, gangs: workloads of their own (claims, PVs, PodGroups are made per runner)
     for i in (1, 3, 4, 6, 7, 9):  # each pod is built as its kind says
         assert _pod("mixed", i) == _pod(kinds[i], i)
     assert _pod("mixed", 0) == _pod("basic", 0)
@@ -147,6 +147,31 @@ def test_anti_affinity_needs_a_node_per_pod() -> None:
     assert workloads.refusal("mixed", 100, 1004) is not None
     assert workloads.refusal("spread", 1, 5000) is None
     assert workloads.refusal("nope", 1, 1) is not None
+
+
+def test_gangs_of_ten_each_a_pod_group_made_first_and_judged_all_or_none() -> None:
+    names = [f"lo-{i:05d}" for i in range(30)]
+    groups = workloads.gangs(names, "throughput")
+    assert [g["metadata"]["name"] for g in groups] == ["lo-g0000", "lo-g0001", "lo-g0002"]
+    assert all(g["spec"]["schedulingPolicy"] == {"gang": {"minCount": 10}} for g in groups)
+    pods = [
+        workloads.pod("gangs", i, n, "throughput", "loadwise-scheduler")
+        for i, n in enumerate(names)
+    ]
+    assert Counter(p["spec"]["schedulingGroup"]["podGroupName"] for p in pods) == {
+        "lo-g0000": 10,
+        "lo-g0001": 10,
+        "lo-g0002": 10,
+    }
+    assert workloads.refusal("gangs", 10, 30) is None
+    assert workloads.refusal("gangs", 10, 35) is not None
+    whole = {i: "n0" for i in range(20)}  # groups 0 and 1 whole, group 2 not at all
+    assert workloads.check("gangs", whole, {"n0": {}})["violations"] == 0
+    partial = {**whole, 20: "n0", 21: "n0"}
+    assert workloads.check("gangs", partial, {"n0": {}}) == {
+        "gangs_partly_bound": 1,
+        "violations": 1,
+    }
 
 
 def test_anchors_one_per_anchor_zone_bound_among_existing_pods() -> None:
