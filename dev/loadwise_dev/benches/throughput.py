@@ -3,7 +3,7 @@
 bench/throughput [--nodes N] [--pods M] [--mode backlog|burst|steady] [--rate R]
                  [--workload W] [--pin] [--existing-pods K] [--runners R,...]
                  [--repeat N] [--relist PODS] [--kwok] [--json PATH] [--png PATH]
-                 [--profile SVG]
+                 [--profile SVG|TXT]
 
 Starts its own control plane (and Prometheus, which loadwise reads as in production), creates N
 simulated nodes and K pods already bound to them, then for each runner in turn:
@@ -18,7 +18,8 @@ Bind times come from a watch; CPU and peak RSS of the runner's process from /pro
 0.1 s so that `sched_cpu_ms_per_pod` counts only the CPU spent between its first and last bind.
 `--repeat N` runs the runners N times in turn on the same cluster (the table shows the last
 round; every round's first bind is listed): start-up compared over several rounds.
-`--profile PATH` attaches py-spy to loadwise and writes a flame graph (SVG).
+`--profile PATH` attaches py-spy to loadwise and writes a flame graph (SVG), or its collapsed
+stacks if PATH ends in .txt (one line per stack and its count of samples, to sum by frame).
 `--relist PODS`: once a scheduler has bound all, the API server is restarted past every version
 its watches hold (each ends in 410 Gone: the scheduler lists all pods and nodes again), PODS
 plain pods are created, and `relist` reports the seconds from the API server's /readyz to their
@@ -383,8 +384,10 @@ async def run_one(
     sampler = CpuSampler(proc.pid) if proc is not None else None
     profiler = None
     if runner == "loadwise" and args.profile and proc is not None:
+        record = ["py-spy", "record", "--pid", str(proc.pid), "--output", args.profile]
+        record += ["--rate", "200", *(["--format", "raw"] if args.profile.endswith(".txt") else [])]
         profiler = subprocess.Popen(  # noqa: ASYNC220 - Popen does not wait
-            ["py-spy", "record", "--pid", str(proc.pid), "--output", args.profile, "--rate", "200"],
+            record,
             stdout=subprocess.DEVNULL,
         )
         CHILDREN.append(profiler)
