@@ -9,7 +9,8 @@ bench/scaling --render JSON...
 
 Each (size, workload) is its own `bench/throughput` run (a fresh control plane and nodes). The
 memory rows add already-bound pods (nodes:existing), which both schedulers must list and hold;
-they run the first workload only; `--sizes` rows (nodes:existing too) run every workload.
+they run the first workload only; `--sizes` rows (nodes:existing too) run every workload, and
+alone unless --nodes or --memory are given too.
 `--relist PODS` passes on to bench/throughput: the seconds from a forced relist (410) to the
 runner's first bind after it. JSON of every run goes to bench/out/scaling-*.json; the table is
 printed as Markdown, with loadwise's pods/s over kube-scheduler's and over the ceiling's of the
@@ -84,9 +85,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--nodes", default="100,500,1000,5000")
+    parser.add_argument("--nodes", help="default 100,500,1000,5000 unless --sizes is given")
     parser.add_argument("--pods", type=int, default=5000)
-    parser.add_argument("--memory", default="1000:20000,5000:50000")
+    parser.add_argument("--memory", help="default 1000:20000,5000:50000 unless --sizes is given")
     parser.add_argument("--workloads", default="basic")
     parser.add_argument("--mode", choices=("backlog", "burst"), default="backlog")
     parser.add_argument("--pin", action="store_true")
@@ -104,6 +105,10 @@ def main() -> int:
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
     workloads = [w for w in args.workloads.split(",") if w]
+    if args.nodes is None:
+        args.nodes = "" if args.sizes else "100,500,1000,5000"
+    if args.memory is None:
+        args.memory = "" if args.sizes else "1000:20000,5000:50000"
     plan = [(int(n), 0, w) for n in args.nodes.split(",") if n for w in workloads]
     plan += [
         (int(n), int(e), workloads[0])
