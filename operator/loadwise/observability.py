@@ -180,7 +180,8 @@ REBALANCE_EVICTIONS_REFUSED = Counter(
 )
 EVENTS_DROPPED = Counter(
     "loadwise_events_dropped_total",
-    "Scheduled events not written because the event buffer was full.",
+    "Scheduled events not written: the event buffer was full, or the API server refused them "
+    "every time it was asked (12 tries over about 75 s).",
 )
 METRICS_REFRESH = Counter(
     "loadwise_metrics_refresh_total",

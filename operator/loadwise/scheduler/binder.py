@@ -114,10 +114,12 @@ class Binder:
         log.warning("bind %s -> %s failed with HTTP %s: %s", pod.key, node, status, data[:300])
         return BindResult.ERROR
 
-    async def event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> None:
-        """Best effort: an event that cannot be written never fails scheduling."""
+    async def event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> bool:
+        """Best effort: an event that cannot be written never fails scheduling. False when a
+        retry may write it (the EventWriter retries)."""
         body = event_body(pod, self.scheduler_name, event_type, reason, message, self.instance)
-        await self._best_effort("event", "POST", f"/api/v1/namespaces/{pod.namespace}/events", body)
+        path = f"/api/v1/namespaces/{pod.namespace}/events"
+        return await self._best_effort("event", "POST", path, body)
 
     async def mark_unschedulable(
         self, pod: PodInfo, message: str, nominated_node: str | None = None
@@ -210,7 +212,8 @@ class Binder:
         body: dict[str, Any],
         content_type: str = STRATEGIC_MERGE,
     ) -> bool:
-        """Never raises; False when the write failed in a way a retry may fix (network, 5xx)."""
+        """Never raises; False when the write failed in a way a retry may fix (network, 5xx,
+        429: the API server's priority and fairness turning it away)."""
         try:
             status, data = await self.transport.request(
                 method, path, body, content_type=content_type if method == "PATCH" else None
@@ -220,4 +223,4 @@ class Binder:
             return False
         if status >= 300 and status != 404:
             log.warning("writing %s failed: HTTP %s %s", what, status, data[:300])
-        return status < 500
+        return status < 500 and status != 429

@@ -1,5 +1,5 @@
 """EventWriter: events never wait on each other's writes; a full buffer drops and counts; binds
-first while a burst crowds the bind slots."""
+first while a burst crowds the bind slots; what the API server may take later is tried again."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client import REGISTRY
 
 from loadwise.framework.types import PodInfo
+from loadwise.scheduler import events
 from loadwise.scheduler.binder import Binder
 from loadwise.scheduler.events import EventWriter, Write
 from loadwise.scheduler.inflight import InFlight
@@ -24,9 +26,10 @@ from ...helpers import pod_info
 def gated(written: list[str], gate: asyncio.Event) -> Write:
     """A write that waits for the gate, then records the message."""
 
-    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
+    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> bool:
         await gate.wait()
         written.append(message)
+        return True
 
     return write
 
@@ -61,10 +64,11 @@ async def test_a_full_buffer_drops_new_events_and_counts_them() -> None:
 async def test_a_failing_write_does_not_stop_the_writer() -> None:
     written: list[str] = []
 
-    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
+    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> bool:
         if message == "bad":
             raise RuntimeError("boom")
         written.append(message)
+        return True
 
     writer = EventWriter(write, capacity=10, workers=1)
     writer.emit(pod_info("a"), "Normal", "Scheduled", "bad")
@@ -87,12 +91,8 @@ async def test_drops_are_counted_in_the_metric() -> None:
     await writer.stop()
 
 
-async def test_api_failures_of_the_binders_writes_cost_those_events_only() -> None:
-    answers: list[Reply | BaseException] = [
-        aiohttp.ClientConnectionError("reset"),
-        TimeoutError(),
-        (500, b"etcd"),
-    ]
+def replying(answers: list[Reply | BaseException]) -> FakeTransport:
+    """The API: `answers` in turn, then 201 Created."""
 
     def api(
         method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
@@ -104,16 +104,51 @@ async def test_api_failures_of_the_binders_writes_cost_those_events_only() -> No
             return answer
         return 201, {}
 
-    fake = FakeTransport(api)
+    return FakeTransport(api)
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events, "RETRY_FLOOR", 0.001)
+    monkeypatch.setattr(events, "RETRY_CAP", 0.002)
+
+
+def posted(fake: FakeTransport) -> list[str]:
+    return [(c.body or {})["message"] for c in fake.requests("POST", "/events")]
+
+
+@pytest.mark.usefixtures("quick_retries")
+async def test_an_event_the_api_server_may_take_later_is_tried_again_not_lost() -> None:
+    fake = replying(
+        [
+            aiohttp.ClientConnectionError("reset"),
+            TimeoutError(),
+            (503, b"shutting down"),
+            (429, b"too many requests"),
+        ]
+    )
     writer = EventWriter(Binder(fake, "loadwise-scheduler").event, capacity=10, workers=1)
-    for i in range(5):
+    for i in range(3):
         writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
     await asyncio.wait_for(writer.flush(), 2.0)
-    posted = [(c.body or {})["message"] for c in fake.requests("POST", "/events")]
-    assert posted == [f"m{i}" for i in range(5)]  # three failed, the writer went on
-    writer.emit(pod_info("later"), "Normal", "Scheduled", "m5")
+    assert posted(fake) == ["m0"] * 5 + ["m1", "m2"]  # four failures, then written; in order
+    assert writer.dropped == 0
+    await writer.stop()
+
+
+@pytest.mark.usefixtures("quick_retries")
+async def test_a_refused_event_is_not_retried_and_a_lasting_outage_drops_after_tries() -> None:
+    before = REGISTRY.get_sample_value("loadwise_events_dropped_total") or 0.0
+    outage: list[Reply | BaseException] = [(503, b"down")] * events.TRIES
+    fake = replying([(422, b"invalid"), *outage])
+    writer = EventWriter(Binder(fake, "loadwise-scheduler").event, capacity=10, workers=1)
+    for i in range(3):
+        writer.emit(pod_info(f"p{i}"), "Normal", "Scheduled", f"m{i}")
     await asyncio.wait_for(writer.flush(), 2.0)
-    assert len(fake.requests("POST", "/events")) == 6
+    # m0 refused once (a retry cannot fix it); m1 tried TRIES times and dropped; m2 written.
+    assert posted(fake) == ["m0", *["m1"] * events.TRIES, "m2"]
+    assert writer.dropped == 1
+    assert REGISTRY.get_sample_value("loadwise_events_dropped_total") == before + 1
     await writer.stop()
 
 
@@ -121,8 +156,9 @@ async def test_events_wait_while_binds_wait_and_go_when_they_are_answered() -> N
     written: list[str] = []
     binding = True
 
-    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
+    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> bool:
         written.append(message)
+        return True
 
     writer = EventWriter(write, capacity=10, workers=2, busy=lambda: binding)
     for i in range(3):
@@ -138,8 +174,9 @@ async def test_events_wait_while_binds_wait_and_go_when_they_are_answered() -> N
 async def test_a_half_full_buffer_is_written_even_while_binds_wait() -> None:
     written: list[str] = []
 
-    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> None:
+    async def write(pod: PodInfo, kind: str, reason: str, message: str) -> bool:
         written.append(message)
+        return True
 
     writer = EventWriter(write, capacity=8, workers=1, busy=lambda: True)
     for i in range(6):
