@@ -100,7 +100,14 @@ class Transport:
         self.host = (config.host or "").rstrip("/")
         self._pool_size = pool_size
         self._ssl = ssl_context(config)
-        self.session = self._new_session()
+        self.session = self._new_session(pool_size)
+        # Streams (watches, streamed lists) hold their connections for minutes. On the bounded
+        # pool the ~20 watches left 64 bind slots about 50 connections, and aiohttp counts a
+        # wait for a free one against the 5 s connect timeout: once the API server slowed
+        # (15,000 nodes with volumes), binds failed so, 1273 in one run (how many for want of
+        # a connection rather than a slow accept, the log cannot tell). Streams get a pool of
+        # their own, a connection each.
+        self.stream_session = self._new_session(0)
         self._closing: set[asyncio.Task[None]] = set()
         self._extra: dict[str, Any] = {}
         if config.proxy:
@@ -111,9 +118,9 @@ class Transport:
         self._auth: dict[str, str] = {}
         self._auth_at = float("-inf")
 
-    def _new_session(self) -> aiohttp.ClientSession:
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl),
+            connector=aiohttp.TCPConnector(limit=limit, ssl=self._ssl),
             trust_env=False,
             read_bufsize=2**21,  # watch events carry whole objects (etcd allows 1.5 MiB)
         )
@@ -123,14 +130,17 @@ class Transport:
         black hole the old connections are dead but look open; without this each would cost a
         request its whole timeout. (Streams already being read are not woken by the close:
         their owners restart them.)"""
-        old, self.session = self.session, self._new_session()
-        task = asyncio.get_running_loop().create_task(old.close())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        old = (self.session, self.stream_session)
+        self.session, self.stream_session = self._new_session(self._pool_size), self._new_session(0)
+        for session in old:
+            task = asyncio.get_running_loop().create_task(session.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         await asyncio.gather(*self._closing, return_exceptions=True)
         await self.session.close()
+        await self.stream_session.close()
 
     async def headers(self, content_type: str | None = None) -> dict[str, str]:
         now = time.monotonic()
@@ -205,7 +215,7 @@ class Transport:
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A streaming GET (a watch): no total timeout, only one between reads."""
         timeout = aiohttp.ClientTimeout(total=None, connect=5, sock_read=read_timeout)
-        async with self.session.get(
+        async with self.stream_session.get(
             self.host + path,
             params=params,
             headers=await self.headers(),
