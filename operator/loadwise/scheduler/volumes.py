@@ -62,6 +62,9 @@ class StorageState:
         self._capacity_list: tuple[StorageCapacity, ...] = ()
         # The assume cache: versions our binding cycles wrote or are about to write.
         self.assumed_volumes: dict[str, Volume] = {}
+        # Assumed PVs by the claim their claimRef names: a filter asks per claim and node, and
+        # a scan of every assumed PV there cost each pod nodes x binds in flight.
+        self._assumed_for: dict[str, set[str]] = {}
         self.assumed_claims: dict[str, Claim] = {}
         # Placed pods (bound or assumed) per claim they mount (ClusterState keeps it).
         self.claim_refs: Counter[str] = Counter()
@@ -79,10 +82,8 @@ class StorageState:
         found: dict[str, Volume] = {}
         for name, volume in self._claimed.get(claim.key, {}).items():
             found[name] = assumed.get(name, volume)
-        for name, volume in assumed.items():  # assumed for this claim by an earlier cycle
-            ref = volume.claim_ref
-            if ref is not None and (ref.namespace, ref.name) == (claim.namespace, claim.name):
-                found.setdefault(name, volume)
+        for name in self._assumed_for.get(claim.key, ()):  # assumed for it by an earlier cycle
+            found.setdefault(name, assumed[name])
         found = {n: v for n, v in found.items() if v.class_name == claim.class_name}
         free = self._free.get(claim.class_name)
         if free:
@@ -124,13 +125,24 @@ class StorageState:
 
     # --- the assume cache --------------------------------------------------------------------
     def assume_volume(self, volume: Volume) -> None:
+        self.restore_volume(volume.name)
         self.assumed_volumes[volume.name] = volume
+        if (ref := volume.claim_ref) is not None:
+            self._assumed_for.setdefault(f"{ref.namespace}/{ref.name}", set()).add(volume.name)
 
     def assume_claim(self, claim: Claim) -> None:
         self.assumed_claims[claim.key] = claim
 
     def restore_volume(self, name: str) -> None:
-        self.assumed_volumes.pop(name, None)
+        volume = self.assumed_volumes.pop(name, None)
+        if volume is None or (ref := volume.claim_ref) is None:
+            return
+        key = f"{ref.namespace}/{ref.name}"
+        names = self._assumed_for.get(key)
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self._assumed_for[key]
 
     def restore_claim(self, key: str) -> None:
         self.assumed_claims.pop(key, None)
@@ -152,7 +164,7 @@ class StorageState:
 
     def on_volume_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         name = _name(raw)
-        self.assumed_volumes.pop(name, None)
+        self.restore_volume(name)  # any event is newer than what was assumed
         old = self.volumes.pop(name, None)
         if old is not None:
             self._unindex(old)

@@ -133,3 +133,20 @@ async def test_claims_not_bound_in_time_fail_with_kube_schedulers_words() -> Non
     parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
     with pytest.raises(VolumeBindError, match="binding volumes: context deadline exceeded"):
         await vb.prebind(parsed, "a", plan)
+
+
+def test_an_assumed_pv_is_offered_to_its_own_claim_until_restored_or_seen_again() -> None:
+    state = cluster(storage_class(), local_pv("pv-a", "a"), claim("d"), claim("e"))
+    vb = binder(state, FakeTransport(versioned("2")))
+    _, plan = plan_for(state, vb, pod("p", "d"), "a")
+    storage, node = state.storage, state.nodes["b"]  # not the PV's node: found by its claimRef
+    own, other = storage.claim("ns", "d"), storage.claim("ns", "e")
+    assert own is not None and other is not None
+    assert [v.name for v in storage.candidate_volumes(own, node)] == ["pv-a"]
+    assert storage.candidate_volumes(other, node) == []
+    vb.unreserve(plan)
+    assert storage.candidate_volumes(own, node) == []
+    _, plan = plan_for(state, vb, pod("p", "d"), "a")
+    assert [v.name for v in storage.candidate_volumes(own, node)] == ["pv-a"]
+    storage.on_volume_event("MODIFIED", local_pv("pv-a", "a"))  # the API's version wins
+    assert storage.candidate_volumes(own, node) == []
