@@ -4,9 +4,10 @@ The generated client builds and validates model objects on every call, and its a
 trusts the environment, which makes aiohttp look up proxies and read ~/.netrc in a worker thread
 on *every* request: together more CPU than the scheduling decision itself at hundreds of pods per
 second. The hot path (lists, watches, Bindings, events) goes through here instead: its own
-connection pool with the same TLS settings (CA, client certificate, verification, server name),
-an explicitly configured proxy only, the same credentials (token refresh included), plain dicts
-decoded by orjson (the standard library's decoder was the largest start-up cost with 50,000 pods).
+connection pools (requests on a bounded one, streams on another) with the same TLS settings (CA,
+client certificate, verification, server name), an explicitly configured proxy only, the same
+credentials (token refresh included), plain dicts decoded by orjson (the standard library's
+decoder was the largest start-up cost with 50,000 pods).
 """
 
 from __future__ import annotations
