@@ -20,7 +20,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterable
 
 from . import by_domain, podaffinity, spread
 from .context import Basis, CycleContext
@@ -39,7 +38,6 @@ from .heat import expires_at, is_fresh
 from .plugin import UNSIGNABLE
 from .profile import DEFAULT_PROFILE, Profile, Shape
 from .shapes import Entry, HeapItem, ShapeHeap, domains_of, top, valid
-from .storage import HOSTNAME
 from .types import PodInfo
 from .view import ClusterView
 
@@ -130,9 +128,6 @@ class ScoreIndex:
         node-local verdict and load score come from the shape's entries; only the checks that
         depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
         as in kube-scheduler's order. The conclusion is the full cycle's."""
-        narrowed = self._narrowed(shape, ctx)
-        if narrowed is not None:
-            return narrowed
         # The preferences that apply: scorers that are not node-local sign the pod UNSIGNABLE
         # exactly then. With none, the load score alone ranks the feasible nodes.
         preferring = [p for p in self.preferences if p.sign(ctx) is UNSIGNABLE]
@@ -146,16 +141,10 @@ class ScoreIndex:
             walked = self._walk(shape, ctx)
             if walked is not None:
                 return walked
-        return conclude(ctx, self._diagnose(shape, ctx, shape.entries), self.profile)
-
-    def _diagnose(
-        self, shape: ShapeHeap, ctx: CycleContext, names: Iterable[str]
-    ) -> list[NodeDiagnosis]:
-        """The nodes' verdicts and load scores: node-local from the shape, the rest here."""
-        nodes, entries = ctx.state.nodes, shape.entries
+        nodes = ctx.state.nodes
         diagnoses = []
-        for name in names:
-            node, entry = nodes[name], entries[name]
+        for name, entry in shape.entries.items():
+            node = nodes[name]
             if entry.score is None:
                 diagnoses.append(NodeDiagnosis(node, entry.reasons))
                 continue
@@ -164,26 +153,6 @@ class ScoreIndex:
                 diagnoses.append(NodeDiagnosis(node, failed[1]))
             else:
                 diagnoses.append(NodeDiagnosis(node, (), entry.score))
-        return diagnoses
-
-    def _narrowed(self, shape: ShapeHeap, ctx: CycleContext) -> Decision | Unschedulable | None:
-        """A pod some filter narrows to a few hostnames (local PVs): only those nodes are
-        visited. Every other node is one that filter refuses, so the feasible nodes, in the
-        shape's order, and therefore the decision are the full visit's. None when nothing
-        narrows the pod, when the narrowing leaves half the nodes or more, or when no node
-        left fits (the caller visits every node, for kube-scheduler's failure message).
-        15,000 nodes with local PVs on a third of them: the walk in load order found too few
-        passing nodes and every node was visited, 60-100 ms of CPU per pod (docs/benchmarks.md)."""
-        hosts = self.profile.only_hostnames(ctx)
-        if not hosts:
-            return None
-        nodes = ctx.state.nodes
-        names = [n for n in shape.entries if nodes[n].labels.get(HOSTNAME) in hosts]
-        if 2 * len(names) >= len(shape.entries):
-            return None
-        diagnoses = self._diagnose(shape, ctx, names)
-        if all(d.load is None for d in diagnoses):
-            return None
         return conclude(ctx, diagnoses, self.profile)
 
     def _walk(self, shape: ShapeHeap, ctx: CycleContext) -> Decision | None:

@@ -53,11 +53,6 @@ class StorageView(Protocol):
         every other PV of the class is one it would skip. Assumed versions included."""
         ...
 
-    def candidate_hosts(self, claim: Claim) -> frozenset[str] | None:
-        """The hostnames of every PV `candidate_volumes` could offer the claim on some node,
-        or None when one of them is not pinned to a single hostname (it may fit anywhere)."""
-        ...
-
     def storage_class(self, name: str) -> StorageClass | None: ...
 
     def csi_node(self, node_name: str) -> Mapping[str, int | None] | None:

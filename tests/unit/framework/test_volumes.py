@@ -5,7 +5,6 @@ pinned release's pkg/scheduler/framework/plugins)."""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from typing import Any
 
 from loadwise.framework.context import Basis
@@ -17,7 +16,6 @@ from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import parse_pod
 from loadwise.policies.policy import DEFAULT_POLICY
 from loadwise.scheduler.state import ClusterState
-from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ...helpers import state_with
@@ -398,71 +396,6 @@ def test_the_score_index_and_the_full_cycle_agree_on_volume_pods() -> None:
         )
         assert isinstance(full, Decision) and isinstance(fast, Decision)
         assert full.node in {"b", "c"} and fast.node in {"b", "c"}
-
-
-def narrowing(state: ClusterState, raw: dict[str, Any]) -> frozenset[str] | None:
-    from loadwise.framework.context import CycleContext
-
-    return DEFAULT_PROFILE.only_hostnames(
-        CycleContext(parse_pod(raw), state, Basis(DEFAULT_POLICY))
-    )
-
-
-def test_local_volumes_narrow_the_nodes_to_visit_and_anything_else_does_not() -> None:
-    state = cluster(
-        storage_class(),
-        storage_class("dynamic", provisioner="csi.example.com"),
-        local_pv("v-b", "b"),
-        local_pv("v-c", "c"),
-        claim("d"),
-        claim("e", cls="dynamic"),
-        nodes=("a", "b", "c", "d", "e"),
-    )
-    assert narrowing(state, pod("p", "d")) == {"b", "c"}  # the free local PVs' hosts
-    assert narrowing(state, pod("p", "e")) is None  # provisioning may pick any node
-    assert narrowing(state, pod("p", "d", "e")) == {"b", "c"}
-    assert narrowing(state, pod("p")) is None
-    anywhere = local_pv("v-any", "b")
-    anywhere["spec"]["nodeAffinity"] = None  # a free PV of the class not pinned to a host
-    state.storage.on_volume_event("ADDED", anywhere)
-    assert narrowing(state, pod("p", "d")) is None
-
-
-def test_the_index_agrees_with_the_full_cycle_when_local_volumes_narrow_the_nodes() -> None:
-    """Random local PVs on a few of 40 nodes: the index visits their hosts alone and must
-    decide as the full cycle; a claim no PV can serve gets the full cycle's message."""
-    narrowed = 0
-    for seed in range(20):
-        rng = random.Random(seed)
-        names = tuple(f"n{i}" for i in range(40))
-        pvs = [local_pv(f"v{k}", rng.choice(names), size=f"{rng.randint(1, 20)}Gi")
-               for k in range(rng.randint(1, 12))]  # fmt: skip
-        claims = [claim(f"c{k}", size=f"{rng.randint(1, 25)}Gi") for k in range(8)]
-        state = cluster(storage_class(), *pvs, *claims, nodes=names)
-        # Measured loads all different: no tie for the random tie-break to settle.
-        samples = {n: NodeSample(rng.random(), rng.random(), 0.0) for n in names}
-        index = ScoreIndex()
-        visit = index._narrowed
-
-        def counted(*args: Any, visit: Any = visit) -> Any:
-            nonlocal narrowed
-            found = visit(*args)
-            narrowed += found is not None
-            return found
-
-        index._narrowed = counted  # type: ignore[method-assign]
-        for k in range(8):
-            raw = pod(f"p{k}", *(f"c{j}" for j in rng.sample(range(8), rng.randint(1, 2))))
-            parsed = parse_pod(raw)
-            basis = Basis(DEFAULT_POLICY, samples, 1.0, random.Random(k))
-            full = schedule_one(parsed, state, basis)
-            fast = index.schedule(parsed, state, replace(basis, rng=random.Random(k)))
-            assert type(fast) is type(full), (seed, k)
-            if isinstance(full, Decision):
-                assert isinstance(fast, Decision) and fast.node == full.node, (seed, k)
-            else:
-                assert isinstance(fast, Unschedulable) and fast.message == full.message, (seed, k)
-    assert narrowed > 40  # most decisions came from the narrowed visit
 
 
 def test_preemption_does_not_help_a_pod_refused_at_prefilter() -> None:
