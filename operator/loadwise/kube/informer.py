@@ -154,11 +154,12 @@ class Informer:
 
     async def seed(self, from_cache: bool = False) -> set[str]:
         """The start-up list, tried again by itself on a transient failure: at 15,000 nodes and
-        150,000 pods the busy API server sometimes took more than 5 s to accept one of the ~20
-        start-up connections, and the whole start-up began again (first bind 12-16 s instead
-        of 6-8, peak memory 600 MiB instead of 370, `bench/throughput --nodes 15000`). Objects
-        fed by a cut-short attempt that the next one no longer shows go through
-        `on_relisted`. Other failures, and the last attempt's, are raised."""
+        150,000 pods one of the ~20 start-up connections sometimes timed out after 5 s (most
+        likely while the prefetched pod list was fed without a turn of the loop: prefetch.py),
+        and the whole start-up began again (first bind 12-16 s instead of 6-8, peak memory 600
+        MiB instead of 370, `bench/throughput --nodes 15000`). Objects fed by a cut-short
+        attempt that the next one no longer shows go through `on_relisted`. Other failures,
+        and the last attempt's, are raised."""
         delay = BACKOFF_FLOOR
         for attempt in range(1, SEED_ATTEMPTS + 1):
             try:

@@ -86,18 +86,16 @@ class EventWriter:
 
     async def _write_with_retries(self, item: tuple[PodInfo, str, str, str]) -> None:
         delay = RETRY_FLOOR
-        for _ in range(TRIES - 1):
+        for attempt in range(1, TRIES + 1):
             try:
                 if await self._write(*item):
                     return
             except Exception:  # best effort: a report lost, never the writer
                 log.exception("writing a %s event failed", item[2])
                 return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_CAP)
-        with contextlib.suppress(Exception):
-            if await self._write(*item):
-                return
+            if attempt < TRIES:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP)
         log.warning("a %s event for %s dropped after %d tries", item[2], item[0].key, TRIES)
         self.dropped += 1
         obs.EVENTS_DROPPED.inc()
