@@ -127,19 +127,15 @@ def _anchor_term() -> dict[str, Any]:
 def pod(workload: str, i: int, name: str, namespace: str, scheduler: str) -> dict[str, Any]:
     """Pod i of the workload, for `scheduler`."""
     shape = kind(workload, i)
-    if shape == "basic":  # exactly the pod bench/throughput always created
-        return manifests.pod(
-            name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
-        )
-    if shape == "gangs":
+    if shape in ("basic", "gangs", "volumes"):  # the pod bench/throughput always created
         body = manifests.pod(
             name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
         )
+    if shape == "basic":
+        return body
+    if shape == "gangs":
         return manifests.in_group(body, gang_name(i, name))
     if shape == "volumes":
-        body = manifests.pod(
-            name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
-        )
         body["spec"]["volumes"] = [
             {"name": "data", "persistentVolumeClaim": {"claimName": claim_name(name)}}
         ]
