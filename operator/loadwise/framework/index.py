@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 
 from . import by_domain, podaffinity, spread
 from .context import Basis, CycleContext
@@ -126,25 +127,50 @@ class ScoreIndex:
     def _constrained(self, shape: ShapeHeap, ctx: CycleContext) -> Decision | Unschedulable:
         """A pod with inter-pod constraints or preferences: every node is visited, but its
         node-local verdict and load score come from the shape's entries; only the checks that
-        depend on other pods (spread, inter-pod affinity) run here, after the node-local ones,
-        as in kube-scheduler's order. The conclusion is the full cycle's."""
+        depend on other pods (spread, inter-pod affinity, volumes) run here, after the
+        node-local ones, as in kube-scheduler's order. The conclusion is the full cycle's.
+        A pod some filter narrows to a few hostnames (local PVs; kube-scheduler's
+        PreFilterResult) visits those nodes alone: every other node is one that filter
+        refuses, so the feasible nodes and the decision are the full visit's. Every node is
+        visited when none of them fits, for kube-scheduler's failure message."""
         # The preferences that apply: scorers that are not node-local sign the pod UNSIGNABLE
         # exactly then. With none, the load score alone ranks the feasible nodes.
         preferring = [p for p in self.preferences if p.sign(ctx) is UNSIGNABLE]
+        names = self._narrowed(shape, ctx)
         if preferring:
             found = by_domain.spread_by_domain(
                 shape, ctx, preferring, self.inter_pod
             ) or by_domain.affinity_by_domain(shape, ctx, preferring, self.inter_pod)
             if found is not None:
                 return self._by_domain(shape, ctx, found)
+            if names is not None:
+                diagnoses = self._diagnose(shape, ctx, names)
+                if any(d.load is not None for d in diagnoses):
+                    return conclude(ctx, diagnoses, self.profile)
         else:
-            walked = self._walk(shape, ctx)
+            walked = (
+                self._walk(shape, ctx) if names is None else self._walk_within(shape, ctx, names)
+            )
             if walked is not None:
                 return walked
-        nodes = ctx.state.nodes
+        return conclude(ctx, self._diagnose(shape, ctx, shape.entries), self.profile)
+
+    def _narrowed(self, shape: ShapeHeap, ctx: CycleContext) -> list[str] | None:
+        """The nodes some filter narrows the pod to (their hostnames), or None."""
+        hosts = self.profile.only_hostnames(ctx)
+        if hosts is None:
+            return None
+        entries, state = shape.entries, ctx.state
+        return [name for host in hosts for name in state.with_hostname(host) if name in entries]
+
+    def _diagnose(
+        self, shape: ShapeHeap, ctx: CycleContext, names: Iterable[str]
+    ) -> list[NodeDiagnosis]:
+        """The nodes' verdicts and load scores: node-local from the shape, the rest here."""
+        nodes, entries = ctx.state.nodes, shape.entries
         diagnoses = []
-        for name, entry in shape.entries.items():
-            node = nodes[name]
+        for name in names:
+            node, entry = nodes[name], entries[name]
             if entry.score is None:
                 diagnoses.append(NodeDiagnosis(node, entry.reasons))
                 continue
@@ -153,7 +179,7 @@ class ScoreIndex:
                 diagnoses.append(NodeDiagnosis(node, failed[1]))
             else:
                 diagnoses.append(NodeDiagnosis(node, (), entry.score))
-        return conclude(ctx, diagnoses, self.profile)
+        return diagnoses
 
     def _walk(self, shape: ShapeHeap, ctx: CycleContext) -> Decision | None:
         """A constrained pod that only the load score ranks: the shape's heap already orders
@@ -161,42 +187,85 @@ class ScoreIndex:
         first nodes in that order to pass the inter-pod checks are the chosen one and the
         runner-up; hot nodes are counted apart. None when the walk limit is reached or none
         passes (the caller then visits every node)."""
-        nodes, heap, inter_pod = ctx.state.nodes, shape.heap, self.inter_pod
+        heap = shape.heap
         limit = max(WALK_LIMIT, len(shape.entries) // 4)
         apart = self._walk_apart(shape, ctx, limit)
         if apart:
-            return self._select(shape, ctx, apart, self._hot_passing(shape, ctx))
+            return self._select(shape, ctx, apart, self._hot_passing(ctx, shape.hot_names))
         popped: list[HeapItem] = []
-        cool: list[HeapItem] = []
-        try:
+
+        def in_order() -> Iterator[HeapItem]:
             while heap and len(popped) < limit:
                 item = heapq.heappop(heap)
-                if not valid(shape, item):
-                    continue  # superseded: dropped for good
-                popped.append(item)
-                if item.tier == 1 and cool:
-                    break  # a cool node passed: hot ones are passed over
-                if refusal(ctx, nodes[item.node], inter_pod):
-                    continue
-                if item.tier == 1:  # every feasible node is hot: the least loaded is taken
-                    return self._select(shape, ctx, [item], 0)
-                cool.append(item)
-                if len(cool) == 2:
-                    break
-            else:
-                if heap:  # the walk limit: too few pass in the first nodes
-                    return None
+                if valid(shape, item):  # a superseded one is dropped for good
+                    popped.append(item)
+                    yield item
+
+        try:
+            found, decided = self._first_passing(ctx, in_order())
+            limited = not decided and bool(heap)  # too few pass in the first nodes
         finally:
             for item in popped:
                 heapq.heappush(heap, item)
-        if not cool:
-            return None  # nothing fits: the failure message needs every node's reasons
-        return self._select(shape, ctx, cool, self._hot_passing(shape, ctx))
+        if limited:
+            return None
+        return self._chosen(shape, ctx, found, shape.hot_names)
 
-    def _hot_passing(self, shape: ShapeHeap, ctx: CycleContext) -> int:
-        """The feasible hot nodes that pass the inter-pod checks too (passed over)."""
+    def _walk_within(
+        self, shape: ShapeHeap, ctx: CycleContext, names: list[str]
+    ) -> Decision | None:
+        """`_walk` over the nodes a filter narrows the pod to, in the same order: their
+        heap items alone, so a pod costs about as many nodes as it has candidates. With local
+        PVs on a third of 15,000 nodes, the walk over every node failed once the coolest
+        nodes' PVs were taken, and each pod visited every node (docs/benchmarks.md)."""
+        entries = shape.entries
+        items = [item for name in names if (item := entries[name].item) is not None]
+        heapq.heapify(items)
+
+        def in_order() -> Iterator[HeapItem]:
+            while items:
+                yield heapq.heappop(items)
+
+        found, _ = self._first_passing(ctx, in_order())
+        hot = shape.hot_names
+        return self._chosen(shape, ctx, found, [name for name in names if name in hot])
+
+    def _first_passing(
+        self, ctx: CycleContext, ordered: Iterator[HeapItem]
+    ) -> tuple[list[HeapItem], bool]:
+        """The first cool nodes in the load plugin's order to pass the inter-pod checks, up
+        to two, or the first hot one when no cool one passes (hot ones are passed over while
+        a cool one fits); and whether that was settled before `ordered` ran out."""
         nodes, inter_pod = ctx.state.nodes, self.inter_pod
-        return sum(1 for name in shape.hot_names if not refusal(ctx, nodes[name], inter_pod))
+        cool: list[HeapItem] = []
+        for item in ordered:
+            if item.tier == 1 and cool:
+                return cool, True
+            if refusal(ctx, nodes[item.node], inter_pod):
+                continue
+            if item.tier == 1:
+                return [item], True
+            cool.append(item)
+            if len(cool) == 2:
+                return cool, True
+        return cool, False
+
+    def _chosen(
+        self, shape: ShapeHeap, ctx: CycleContext, found: list[HeapItem], hot: Iterable[str]
+    ) -> Decision | None:
+        """The decision among what `_first_passing` found, or None when nothing passed (the
+        failure message needs every node's reasons). `hot`: the feasible hot nodes to count
+        (passed over) where they pass the inter-pod checks; none when every one is hot."""
+        if not found:
+            return None
+        if found[0].tier == 1:  # every feasible node is hot: the least loaded is taken
+            return self._select(shape, ctx, found, 0)
+        return self._select(shape, ctx, found, self._hot_passing(ctx, hot))
+
+    def _hot_passing(self, ctx: CycleContext, names: Iterable[str]) -> int:
+        """How many of these feasible hot nodes pass the inter-pod checks too."""
+        nodes, inter_pod = ctx.state.nodes, self.inter_pod
+        return sum(1 for name in names if not refusal(ctx, nodes[name], inter_pod))
 
     def _walk_apart(self, shape: ShapeHeap, ctx: CycleContext, limit: int) -> list[HeapItem]:
         """kube-scheduler's hostname fast path, for a pod with required anti-affinity by

@@ -90,6 +90,13 @@ class FilterPlugin(Plugin):
         reason, since a dry run (preemption, explain) may ask it directly."""
         return None
 
+    def only_hostnames(self, ctx: CycleContext) -> frozenset[str] | None:
+        """kube-scheduler's PreFilterResult node names: the `kubernetes.io/hostname` values of
+        the only nodes this filter could pass for the pod, or None (any node). The score index
+        then visits those nodes alone, and every node only when none of them fits (for the
+        failure message). Every node outside must be one `filter` refuses."""
+        return None
+
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         """Why the node cannot take the pod (kube-scheduler's wording), or None."""
         raise NotImplementedError

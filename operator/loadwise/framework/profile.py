@@ -46,6 +46,9 @@ class Profile:
         self.prefilters = tuple(
             f for f in self.filters if type(f).prefilter is not FilterPlugin.prefilter
         )
+        self.narrowing = tuple(
+            f for f in self.filters if type(f).only_hostnames is not FilterPlugin.only_hostnames
+        )
         self.scorers = tuple(p for p in self.plugins if isinstance(p, ScorePlugin))
         loads = [p for p in self.plugins if isinstance(p, LoadPlugin)]
         if len(loads) > 1:
@@ -75,6 +78,16 @@ class Profile:
     def batchable(self, ctx: CycleContext) -> bool:
         """Every plugin signs the pod: each node's verdict and score depend on it alone."""
         return all(p.sign(ctx) is not UNSIGNABLE for p in self._not_local)
+
+    def only_hostnames(self, ctx: CycleContext) -> frozenset[str] | None:
+        """The hostnames every filter that narrows leaves the pod (their intersection), or
+        None when none narrows it."""
+        found: frozenset[str] | None = None
+        for plugin in self.narrowing:
+            hosts = plugin.only_hostnames(ctx)
+            if hosts is not None:
+                found = hosts if found is None else found & hosts
+        return found
 
     # --- events ------------------------------------------------------------------------------
     def node_changed(self, old: NodeInfo | None, new: NodeInfo) -> bool:

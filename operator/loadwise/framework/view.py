@@ -53,6 +53,11 @@ class StorageView(Protocol):
         every other PV of the class is one it would skip. Assumed versions included."""
         ...
 
+    def candidate_hosts(self, claim: Claim) -> frozenset[str] | None:
+        """The hostnames of every PV `candidate_volumes` could offer the claim on some node,
+        or None when one of them is not pinned to a single hostname (it may fit anywhere)."""
+        ...
+
     def storage_class(self, name: str) -> StorageClass | None: ...
 
     def csi_node(self, node_name: str) -> Mapping[str, int | None] | None:
@@ -170,6 +175,11 @@ class ClusterView(Protocol):
 
     def topology_values(self, scope: NodeScope) -> Mapping[str, Set[str]]:
         """For each of the scope's keys, its values on the nodes in the scope."""
+        ...
+
+    def with_hostname(self, host: str) -> Set[str]:
+        """Names of the nodes whose `kubernetes.io/hostname` label is `host` (usually one, the
+        node of that name; labels need not be unique). Kept as nodes come and go."""
         ...
 
     def used_ports(self, node_name: str) -> Counter[HostPort]: ...

@@ -18,7 +18,7 @@ from typing import Any
 from ..framework.pod_groups import GroupKey
 from ..framework.podaffinity import AffinityTerm, weighted_terms
 from ..framework.profile import DEFAULT_PROFILE
-from ..framework.spread import NodeScope
+from ..framework.spread import HOSTNAME, NodeScope
 from ..framework.taints import PREFER_NO_SCHEDULE
 from ..framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from ..framework.view import PodMatcher
@@ -52,6 +52,7 @@ class ClusterState:
     ) -> None:
         self._placed_changed = placed_changed  # declared by the plugins (framework/profile.py)
         self.nodes: dict[str, NodeInfo] = {}
+        self._hostnames: dict[str, set[str]] = {}  # kubernetes.io/hostname -> node names
         self.pods: dict[str, PodInfo] = {}  # bound or assumed pods that hold resources
         # Reservations: assumed pods the API does not show bound yet, with the monotonic time
         # each was made (the scheduler's audit bounds how long one may last).
@@ -97,6 +98,9 @@ class ClusterState:
             self._anti_terms.nodes_changed()
             self._weighted_terms.nodes_changed()
         self.nodes[node.name] = node
+        if old is not None:
+            self._unhost(old)
+        self._hostnames.setdefault(node.labels.get(HOSTNAME, ""), set()).add(node.name)
         if any(t.effect == PREFER_NO_SCHEDULE for t in node.taints):
             self.prefer_no_schedule.add(node.name)
         else:
@@ -105,13 +109,26 @@ class ClusterState:
         return node
 
     def delete_node(self, name: str) -> None:
-        if self.nodes.pop(name, None) is not None:
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self._unhost(old)
             self._topology.clear()
             self._matches.nodes_changed()
             self._anti_terms.nodes_changed()
             self._weighted_terms.nodes_changed()
         self.prefer_no_schedule.discard(name)
         self._touch(name)
+
+    def _unhost(self, node: NodeInfo) -> None:
+        host = node.labels.get(HOSTNAME, "")
+        names = self._hostnames.get(host)
+        if names is not None:
+            names.discard(node.name)
+            if not names:
+                del self._hostnames[host]
+
+    def with_hostname(self, host: str) -> Set[str]:
+        return self._hostnames.get(host, frozenset())
 
     def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
         """Returns True if the labels changed (namespace selectors may now match)."""

@@ -93,6 +93,19 @@ class StorageState:
                     found.setdefault(name, assumed.get(name, volume))
         return list(found.values())
 
+    def candidate_hosts(self, claim: Claim) -> frozenset[str] | None:
+        hosts: set[str] = set()
+        for name in (*self._claimed.get(claim.key, ()), *self._assumed_for.get(claim.key, ())):
+            volume = self.volume(name)
+            if volume is None or volume.host is None:
+                return None
+            hosts.add(volume.host)
+        free = self._free.get(claim.class_name) or {}
+        if "" in free:  # free PVs not pinned to one hostname
+            return None
+        hosts.update(free)
+        return frozenset(hosts)
+
     def storage_class(self, name: str) -> StorageClass | None:
         return self.classes.get(name)
 

@@ -5,6 +5,7 @@ pinned release's pkg/scheduler/framework/plugins)."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 from loadwise.framework.context import Basis
@@ -16,6 +17,8 @@ from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import parse_pod
 from loadwise.policies.policy import DEFAULT_POLICY
 from loadwise.scheduler.state import ClusterState
+from loadwise.scheduler.volume_binder import VolumeBinder
+from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
 from ...helpers import state_with
@@ -396,6 +399,109 @@ def test_the_score_index_and_the_full_cycle_agree_on_volume_pods() -> None:
         )
         assert isinstance(full, Decision) and isinstance(fast, Decision)
         assert full.node in {"b", "c"} and fast.node in {"b", "c"}
+
+
+def narrowing(state: ClusterState, raw: dict[str, Any]) -> frozenset[str] | None:
+    from loadwise.framework.context import CycleContext
+
+    return DEFAULT_PROFILE.only_hostnames(
+        CycleContext(parse_pod(raw), state, Basis(DEFAULT_POLICY))
+    )
+
+
+def test_local_volumes_narrow_the_nodes_to_visit_and_anything_else_does_not() -> None:
+    state = cluster(
+        storage_class(),
+        storage_class("dynamic", provisioner="csi.example.com"),
+        local_pv("v-b", "b"),
+        local_pv("v-c", "c"),
+        claim("d"),
+        claim("e", cls="dynamic"),
+        nodes=("a", "b", "c", "d", "e"),
+    )
+    assert narrowing(state, pod("p", "d")) == {"b", "c"}  # the free local PVs' hosts
+    assert narrowing(state, pod("p", "e")) is None  # provisioning may pick any node
+    assert narrowing(state, pod("p", "d", "e")) == {"b", "c"}
+    assert narrowing(state, pod("p")) is None
+    anywhere = local_pv("v-any", "b")
+    anywhere["spec"]["nodeAffinity"] = None  # a free PV of the class not pinned to a host
+    state.storage.on_volume_event("ADDED", anywhere)
+    assert narrowing(state, pod("p", "d")) is None
+
+
+def hosted(name: str, host: str, zone: str) -> dict[str, Any]:
+    raw = node(name, zone)
+    raw["metadata"]["labels"][HOST] = host
+    return raw
+
+
+def test_the_index_agrees_with_the_full_cycle_when_local_volumes_narrow_the_nodes() -> None:
+    """Local PVs on some of 40 nodes (a few hostname labels differ from the node's name, two
+    nodes share one), measured loads that make some nodes hot, pods with and without a
+    preferred node affinity, each placed with its PVs assumed before the next: the index walks
+    or visits the PVs' hosts alone and must decide as the full cycle, passed-over hot nodes
+    included; a claim no PV can serve gets the full cycle's message."""
+    walked = visited = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        names = [f"n{i}" for i in range(40)]
+        hosts = {n: n if i % 7 else f"host-{n}" for i, n in enumerate(names)}
+        hosts["n9"] = hosts["n8"]  # two nodes with one hostname label
+        pvs = [
+            local_pv(f"v{k}", hosts[rng.choice(names)], size=f"{rng.randint(1, 20)}Gi")
+            for k in range(rng.randint(4, 20))
+        ]
+        claims = [claim(f"c{k}", size=f"{rng.randint(1, 25)}Gi") for k in range(12)]
+        state = cluster(storage_class(), *pvs, *claims, nodes=())
+        for i, name in enumerate(names):
+            state.upsert_node(hosted(name, hosts[name], f"z{i % 3}"))
+        samples = {n: NodeSample(rng.random(), rng.random() * 0.6, 0.0) for n in names}
+        binder = VolumeBinder(None, state.storage, lambda uid: True, state.nodes.get)  # type: ignore[arg-type]
+        index = ScoreIndex()
+        within, narrowed = index._walk_within, index._narrowed
+
+        def counted_walk(*args: Any, within: Any = within) -> Any:
+            nonlocal walked
+            found = within(*args)
+            walked += found is not None
+            return found
+
+        def counted_narrowing(*args: Any, narrowed: Any = narrowed) -> Any:
+            nonlocal visited
+            found = narrowed(*args)
+            visited += found is not None
+            return found
+
+        index._walk_within = counted_walk  # type: ignore[method-assign]
+        index._narrowed = counted_narrowing  # type: ignore[method-assign]
+        free = list(range(12))
+        for k in range(10):
+            used = rng.sample(free, min(len(free), rng.randint(1, 2)))
+            raw = pod(f"p{k}", *(f"c{j}" for j in used))
+            if k % 2:
+                term = {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["z1"]}]}
+                preferred = [{"weight": 50, "preference": term}]
+                raw["spec"]["affinity"] = {
+                    "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}
+                }
+            parsed = parse_pod(raw)
+            basis = Basis(DEFAULT_POLICY, samples, 1.0, random.Random(k))
+            full = schedule_one(parsed, state, basis)
+            fast = index.schedule(parsed, state, replace(basis, rng=random.Random(k)))
+            assert type(fast) is type(full), (seed, k)
+            if isinstance(full, Unschedulable):
+                assert isinstance(fast, Unschedulable) and fast.message == full.message, (seed, k)
+                continue
+            assert isinstance(fast, Decision), (seed, k)
+            assert (fast.node, fast.hot_skipped, fast.all_hot) == (
+                full.node,
+                full.hot_skipped,
+                full.all_hot,
+            ), (seed, k)
+            binder.reserve(parsed, full.node)
+            state.assume(parsed, full.node)
+            free = [j for j in free if j not in used]
+    assert walked > 40 and visited == 300  # every pod narrowed; a third walked and placed
 
 
 def test_preemption_does_not_help_a_pod_refused_at_prefilter() -> None:

@@ -1,3 +1,5 @@
+from typing import Any
+
 from loadwise.resources import CPU, PODS
 from loadwise.scheduler.state import ClusterState
 from loadwise_dev import manifests
@@ -187,3 +189,28 @@ def test_a_placed_pod_is_parsed_with_every_field_plugins_read_of_placed_pods() -
         assert getattr(placed, field) == getattr(full, field), field
     assert full.anti_affinity_terms and full.host_ports and full.owner is not None
     assert full.tolerations and not placed.tolerations  # the part that is skipped
+
+
+def test_nodes_are_found_by_their_hostname_label_as_it_changes() -> None:
+    def named(name: str, host: str | None) -> dict[str, Any]:
+        raw = manifests.node(name)
+        labels = raw["metadata"]["labels"]
+        if host is None:
+            del labels["kubernetes.io/hostname"]
+        else:
+            labels["kubernetes.io/hostname"] = host
+        return raw
+
+    state = ClusterState()
+    state.upsert_node(named("a", "a"))
+    state.upsert_node(named("b", "h"))
+    state.upsert_node(named("c", "h"))  # labels need not be unique
+    state.upsert_node(named("d", None))
+    assert state.with_hostname("a") == {"a"} and state.with_hostname("h") == {"b", "c"}
+    assert state.with_hostname("b") == set() and state.with_hostname("") == {"d"}
+    state.upsert_node(named("b", "b"))  # relabelled
+    assert state.with_hostname("h") == {"c"} and state.with_hostname("b") == {"b"}
+    state.delete_node("c")
+    assert state.with_hostname("h") == set()
+    state.drop_missing(set(), {"a"})
+    assert state.with_hostname("a") == set()
