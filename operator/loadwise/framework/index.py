@@ -136,7 +136,7 @@ class ScoreIndex:
         # The preferences that apply: scorers that are not node-local sign the pod UNSIGNABLE
         # exactly then. With none, the load score alone ranks the feasible nodes.
         preferring = [p for p in self.preferences if p.sign(ctx) is UNSIGNABLE]
-        names = self._narrowed(shape, ctx)
+        names = self._narrowed(ctx)
         if preferring:
             found = by_domain.spread_by_domain(
                 shape, ctx, preferring, self.inter_pod
@@ -155,13 +155,12 @@ class ScoreIndex:
                 return walked
         return conclude(ctx, self._diagnose(shape, ctx, shape.entries), self.profile)
 
-    def _narrowed(self, shape: ShapeHeap, ctx: CycleContext) -> list[str] | None:
+    def _narrowed(self, ctx: CycleContext) -> list[str] | None:
         """The nodes some filter narrows the pod to (their hostnames), or None."""
         hosts = self.profile.only_hostnames(ctx)
         if hosts is None:
             return None
-        entries, state = shape.entries, ctx.state
-        return [name for host in hosts for name in state.with_hostname(host) if name in entries]
+        return list(ctx.state.with_hostnames(hosts))
 
     def _diagnose(
         self, shape: ShapeHeap, ctx: CycleContext, names: Iterable[str]
@@ -218,7 +217,7 @@ class ScoreIndex:
         heap items alone, so a pod costs about as many nodes as it has candidates. With local
         PVs on a third of 15,000 nodes, the walk over every node failed once the coolest
         nodes' PVs were taken, and each pod visited every node (docs/benchmarks.md)."""
-        entries = shape.entries
+        entries = shape.entries  # every node's (the shape is current)
         items = [item for name in names if (item := entries[name].item) is not None]
         heapq.heapify(items)
 

@@ -177,9 +177,9 @@ class ClusterView(Protocol):
         """For each of the scope's keys, its values on the nodes in the scope."""
         ...
 
-    def with_hostname(self, host: str) -> Set[str]:
-        """Names of the nodes whose `kubernetes.io/hostname` label is `host` (usually one, the
-        node of that name; labels need not be unique). Kept as nodes come and go."""
+    def with_hostnames(self, hosts: Set[str]) -> Set[str]:
+        """Names of the nodes whose `kubernetes.io/hostname` label is one of `hosts` (usually
+        the nodes of those names; labels need not be unique). Kept as nodes come and go."""
         ...
 
     def used_ports(self, node_name: str) -> Counter[HostPort]: ...

@@ -52,7 +52,10 @@ class ClusterState:
     ) -> None:
         self._placed_changed = placed_changed  # declared by the plugins (framework/profile.py)
         self.nodes: dict[str, NodeInfo] = {}
-        self._hostnames: dict[str, set[str]] = {}  # kubernetes.io/hostname -> node names
+        # Nodes by their kubernetes.io/hostname label: the names of those labelled with their
+        # own name (most), and for the others, label ("" if none) -> names.
+        self._self_named: set[str] = set()
+        self._hostnames: dict[str, set[str]] = {}
         self.pods: dict[str, PodInfo] = {}  # bound or assumed pods that hold resources
         # Reservations: assumed pods the API does not show bound yet, with the monotonic time
         # each was made (the scheduler's audit bounds how long one may last).
@@ -100,7 +103,11 @@ class ClusterState:
         self.nodes[node.name] = node
         if old is not None:
             self._unhost(old)
-        self._hostnames.setdefault(node.labels.get(HOSTNAME, ""), set()).add(node.name)
+        host = node.labels.get(HOSTNAME, "")
+        if host == node.name:
+            self._self_named.add(host)
+        else:
+            self._hostnames.setdefault(host, set()).add(node.name)
         if any(t.effect == PREFER_NO_SCHEDULE for t in node.taints):
             self.prefer_no_schedule.add(node.name)
         else:
@@ -121,14 +128,22 @@ class ClusterState:
 
     def _unhost(self, node: NodeInfo) -> None:
         host = node.labels.get(HOSTNAME, "")
-        names = self._hostnames.get(host)
-        if names is not None:
+        if host == node.name:
+            self._self_named.discard(host)
+        elif (names := self._hostnames.get(host)) is not None:
             names.discard(node.name)
             if not names:
                 del self._hostnames[host]
 
-    def with_hostname(self, host: str) -> Set[str]:
-        return self._hostnames.get(host, frozenset())
+    def with_hostnames(self, hosts: Set[str]) -> set[str]:
+        found = self._self_named & hosts  # a set operation: no Python loop for the usual nodes
+        others = self._hostnames
+        if others:
+            small, big = (hosts, others) if len(hosts) <= len(others) else (others, hosts)
+            for host in small:
+                if host in big:
+                    found.update(others[host])
+        return found
 
     def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
         """Returns True if the labels changed (namespace selectors may now match)."""

@@ -185,9 +185,9 @@ class Recounted:
         nodes = [n for n in self._state.nodes.values() if scope.includes(n)]
         return {key: {n.labels[key] for n in nodes} for key in scope.keys}
 
-    def with_hostname(self, host: str) -> set[str]:
+    def with_hostnames(self, hosts: set[str]) -> set[str]:
         nodes = self._state.nodes.values()
-        return {n.name for n in nodes if n.labels.get("kubernetes.io/hostname", "") == host}
+        return {n.name for n in nodes if n.labels.get("kubernetes.io/hostname", "") in hosts}
 
 
 def random_soft_pod(rng: random.Random, i: int) -> PodInfo:

@@ -206,11 +206,12 @@ def test_nodes_are_found_by_their_hostname_label_as_it_changes() -> None:
     state.upsert_node(named("b", "h"))
     state.upsert_node(named("c", "h"))  # labels need not be unique
     state.upsert_node(named("d", None))
-    assert state.with_hostname("a") == {"a"} and state.with_hostname("h") == {"b", "c"}
-    assert state.with_hostname("b") == set() and state.with_hostname("") == {"d"}
+    assert state.with_hostnames({"a"}) == {"a"} and state.with_hostnames({"h"}) == {"b", "c"}
+    assert state.with_hostnames({"b", "x"}) == set() and state.with_hostnames({""}) == {"d"}
+    assert state.with_hostnames({"a", "h", "x", "y", "z"}) == {"a", "b", "c"}
     state.upsert_node(named("b", "b"))  # relabelled
-    assert state.with_hostname("h") == {"c"} and state.with_hostname("b") == {"b"}
+    assert state.with_hostnames({"h"}) == {"c"} and state.with_hostnames({"b"}) == {"b"}
     state.delete_node("c")
-    assert state.with_hostname("h") == set()
+    assert state.with_hostnames({"h"}) == set()
     state.drop_missing(set(), {"a"})
-    assert state.with_hostname("a") == set()
+    assert state.with_hostnames({"a", "b"}) == {"b"}
