@@ -7,9 +7,11 @@ volumebinding/binder.go), for a pod whose claims wait for the scheduler.
   offer that PV to another claim nor provision the claim elsewhere.
 - PreBind (in the binding task, before the Binding): the PV updates (claimRef, with
   `pv.kubernetes.io/bound-by-controller`), then the claim annotations, each conditional on the
-  resourceVersion the plan was made from; then it waits, polling once a second, until the PV
-  controller (kube-controller-manager) or a provisioner has bound every claim, up to the bind
-  timeout (600 s, kube-scheduler's default).
+  resourceVersion the plan was made from; then it waits until the PV controller
+  (kube-controller-manager) or a provisioner has bound every claim, up to the bind timeout
+  (600 s, kube-scheduler's default). It checks again whenever the informers bring a new version
+  of one of its claims or PVs, and once a second besides, as kube-scheduler does (a pod or node
+  deleted meanwhile).
 - Unreserve: the assumed versions are dropped, so the cache shows the API's objects again.
   Like kube-scheduler, writes that landed are not rolled back: a PV whose claimRef was set is
   bound to that claim by the PV controller (which, for a pre-bound PV, is the only binding it
@@ -43,7 +45,7 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 BIND_TIMEOUT = 600.0  # VolumeBindingArgs.BindTimeoutSeconds' default
-POLL = 0.05  # kube-scheduler checks its informers every 1 s; ours are as cheap to read
+POLL = 1.0  # kube-scheduler checks its informers every 1 s; we check on their events too
 
 
 class VolumeBindError(Exception):
@@ -74,6 +76,11 @@ class VolumeBinder:
         self.node_of = node_of
         self.timeout = timeout
         self.poll = poll
+        # PreBinds waiting, by the claim keys and PV names whose next version wakes them: with
+        # thousands of pods waiting on the PV controller, polling each cost more than the rest
+        # of a pod's scheduling (py-spy, 15,000 nodes; docs/benchmarks.md).
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+        storage.on_object = self._wake
 
     # --- Reserve / Unreserve -----------------------------------------------------------------
     def reserve(self, pod: PodInfo, node_name: str) -> VolumePlan:
@@ -146,12 +153,35 @@ class VolumeBinder:
             if not called:
                 waiting()
                 called = True
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise VolumeBindError(
                     "binding volumes: context deadline exceeded (claims not bound within "
                     f"{self.timeout:.0f}s)"
                 )
-            await asyncio.sleep(self.poll)
+            await self._next_version(plan, min(self.poll, left))
+
+    async def _next_version(self, plan: VolumePlan, timeout: float) -> None:
+        """Until a new version of one of the plan's claims or PVs arrives, or `timeout`."""
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = {key for volume, claim in plan.bind for key in (volume.name, claim.key)}
+        keys.update(claim.key for claim in plan.provision)
+        for key in keys:
+            self._waiting.setdefault(key, set()).add(woken)
+        try:
+            await asyncio.wait((woken,), timeout=timeout)
+        finally:
+            for key in keys:
+                waiting = self._waiting.get(key)
+                if waiting is not None:
+                    waiting.discard(woken)
+                    if not waiting:
+                        del self._waiting[key]
+
+    def _wake(self, key: str) -> None:
+        for woken in self._waiting.pop(key, ()):
+            if not woken.done():
+                woken.set_result(None)
 
     async def _write(self, path: str, body: dict[str, Any], what: str) -> int:
         """A conditional merge patch; the resourceVersion the object has now."""

@@ -44,6 +44,9 @@ def _key(raw: Mapping[str, Any]) -> str:
 class StorageState:
     def __init__(self) -> None:
         self.on_change: OnChange = lambda: None
+        # Called with a claim's key (namespace/name) or a PV's name whenever the API shows a
+        # new version of it or its deletion: PreBind waits on them (volume_binder.py).
+        self.on_object: Callable[[str], None] = lambda key: None
         self.claims: dict[str, Claim] = {}  # namespace/name -> as the API shows it
         self.volumes: dict[str, Volume] = {}
         # PVs by what FindMatchingVolume can use them for (API versions): free ones by class,
@@ -168,6 +171,7 @@ class StorageState:
             self.claims.pop(key, None)
         else:
             self.claims[key] = parse_claim(raw)
+        self.on_object(key)
         self.on_change()
 
     def relisted_claims(self, keys: set[str]) -> None:
@@ -184,6 +188,7 @@ class StorageState:
         if event_type != "DELETED":
             volume = self.volumes[name] = parse_volume(raw)
             self._index(volume)
+        self.on_object(name)
         self.on_change()
 
     def _index(self, volume: Volume) -> None:

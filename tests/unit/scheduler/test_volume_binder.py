@@ -150,3 +150,48 @@ def test_an_assumed_pv_is_offered_to_its_own_claim_until_restored_or_seen_again(
     assert [v.name for v in storage.candidate_volumes(own, node)] == ["pv-a"]
     storage.on_volume_event("MODIFIED", local_pv("pv-a", "a"))  # the API's version wins
     assert storage.candidate_volumes(own, node) == []
+
+
+async def test_prebind_checks_again_when_its_claim_or_pv_changes_not_on_a_timer() -> None:
+    """A poll of 30 s: only the informers' new versions can end the wait within a second."""
+    state = cluster(storage_class(), local_pv("pv-a", "a"), local_pv("pv-b", "b"), claim("d"))
+    vb = VolumeBinder(
+        FakeTransport(versioned("5")), state.storage, lambda uid: True, state.nodes.get, poll=30
+    )
+    parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
+    task = asyncio.create_task(vb.prebind(parsed, "a", plan))
+    await asyncio.sleep(0.05)
+    other = local_pv("pv-b", "b")  # an unrelated PV changes: the wait goes on
+    other["metadata"]["resourceVersion"] = "9"
+    state.storage.on_volume_event("MODIFIED", other)
+    bound_pv = local_pv("pv-a", "a")
+    bound_pv["metadata"]["resourceVersion"] = "6"
+    bound_pv["spec"]["claimRef"] = {"namespace": "ns", "name": "d", "uid": "c-d"}
+    state.storage.on_volume_event("MODIFIED", bound_pv)
+    await asyncio.sleep(0.05)
+    assert not task.done()  # the claim is not bound yet
+    bound_claim = claim("d", volume="pv-a")
+    bound_claim["metadata"]["resourceVersion"] = "7"
+    state.storage.on_claim_event("MODIFIED", bound_claim)
+    await asyncio.wait_for(task, 1.0)
+    assert not vb._waiting  # nothing left registered
+
+
+async def test_a_pod_deleted_while_prebind_waits_is_noticed_by_the_poll() -> None:
+    state = cluster(storage_class(), local_pv("pv-a", "a"), claim("d"))
+    exists = {"yes": True}
+    vb = VolumeBinder(
+        FakeTransport(versioned("5")),
+        state.storage,
+        lambda uid: exists["yes"],
+        state.nodes.get,
+        poll=0.05,
+    )
+    parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
+    task = asyncio.create_task(vb.prebind(parsed, "a", plan))
+    await asyncio.sleep(0.1)
+    assert not task.done()
+    exists["yes"] = False  # no storage event tells of it
+    with pytest.raises(VolumeBindError, match="pod does not exist any more"):
+        await asyncio.wait_for(task, 1.0)
+    assert not vb._waiting
