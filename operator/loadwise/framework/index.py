@@ -10,8 +10,10 @@ as schedule_one ranks them (cool nodes by load score, then hot ones by measured 
 state logs which nodes changed, and only those are re-evaluated, so a pod usually costs a couple
 of node evaluations instead of one per node. The heap is rebuilt when the policy or the metrics
 snapshot changes, or when a sample it used goes stale. Any other pod (spread, inter-pod
-affinity, preferences) still visits every node, but takes each node's node-local verdict and
-load score from its shape's entries and runs only the checks that depend on other pods.
+affinity, preferences, claims) takes each node's node-local verdict and load score from its
+shape's entries and runs only the checks that depend on other pods, on as few nodes as give
+the same answer: in load order until two pass, or only the hosts its local PVs allow, or, when
+neither settles it, every node.
 `tests/unit/framework/test_index.py` checks the answers against schedule_one on random clusters.
 """
 
