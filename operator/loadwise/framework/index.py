@@ -127,14 +127,15 @@ class ScoreIndex:
         )
 
     def _constrained(self, shape: ShapeHeap, ctx: CycleContext) -> Decision | Unschedulable:
-        """A pod with inter-pod constraints or preferences: every node is visited, but its
-        node-local verdict and load score come from the shape's entries; only the checks that
-        depend on other pods (spread, inter-pod affinity, volumes) run here, after the
-        node-local ones, as in kube-scheduler's order. The conclusion is the full cycle's.
-        A pod some filter narrows to a few hostnames (local PVs; kube-scheduler's
-        PreFilterResult) visits those nodes alone: every other node is one that filter
-        refuses, so the feasible nodes and the decision are the full visit's. Every node is
-        visited when none of them fits, for kube-scheduler's failure message."""
+        """A pod with inter-pod constraints, claims or preferences: each node's node-local
+        verdict and load score come from the shape's entries; only the checks that depend on
+        other pods (spread, inter-pod affinity, volumes) run here, after the node-local ones,
+        as in kube-scheduler's order, on the nodes a fast path needs (the walk, by domain) or
+        else every node. The conclusion is the full cycle's. A pod some filter narrows to a
+        few hostnames (local PVs; kube-scheduler's PreFilterResult) is decided on those nodes
+        alone: every other node is one that filter refuses, so the feasible nodes and the
+        decision are the full visit's. Every node is visited when none of them fits, for
+        kube-scheduler's failure message."""
         # The preferences that apply: scorers that are not node-local sign the pod UNSIGNABLE
         # exactly then. With none, the load score alone ranks the feasible nodes.
         preferring = [p for p in self.preferences if p.sign(ctx) is UNSIGNABLE]

@@ -93,8 +93,9 @@ class FilterPlugin(Plugin):
     def only_hostnames(self, ctx: CycleContext) -> frozenset[str] | None:
         """kube-scheduler's PreFilterResult node names: the `kubernetes.io/hostname` values of
         the only nodes this filter could pass for the pod, or None (any node). The score index
-        then visits those nodes alone, and every node only when none of them fits (for the
-        failure message). Every node outside must be one `filter` refuses."""
+        then decides on those nodes alone (in load order until two pass, when load alone ranks
+        them), and visits every node only when none of them fits (for the failure message).
+        Every node outside must be one `filter` refuses."""
         return None
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
