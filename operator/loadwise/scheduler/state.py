@@ -24,6 +24,7 @@ from ..framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from ..framework.view import PodMatcher
 from ..resources import PODS
 from .match_counts import MatchCounts, PlacedTerms
+from .multimaps import discard
 from .volumes import StorageState
 from .workload_selectors import WorkloadSelectors
 
@@ -130,10 +131,8 @@ class ClusterState:
         host = node.labels.get(HOSTNAME, "")
         if host == node.name:
             self._self_named.discard(host)
-        elif (names := self._hostnames.get(host)) is not None:
-            names.discard(node.name)
-            if not names:
-                del self._hostnames[host]
+        else:
+            discard(self._hostnames, host, node.name)
 
     def with_hostnames(self, hosts: Set[str]) -> set[str]:
         found = self._self_named & hosts  # a set operation: no Python loop for the usual nodes

@@ -39,6 +39,7 @@ from ..framework.pod_volumes import (
 from ..framework.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, Claim, ClaimRef, Volume
 from ..framework.types import NodeInfo, PodInfo
 from ..kube.transport import Http
+from .multimaps import discard
 from .volumes import StorageState
 
 log = logging.getLogger(__name__)
@@ -172,11 +173,7 @@ class VolumeBinder:
             await asyncio.wait((woken,), timeout=timeout)
         finally:
             for key in keys:
-                waiting = self._waiting.get(key)
-                if waiting is not None:
-                    waiting.discard(woken)
-                    if not waiting:
-                        del self._waiting[key]
+                discard(self._waiting, key, woken)
 
     def _wake(self, key: str) -> None:
         for woken in self._waiting.pop(key, ()):

@@ -28,6 +28,7 @@ from ..framework.storage import (
     parse_volume,
 )
 from ..framework.types import NodeInfo
+from .multimaps import discard
 
 OnChange = Callable[[], None]
 
@@ -153,12 +154,7 @@ class StorageState:
         volume = self.assumed_volumes.pop(name, None)
         if volume is None or (ref := volume.claim_ref) is None:
             return
-        key = f"{ref.namespace}/{ref.name}"
-        names = self._assumed_for.get(key)
-        if names is not None:
-            names.discard(name)
-            if not names:
-                del self._assumed_for[key]
+        discard(self._assumed_for, f"{ref.namespace}/{ref.name}", name)
 
     def restore_claim(self, key: str) -> None:
         self.assumed_claims.pop(key, None)
