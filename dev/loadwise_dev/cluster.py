@@ -273,8 +273,13 @@ class LocalCluster:
             worst = sorted(off.items(), key=lambda kv: -abs(kv[1][0] - kv[1][1]))[:5]
             shown = ", ".join(f"{n} {a:.3f} not {b:.3f}" for n, (a, b) in worst)
             targets = await asyncio.to_thread(prometheus.target_health)
+            kwok = ""
+            if self.kwok is not None and self.kwok.metrics:  # 404: its paths unregistered
+                paths = await asyncio.to_thread(self.kwok.metric_paths_status)
+                kwok = f"; KWOK's Metric paths: {paths}"
             raise TimeoutError(
-                f"{exc}: {len(off)} nodes off ({shown}); Prometheus' targets: {targets}"
+                f"{exc}: {len(off)} nodes off ({shown}) by {self.cpu_query!r}; "
+                f"Prometheus' targets: {targets}{kwok}"
             ) from None
 
 
