@@ -44,6 +44,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -244,6 +245,13 @@ class Kwok:
                     f"{timeout}s and {touches} touches: {answers}"
                 )
             if now > touched:
+                if not touches:  # said in pytest's summary: how often this start-up race occurs
+                    warnings.warn(
+                        f"KWOK on port {self.port} served no Metric paths {patience}s after "
+                        f"starting ({answers}): touching its Metrics",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                 stamp = f"loadwise.io/touched={time.time_ns()}"
                 self._kubectl("annotate", "--overwrite", "metrics.kwok.x-k8s.io", "--all", stamp)
                 touches += 1

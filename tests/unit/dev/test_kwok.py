@@ -56,7 +56,8 @@ def test_paths_never_registered_are_touched_until_served(fake: FakeKwok) -> None
     touches: list[tuple[str, ...]] = []
     kwok = kwok_on(fake, touches, registers=True)
     try:
-        kwok._wait_metric_paths(timeout=10, patience=0.3)
+        with pytest.warns(RuntimeWarning, match="served no Metric paths"):
+            kwok._wait_metric_paths(timeout=10, patience=0.3)
     finally:
         kwok.stop()
     assert len(touches) == 1, touches
@@ -83,7 +84,10 @@ def test_paths_that_stay_missing_fail_the_start_saying_so(fake: FakeKwok) -> Non
     touches: list[tuple[str, ...]] = []
     kwok = kwok_on(fake, touches, registers=False)
     try:
-        with pytest.raises(TimeoutError, match="does not serve its Metrics' paths") as caught:
+        with (
+            pytest.raises(TimeoutError, match="does not serve its Metrics' paths") as caught,
+            pytest.warns(RuntimeWarning),
+        ):
             kwok._wait_metric_paths(timeout=1.5, patience=0.3)
     finally:
         kwok.stop()
