@@ -225,8 +225,8 @@ class Kwok:
         reads the Metrics through a cache keyed by the informer's last synced resource version
         (pkg/kwok/server/metrics.go `dynamicMetricsPath`, pkg/config/resources/cache.go). A
         signal handled before the first list has set that version reads an empty list, and
-        with no later change to a Metric the paths stay unregistered: 404 for every node for
-        ever: a test's 30 s wait for Prometheus then ends with every node's series missing and
+        with no later change to a Metric the paths stay unregistered, 404 for every node for
+        ever. A test's 30 s wait for Prometheus then ends with every node's series missing and
         its cAdvisor targets answering 404 (twice in one CI rehearsal; not reproduced in 410
         starts alone, so this reading of the cause is inferred from KWOK's code). An
         annotation changed on each Metric signals again, after the list, and the paths are
