@@ -4,8 +4,9 @@ KWOK whose paths were never registered does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 
@@ -33,33 +34,43 @@ class FakeKwok:
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Any:
+def fake(tmp_path: Path) -> Iterator[FakeKwok]:
     server = FakeKwok(tmp_path)
     server.server.start()
     yield server
     server.server.stop()
 
 
-def kwok_on(fake: FakeKwok, touches: list[tuple[str, ...]], registers: bool) -> Kwok:
-    kwok = Kwok(cast(ControlPlane, None), metrics=True)
-    kwok.port = fake.server.port
-
-    def kubectl(*args: str, stdin: str | None = None) -> None:
-        touches.append(args)
-        fake.registered = registers
-
-    kwok._kubectl = kubectl  # type: ignore[method-assign]
-    return kwok
+KwokOn = Callable[[list[tuple[str, ...]], bool], Kwok]
 
 
-def test_paths_never_registered_are_touched_until_served(fake: FakeKwok) -> None:
+@pytest.fixture
+def kwok_on(fake: FakeKwok) -> Iterator[KwokOn]:
+    """`kwok_on(touches, registers)`: a Kwok aimed at the stand-in whose kubectl records its
+    arguments in `touches` and, with `registers`, has the stand-in serve from then on."""
+    made: list[Kwok] = []
+
+    def make(touches: list[tuple[str, ...]], registers: bool) -> Kwok:
+        kwok = Kwok(cast(ControlPlane, None), metrics=True)
+        kwok.port = fake.server.port
+
+        def kubectl(*args: str, stdin: str | None = None) -> None:
+            touches.append(args)
+            fake.registered = registers
+
+        kwok._kubectl = kubectl  # type: ignore[method-assign]
+        made.append(kwok)
+        return kwok
+
+    yield make
+    for kwok in made:
+        kwok.stop()  # its temporary directory
+
+
+def test_paths_never_registered_are_touched_until_served(fake: FakeKwok, kwok_on: KwokOn) -> None:
     touches: list[tuple[str, ...]] = []
-    kwok = kwok_on(fake, touches, registers=True)
-    try:
-        with pytest.warns(RuntimeWarning, match="served no Metric paths"):
-            kwok._wait_metric_paths(timeout=10, patience=0.3)
-    finally:
-        kwok.stop()
+    with pytest.warns(RuntimeWarning, match="served no Metric paths"):
+        kwok_on(touches, True)._wait_metric_paths(timeout=10, patience=0.3)
     assert len(touches) == 1, touches
     verb, *rest = touches[0]
     assert verb == "annotate" and "metrics.kwok.x-k8s.io" in rest and "--all" in rest
@@ -69,27 +80,19 @@ def test_paths_never_registered_are_touched_until_served(fake: FakeKwok) -> None
     assert "/metrics/nodes/loadwise-probe/metrics/resource" in asked, asked
 
 
-def test_served_paths_are_not_touched(fake: FakeKwok) -> None:
+def test_served_paths_are_not_touched(fake: FakeKwok, kwok_on: KwokOn) -> None:
     fake.registered = True
     touches: list[tuple[str, ...]] = []
-    kwok = kwok_on(fake, touches, registers=True)
-    try:
-        kwok._wait_metric_paths(timeout=10, patience=0.3)
-    finally:
-        kwok.stop()
+    kwok_on(touches, True)._wait_metric_paths(timeout=10, patience=0.3)
     assert touches == []
 
 
-def test_paths_that_stay_missing_fail_the_start_saying_so(fake: FakeKwok) -> None:
+def test_paths_that_stay_missing_fail_the_start_saying_so(kwok_on: KwokOn) -> None:
     touches: list[tuple[str, ...]] = []
-    kwok = kwok_on(fake, touches, registers=False)
-    try:
-        with (
-            pytest.raises(TimeoutError, match="does not serve its Metrics' paths") as caught,
-            pytest.warns(RuntimeWarning),
-        ):
-            kwok._wait_metric_paths(timeout=1.5, patience=0.3)
-    finally:
-        kwok.stop()
+    with (
+        pytest.raises(TimeoutError, match="does not serve its Metrics' paths") as caught,
+        pytest.warns(RuntimeWarning),
+    ):
+        kwok_on(touches, False)._wait_metric_paths(timeout=1.5, patience=0.3)
     assert "'cadvisor': 404" in str(caught.value), caught.value
     assert len(touches) >= 2, touches
