@@ -3,6 +3,8 @@ events, and the operator's own degradation events and condition.
 
 One pass per metrics interval (and right after an election). Every write is retried by the next
 pass when it fails, so no outage can stop reporting for good; nothing here raises into its loop.
+An event the next pass retries keeps the name of its first try: a try the API server took but
+whose answer was lost is then answered 409 AlreadyExists (written), never posted twice.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ class Reporter:
         self._invalid_reported: set[tuple[str, int]] = set()  # (uid, generation)
         self._condition_generation = -1
         self._gauged: set[str] = set()  # policies with per-policy gauges set
+        # events not yet written, by what they report: retried under their first name
+        self._unwritten: dict[tuple[str, ...], dict[str, Any]] = {}
+        self._retried: set[tuple[str, ...]] = set()  # keys tried in this pass
 
     async def run(self, interval: float) -> None:
         """Until cancelled, when this replica stops leading: then its per-policy series go."""
@@ -86,6 +91,9 @@ class Reporter:
             obs.POLICY_HOT_NODES.remove(name)
             self._gauged.discard(name)
         await self._report_operator()
+        for key in self._unwritten.keys() - self._retried:  # no longer to be written
+            del self._unwritten[key]
+        self._retried.clear()
 
     # --- SchedulingPolicy objects --------------------------------------------------------------
     async def _report_policy(self, obj: PolicyObject) -> None:
@@ -100,8 +108,12 @@ class Reporter:
         if obj.error:
             ready = {"type": "Ready", "status": "False", "reason": "Invalid", "message": obj.error}
             if (obj.uid, obj.generation) not in self._invalid_reported and (
-                await self.binder.object_event(
-                    involved, "Warning", "InvalidPolicy", f"ignored: {obj.error}"
+                await self._event(
+                    (obj.uid, str(obj.generation)),
+                    involved,
+                    "Warning",
+                    "InvalidPolicy",
+                    f"ignored: {obj.error}",
                 )
             ):  # once per generation, once written
                 self._invalid_reported.add((obj.uid, obj.generation))
@@ -116,12 +128,16 @@ class Reporter:
             if was and not available:  # a Warning event per transition
                 text = f"load-aware scoring degraded: {message}"
                 log.warning("%s: %s", obj.name, text)
-                written = await self.binder.object_event(
-                    involved, "Warning", "MetricsDegraded", text
+                written = await self._event(
+                    (obj.uid, "metrics"), involved, "Warning", "MetricsDegraded", text
                 )
             elif available and not was:
-                written = await self.binder.object_event(
-                    involved, "Normal", "MetricsRecovered", f"load-aware scoring back: {message}"
+                written = await self._event(
+                    (obj.uid, "metrics"),
+                    involved,
+                    "Normal",
+                    "MetricsRecovered",
+                    f"load-aware scoring back: {message}",
                 )
             if written:  # else the transition is reported by the next pass
                 self._available[obj.name] = available
@@ -168,9 +184,8 @@ class Reporter:
         notices = self.degradations.notices
         while notices and self.target is not None:
             notice = notices[0]  # removed once written: an outage must not swallow it
-            if not await self.binder.object_event(
-                self.target, notice.type, notice.reason, notice.message
-            ):
+            key = ("notice", str(id(notice)))
+            if not await self._event(key, self.target, notice.type, notice.reason, notice.message):
                 break  # the next pass tries again, in order
             notices.popleft()
         if self.target is None:
@@ -190,6 +205,26 @@ class Reporter:
         path = f"/api/v1/namespaces/{target['namespace']}/pods/{target['name']}/status"
         if await self._patch(path, {"status": {"conditions": [condition]}}, STRATEGIC_MERGE):
             self._condition_generation = generation
+
+    async def _event(
+        self,
+        key: tuple[str, ...],
+        involved: dict[str, str],
+        event_type: str,
+        reason: str,
+        message: str,
+    ) -> bool:
+        """An event about `key`; True once written. One the last pass could not write is
+        posted again under its name, whatever `message` says now, if it reports the same."""
+        self._retried.add(key)
+        body = self._unwritten.get(key)
+        if body is None or body["reason"] != reason:
+            body = self.binder.cluster_event(involved, event_type, reason, message)
+        if await self.binder.post_event(body):
+            self._unwritten.pop(key, None)
+            return True
+        self._unwritten[key] = body
+        return False
 
     async def _patch(self, path: str, body: dict[str, Any], content_type: str) -> bool:
         """True when done: written, or refused in a way a retry cannot fix (4xx, e.g. the

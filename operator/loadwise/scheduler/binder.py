@@ -116,10 +116,38 @@ class Binder:
 
     async def event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> bool:
         """Best effort: an event that cannot be written never fails scheduling. False when a
-        retry may write it (the EventWriter retries)."""
-        body = event_body(pod, self.scheduler_name, event_type, reason, message, self.instance)
-        path = f"/api/v1/namespaces/{pod.namespace}/events"
-        return await self._best_effort("event", "POST", path, body)
+        retry may write it: a retry must post the same body (`pod_event`, then `post_event`)."""
+        return await self.post_event(self.pod_event(pod, event_type, reason, message))
+
+    def pod_event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> dict[str, Any]:
+        """An event about a pod, named once: every try of its write posts this same body."""
+        return event_body(pod, self.scheduler_name, event_type, reason, message, self.instance)
+
+    def cluster_event(
+        self, involved: dict[str, str], event_type: str, reason: str, message: str
+    ) -> dict[str, Any]:
+        """An event about any object, named once (see `pod_event`)."""
+        return object_event(
+            involved, self.scheduler_name, event_type, reason, message, instance=self.instance
+        )
+
+    async def post_event(self, body: dict[str, Any]) -> bool:
+        """POST an event; True once written (or refused for good: 4xx), False when worth
+        retrying. A try whose answer was lost may have been written: its retry, under the same
+        name, is answered 409 AlreadyExists, which is the event written (client-go's
+        broadcaster names an event once and reads that answer the same way)."""
+        path = f"/api/v1/namespaces/{body['metadata']['namespace']}/events"
+        try:
+            status, data = await self.transport.request("POST", path, body)
+        except Exception as exc:
+            log.warning("writing event failed: %s", one_line(exc))
+            return False
+        if status == 409:
+            log.debug("event %s was written by an earlier try", body["metadata"]["name"])
+            return True
+        if status >= 300 and status != 404:
+            log.warning("writing event failed: HTTP %s %s", status, data[:300])
+        return status < 500 and status != 429
 
     async def mark_unschedulable(
         self, pod: PodInfo, message: str, nominated_node: str | None = None
@@ -192,13 +220,9 @@ class Binder:
     async def object_event(
         self, involved: dict[str, str], event_type: str, reason: str, message: str
     ) -> bool:
-        """True once written (or refused for good: 404, 4xx); False when worth retrying."""
-        body = object_event(
-            involved, self.scheduler_name, event_type, reason, message, instance=self.instance
-        )
-        namespace = body["metadata"]["namespace"]
-        path = f"/api/v1/namespaces/{namespace}/events"
-        return await self._best_effort("event", "POST", path, body)
+        """One try of a new event; True once written (or refused for good: 404, 4xx), False
+        when worth retrying, with the same body (`cluster_event`, then `post_event`)."""
+        return await self.post_event(self.cluster_event(involved, event_type, reason, message))
 
     async def patch_merge(self, what: str, path: str, body: dict[str, Any]) -> bool:
         """A JSON merge patch (lists replaced whole), best effort as `_best_effort`."""

@@ -15,7 +15,10 @@ A write the API server may accept later (unreachable, 5xx, 429) is tried again, 
 backing off, up to TRIES times (client-go's broadcaster: 12 tries 10 s apart), and then
 dropped and counted. Without this, an API server restart just after a burst, with the burst's
 events still held, lost them all (4977 of 5000, `bench/throughput --relist` at 15,000 nodes) and
-logged a warning for each; now the workers wait it out, a few warnings per try.
+logged a warning for each; now the workers wait it out, a few warnings per try. An event is
+built, and so named, once: every try posts the same body, so a try the API server took but
+whose answer was lost (a network black hole) makes the next one answer 409 AlreadyExists,
+which is the event written, never a second one (as client-go's broadcaster).
 """
 
 from __future__ import annotations
@@ -24,14 +27,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .. import observability as obs
 from ..framework.types import PodInfo
 
 log = logging.getLogger(__name__)
 
-# (pod, type, reason, message) -> False if not written but a retry may write it
-Write = Callable[[PodInfo, str, str, str], Awaitable[bool]]
+# (pod, type, reason, message) -> the event's body, named: built once per event
+Build = Callable[[PodInfo, str, str, str], dict[str, Any]]
+# body -> False if not written but a retry (of the same body) may write it
+Write = Callable[[dict[str, Any]], Awaitable[bool]]
 
 
 HOLD_POLL = 0.05  # seconds between a held event's looks at whether binds are still waiting
@@ -46,11 +52,13 @@ def never_busy() -> bool:
 class EventWriter:
     def __init__(
         self,
+        build: Build,
         write: Write,
         capacity: int = 10_000,
         workers: int = 4,
         busy: Callable[[], bool] = never_busy,
     ) -> None:
+        self._build = build
         self._write = write
         self._queue: asyncio.Queue[tuple[PodInfo, str, str, str]] = asyncio.Queue(capacity)
         self._capacity = capacity
@@ -86,11 +94,16 @@ class EventWriter:
 
     async def _write_with_retries(self, item: tuple[PodInfo, str, str, str]) -> None:
         delay = RETRY_FLOOR
+        try:
+            body = self._build(*item)
+        except Exception:  # best effort: a report lost, never the writer
+            log.exception("building a %s event failed", item[2])
+            return
         for attempt in range(1, TRIES + 1):
             try:
-                if await self._write(*item):
+                if await self._write(body):
                     return
-            except Exception:  # best effort: a report lost, never the writer
+            except Exception:
                 log.exception("writing a %s event failed", item[2])
                 return
             if attempt < TRIES:

@@ -81,7 +81,7 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.index = ScoreIndex(profile)
         self.inflight = InFlight(self.state, queue, settings.bind_concurrency)
-        self.events = EventWriter(binder.event, busy=self.inflight.crowded)
+        self.events = EventWriter(binder.pod_event, binder.post_event, busy=self.inflight.crowded)
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
         self._decided = itertools.count(1)  # decisions made, numbered in order

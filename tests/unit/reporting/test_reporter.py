@@ -283,6 +283,33 @@ async def test_a_metrics_degraded_event_that_failed_is_posted_by_the_next_pass()
     assert len(setup.events("MetricsDegraded")) == 2
 
 
+async def test_an_event_retried_by_the_next_pass_keeps_its_name() -> None:
+    """A POST whose answer was lost may have been written: the next pass posts the same name,
+    so the API server answers 409 rather than taking a second event (a network black hole)."""
+    setup = Setup(target=OPERATOR_POD)
+    setup.fresh()
+    setup.policy("bad", {"weights": {"cpu": -1}})
+    setup.degradations.set("api_unreachable", "the API server has not answered for 4s")
+    lost = aiohttp.ClientConnectionError("answer lost")
+    setup.failures["/api/v1/namespaces/default/events"] = [lost, (409, b"AlreadyExists")]
+    setup.failures["/api/v1/namespaces/lw-system/events"] = [lost, (409, b"AlreadyExists")]
+    for _ in range(3):
+        await setup.reporter.report_once()
+    posts = [c.body or {} for c in setup.fake.requests("POST", "/events")]
+    names: dict[str, set[str]] = {}
+    for body in posts:
+        names.setdefault(body["reason"], set()).add(body["metadata"]["name"])
+    # a policy's event and the first notice (NoPolicy) each tried twice under one name, the
+    # second notice once after them, and the 409s were taken as written: nothing more
+    assert {r: len(n) for r, n in names.items()} == {
+        "InvalidPolicy": 1,
+        "NoPolicy": 1,
+        "ApiServerUnreachable": 1,
+    }
+    assert len(posts) == 5
+    assert not setup.reporter._unwritten
+
+
 def policy_gauges(name: str) -> tuple[float | None, float | None]:
     labels = {"policy": name}
     return (
