@@ -10,14 +10,14 @@ tools:
 	hack/ensure-tools
 
 demo:
-	@$(ENV) && loadwise demo
+	@$(ENV) && loadwise-dev demo
 
 # A local cluster to use with kubectl, in the foreground: Ctrl-C stops everything. From another
-# shell: `loadwise dev status|load|down` (`loadwise dev up -d` starts it in the background).
+# shell: `loadwise-dev status|load|down` (`loadwise-dev up -d` starts it in the background).
 # REAL_NODES=N adds N real nodes (kubelet + containerd running real containers; see docs/development.md).
 REAL_NODES ?= 0
 cluster:
-	@$(ENV) && loadwise dev up --real-nodes $(REAL_NODES)
+	@$(ENV) && loadwise-dev up --real-nodes $(REAL_NODES)
 
 test:
 	@$(ENV) && ruff check operator dev tests bench && ruff format --check operator dev tests bench && mypy \

@@ -1,8 +1,8 @@
 """LocalCluster: control plane, Prometheus, simulated usage (the harness's exporter, or KWOK's:
 kwok_usage.py), KWOK and real nodes when asked, and the operator run in-process.
 
-Shared by the test suite, `loadwise demo` and the benchmarks, so all three exercise the same
-real parts.
+Shared by the test suite, `loadwise-dev demo` and the benchmarks, so all three exercise the
+same real parts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`loadwise demo`: the whole product on a local control plane, in about half a minute.
+"""`loadwise-dev demo`: the whole product on a local control plane, in about half a minute.
 
 Starts etcd, kube-apiserver, kube-controller-manager, KWOK and Prometheus on loopback, installs
 the CRD and a SchedulingPolicy, creates six simulated nodes with uneven load, runs the operator,

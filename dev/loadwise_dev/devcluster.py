@@ -1,24 +1,25 @@
-"""`loadwise dev up|down|status|load`: a local cluster to try loadwise with kubectl.
+"""`loadwise-dev up|down|status|load`: a local cluster to try loadwise with kubectl.
 
-`up` starts a supervisor process in a session of its own, which runs everything `loadwise demo`
-runs (etcd, kube-apiserver, kube-controller-manager, Prometheus scraping simulated nodes, the
-CRD and a policy) plus `loadwise run` as a real process, and keeps it all up. What it started
-(PIDs with their start times, temporary directories) is written to a state directory outside
-the repository, so `down` works from any shell, even after the supervisor was killed. In the
-foreground, Ctrl-C runs `down`; with `-d`, `up` returns once the operator leads.
+`up` starts a supervisor process in a session of its own, which runs everything
+`loadwise-dev demo` runs (etcd, kube-apiserver, kube-controller-manager, Prometheus scraping
+simulated nodes, the CRD and a policy) plus `loadwise run` as a real process, and keeps it all
+up. What it started (PIDs with their start times, temporary directories) is written to a state
+directory outside the repository, so `down` works from any shell, even after the supervisor was
+killed. In the foreground, Ctrl-C runs `down`; with `-d`, `up` returns once the operator leads.
 
 Simulated nodes are KWOK's (it plays their kubelets: pods run, deletions complete). Their usage
 is KWOK's too (kwok_usage.py): each pod uses what its `kwok.x-k8s.io/usage-cpu` / `-memory`
 annotations say, served as the kubelet's cAdvisor series and read through Prometheus with
 kube-prometheus-stack's preset queries. A node's background use (what other schedulers' and
 system pods use) is its annotations (`sim.loadwise.io/cpu-load`, `sim.loadwise.io/memory-load`,
-percent), carried by a background pod on it; `loadwise dev load NODE CPU [MEMORY]` sets them, and
-so does `kubectl annotate`. A KWOK node without them uses only what its pods use.
+percent), carried by a background pod on it; `loadwise-dev load NODE CPU [MEMORY]` sets them,
+and so does `kubectl annotate`. A KWOK node without them uses only what its pods use.
+
+The commands' parser is cli.py's (`loadwise-dev`); run as a module, this is the supervisor.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import fcntl
@@ -425,8 +426,8 @@ def up(directory: Path, detach: bool, real_nodes: int = 0) -> int:
     lock = _lock(directory)
     if lock is None:
         _say(
-            f"another `loadwise dev up` is starting or running a dev cluster in {directory}: "
-            "see `loadwise dev status`, or stop it with `loadwise dev down`"
+            f"another `loadwise-dev up` is starting or running a dev cluster in {directory}: "
+            "see `loadwise-dev status`, or stop it with `loadwise-dev down`"
         )
         return 1
     try:
@@ -439,7 +440,7 @@ def _up(directory: Path, detach: bool, real_nodes: int = 0) -> int:
     running = _running(directory)
     if running is not None:
         _say(f"a dev cluster is already running (supervisor pid {running[0]}, {directory}):")
-        _say("see `loadwise dev status`, or stop it with `loadwise dev down`")
+        _say("see `loadwise-dev status`, or stop it with `loadwise-dev down`")
         return 1
     if directory.exists():  # left by a supervisor that died: clean up after it first
         down(directory, quiet=True)
@@ -497,9 +498,9 @@ def _up(directory: Path, detach: bool, real_nodes: int = 0) -> int:
     _say(f"ready in {time.monotonic() - started:.1f}s\n")
     _say(describe(directory, read_state(directory) or {}))
     if detach:
-        _say("\nstop it with `loadwise dev down` (from any shell)")
+        _say("\nstop it with `loadwise-dev down` (from any shell)")
         return 0
-    _say("\nCtrl-C (or `loadwise dev down` from another shell) stops everything")
+    _say("\nCtrl-C (or `loadwise-dev down` from another shell) stops everything")
     while not interrupted:
         if proc.poll() is not None:  # stopped by `down` elsewhere, or crashed
             break
@@ -520,7 +521,7 @@ def describe(directory: Path, state: dict[str, Any]) -> str:
         f"loadwise /metrics {state.get('operator_http', '?')}/metrics",
         f"loadwise explain with the operator's settings: . {directory}/operator.env",
         f"logs: {directory}/operator.log, {directory}/supervisor.log",
-        "try: kubectl get nodes,schedpol; loadwise dev load node-6 95; loadwise dev status",
+        "try: kubectl get nodes,schedpol; loadwise-dev load node-6 95; loadwise-dev status",
     ]
     return "\n".join(lines)
 
@@ -584,7 +585,7 @@ def status(directory: Path) -> int:
     state = read_state(directory)
     running = _running(directory)
     if state is None or running is None:
-        _say(f"no dev cluster running ({directory}); start one with `loadwise dev up`")
+        _say(f"no dev cluster running ({directory}); start one with `loadwise-dev up`")
         return 1
     lines = [f"dev cluster: {'ready' if state.get('ready') else 'starting'} ({directory})"]
     dead = []
@@ -638,7 +639,7 @@ async def _set_load(state: dict[str, Any], node: str, cpu: float, memory: float 
 def load(directory: Path, node: str, cpu: float, memory: float | None) -> int:
     state = read_state(directory)
     if state is None or _running(directory) is None or not state.get("ready"):
-        _say(f"no dev cluster running ({directory}); start one with `loadwise dev up`")
+        _say(f"no dev cluster running ({directory}); start one with `loadwise-dev up`")
         return 1
     for what, value in (("cpu", cpu), ("memory", memory)):
         if value is not None and not 0 <= value <= 100:
@@ -654,48 +655,6 @@ def load(directory: Path, node: str, cpu: float, memory: float | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="loadwise dev",
-        description="A local cluster to try loadwise with kubectl. State (PIDs, kubeconfig, "
-        f"logs) in ${STATE_VARIABLE} or {state_dir()}.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    up_parser = sub.add_parser("up", help="start it; Ctrl-C stops everything")
-    up_parser.add_argument(
-        "-d", "--detach", action="store_true", help="return once it is up; stop with `down`"
-    )
-    up_parser.add_argument(
-        "--real-nodes",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also N real nodes: kubelets with containerd running real containers on this "
-        "machine, tainted loadwise.io/real-node=true:NoSchedule (pods on them need that "
-        "toleration, hostNetwork: true and imagePullPolicy: Never; images "
-        "localhost/loadwise/burn:dev and the pause image are loaded)",
-    )
-    sub.add_parser("down", help="stop every process and remove every temporary directory")
-    sub.add_parser("status", help="what runs, the KUBECONFIG line, nodes and their load")
-    load_parser = sub.add_parser("load", help="set a simulated node's usage, in percent")
-    load_parser.add_argument("node")
-    load_parser.add_argument("cpu", type=float, help="CPU usage, percent")
-    load_parser.add_argument("memory", type=float, nargs="?", help="memory usage, percent")
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"] and len(argv) == 3:  # the supervisor, as `up` starts it
-        return Supervisor(Path(argv[1]), int(argv[2])).run()
-    args = parser.parse_args(argv)
-    directory = state_dir()
-    if args.command == "up":
-        if args.real_nodes < 0:
-            parser.error("--real-nodes must be 0 or more")
-        return up(directory, args.detach, args.real_nodes)
-    if args.command == "down":
-        return down(directory)
-    if args.command == "status":
-        return status(directory)
-    return load(directory, args.node, args.cpu, args.memory)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the supervisor, as `up` starts it: serve DIRECTORY REAL_NODES
+    _, _, served, real = sys.argv
+    raise SystemExit(Supervisor(Path(served), int(real)).run())

@@ -19,7 +19,7 @@ series of the kubelet's `/metrics/cadvisor` that Prometheus stacks read (the con
 counters and working sets, `machine_cpu_cores`, `machine_memory_bytes`) at
 `/metrics/nodes/NAME/metrics/cadvisor`, for the real Prometheus (`cadvisor_scrape_config`).
 LocalCluster(kwok_usage=True) reads its CPU and memory usage that way (kwok_usage.py: the demo,
-`loadwise dev up`, bench/placement, bench/rebalance, bench/faults, the session cluster of
+`loadwise-dev up`, bench/placement, bench/rebalance, bench/faults, the session cluster of
 tests/cluster); the GPU and disk dimensions, bench/throughput and the simulated nodes beside a
 real one still come from the harness's own exporter (exporter.py).
 

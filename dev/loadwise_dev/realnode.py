@@ -403,7 +403,7 @@ def mounts_under(directory: Path) -> list[str]:
 def sweep(directory: Path) -> None:
     """What a node left in `directory`, gone: processes naming it killed, mounts under it
     unmounted (deepest first), then the directory removed (kept with LOADWISE_KEEP_LOGS).
-    `loadwise dev down` calls it too, when the supervisor that ran the node died."""
+    `loadwise-dev down` calls it too, when the supervisor that ran the node died."""
     for pid in pids_naming(directory):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

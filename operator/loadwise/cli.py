@@ -1,5 +1,4 @@
-"""The `loadwise` command: run the operator, explain a decision, print the CRD; from a clone,
-also the demo and the local cluster (`loadwise dev`)."""
+"""The `loadwise` command: run the operator, explain a decision, print the CRD."""
 
 from __future__ import annotations
 
@@ -139,8 +138,6 @@ def _main(argv: list[str] | None) -> int:
         epilog=RUN_EPILOG,
     )
     add_setting_flags(run_parser)
-    demo = sub.add_parser("demo", help="local control plane + Prometheus + operator, end to end")
-    demo.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
     sub.add_parser("crd", help="print the SchedulingPolicy CRD generated from the model")
     explain = sub.add_parser(
         "explain",
@@ -162,14 +159,15 @@ def _main(argv: list[str] | None) -> int:
         "pod", metavar="NAMESPACE/POD | node/NAME", help="the pod or node to explain"
     )
     add_setting_flags(explain)
-    sub.add_parser(
-        "dev",
-        help="a local cluster to try loadwise with kubectl: dev up|down|status|load (from a clone)",
-        add_help=False,
-    )
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] in (["demo"], ["dev"]):
+        parser.error(
+            f"the {words[0]} command moved to the development harness: from a clone, "
+            "`make demo` / `make cluster`, or `loadwise-dev demo|up|down|status|load`"
+        )
     args, rest = parser.parse_known_args(argv)
-    if args.command != "dev" and rest:
-        chosen = {"run": run_parser, "explain": explain, "demo": demo}.get(args.command, parser)
+    if rest:
+        chosen = {"run": run_parser, "explain": explain}.get(args.command, parser)
         parser.error(f"unrecognized arguments: {' '.join(rest)}{_closest_flag(rest, chosen)}")
     if args.command == "crd":
         from .policies import crd
@@ -180,18 +178,6 @@ def _main(argv: list[str] | None) -> int:
         from .explain import main as explain_main
 
         return explain_main(args.pod, setting_flags(args))
-    if args.command in ("demo", "dev"):
-        try:  # the development harness is not in the wheel or the image
-            from loadwise_dev.demo import main as demo_main
-            from loadwise_dev.devcluster import main as dev_main
-        except ImportError:
-            print(
-                f"loadwise {args.command} needs the development harness (loadwise_dev): run it "
-                "from a clone of the repository (`make demo`, `make cluster`)",
-                file=sys.stderr,
-            )
-            return 2
-        return demo_main(keep=args.keep) if args.command == "demo" else dev_main(rest)
     from .config import Config
 
     try:

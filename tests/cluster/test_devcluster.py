@@ -1,6 +1,7 @@
-"""`loadwise dev up/down` and `loadwise demo --keep` as a user runs them: real processes, kubectl
-against the cluster, and nothing left behind (every started PID gone, every temporary directory
-removed) whether it is stopped by `down` from another shell or by Ctrl-C in the foreground."""
+"""`loadwise-dev up/down` and `loadwise-dev demo --keep` as a user runs them (the harness's
+console script): real processes, kubectl against the cluster, and nothing left behind (every
+started PID gone, every temporary directory removed) whether it is stopped by `down` from
+another shell or by Ctrl-C in the foreground."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from loadwise_dev.kwok_usage import CPU_QUERY
 from loadwise_dev.realnode import pids_naming
 
 pytestmark = pytest.mark.cluster
+# The harness's console script (dev/pyproject.toml), installed beside this Python.
+DEV_COMMAND = str(Path(sys.executable).with_name("loadwise-dev"))
 
 POD = """\
 apiVersion: v1
@@ -40,16 +43,20 @@ spec:
 """
 
 
+def _run(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def loadwise(
     *args: str, env: dict[str, str], timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loadwise", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return _run([sys.executable, "-m", "loadwise", *args], env, timeout)
+
+
+def loadwise_dev(
+    *args: str, env: dict[str, str], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return _run([DEV_COMMAND, *args], env, timeout)
 
 
 def kubectl(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
@@ -96,7 +103,7 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
     env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir))
     env.pop("KUBECONFIG", None)
     try:
-        up = loadwise("dev", "up", "--detach", env=env)
+        up = loadwise_dev("up", "--detach", env=env)
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"export KUBECONFIG={state_dir / 'kubeconfig'}" in up.stdout
         assert f"export PATH={k8s_bin_dir()}:$PATH" in up.stdout
@@ -110,7 +117,7 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
         dirs = [*state["dirs"], str(state_dir)]
         assert all(os.path.isdir(d) for d in dirs)
         # A second `up` refuses while one runs.
-        again = loadwise("dev", "up", "--detach", env=env)
+        again = loadwise_dev("up", "--detach", env=env)
         assert again.returncode == 1 and "already running" in again.stdout
 
         user = dict(env, KUBECONFIG=str(state_dir / "kubeconfig"))
@@ -126,13 +133,13 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
         assert re.search(r"Scheduled .*loadwise-scheduler .*Successfully assigned", described)
 
         # The load of a node is settable, and Prometheus follows.
-        load = loadwise("dev", "load", "node-1", "12.5", "30", env=env)
+        load = loadwise_dev("load", "node-1", "12.5", "30", env=env)
         assert load.returncode == 0, load.stdout
         deadline = time.monotonic() + 30
         while abs(prometheus_cpu(state["prometheus"]).get("node-1", 0) - 0.125) > 0.02:
             assert time.monotonic() < deadline, prometheus_cpu(state["prometheus"])
             time.sleep(0.5)
-        status = loadwise("dev", "status", env=env)
+        status = loadwise_dev("status", env=env)
         assert status.returncode == 0, status.stdout
         assert re.search(r"node-1\s+12.5%\s+30%", status.stdout)
         # `explain` with the operator's settings reads its Prometheus: no warning.
@@ -145,12 +152,12 @@ def test_dev_up_kubectl_then_down_leaves_nothing(tmp_path: Path) -> None:
         assert explained.returncode == 0, explained.stderr
         assert not explained.stdout.startswith("WARNING") and "metrics" in explained.stdout
     finally:
-        down = loadwise("dev", "down", env=env)
+        down = loadwise_dev("down", env=env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped everything" in down.stdout
     assert "outlived" not in down.stdout  # the supervisor stopped it all by itself
     assert_all_gone(processes, dirs)
-    assert loadwise("dev", "status", env=env).returncode == 1
+    assert loadwise_dev("status", env=env).returncode == 1
 
 
 def _read_until(stream: IO[str], marker: str, timeout: float) -> str:
@@ -168,10 +175,10 @@ def _read_until(stream: IO[str], marker: str, timeout: float) -> str:
 
 
 def foreground(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    """`loadwise ARGS` in a process group of its own, as a shell runs a foreground job: Ctrl-C
-    signals the group."""
+    """`loadwise-dev ARGS` in a process group of its own, as a shell runs a foreground job:
+    Ctrl-C signals the group."""
     return subprocess.Popen(
-        [sys.executable, "-m", "loadwise", *args],
+        [DEV_COMMAND, *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -183,7 +190,7 @@ def foreground(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 def test_ctrl_c_on_the_foreground_dev_up_stops_everything(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir), PYTHONUNBUFFERED="1")
-    proc = foreground(["dev", "up"], env)
+    proc = foreground(["up"], env)
     try:
         assert proc.stdout is not None
         _read_until(proc.stdout, "Ctrl-C", 240)
@@ -196,7 +203,7 @@ def test_ctrl_c_on_the_foreground_dev_up_stops_everything(tmp_path: Path) -> Non
     finally:
         if proc.poll() is None:  # the test failed: leave nothing behind
             proc.kill()
-            loadwise("dev", "down", env=env)
+            loadwise_dev("down", env=env)
     assert proc.returncode == 0, rest
     assert "stopped everything" in rest and "outlived" not in rest
     assert_all_gone(processes, dirs)
@@ -270,7 +277,7 @@ PLAIN = '{"spec": {"schedulerName": "loadwise-scheduler"}}'
 
 
 def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_path: Path) -> None:
-    """`loadwise dev up --real-nodes 1`: a kubelet and containerd run a real container placed
+    """`loadwise-dev up --real-nodes 1`: a kubelet and containerd run a real container placed
     by loadwise, a pod that does not opt in to the real node goes to a KWOK node, `kubectl top
     node` shows every node; `down` stops kubelet, containerd and the container and leaves no
     process, mount or directory behind, with the container still running when it is called."""
@@ -278,7 +285,7 @@ def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_pa
     env = dict(os.environ, LOADWISE_DEV_STATE=str(state_dir))
     env.pop("KUBECONFIG", None)
     try:
-        up = loadwise("dev", "up", "--detach", "--real-nodes", "1", env=env)
+        up = loadwise_dev("up", "--detach", "--real-nodes", "1", env=env)
         assert up.returncode == 0, up.stdout + up.stderr
         processes = started_processes(state_dir)
         assert {"real-1/kubelet", "real-1/containerd"} <= set(processes)
@@ -326,7 +333,7 @@ def test_dev_up_with_a_real_node_runs_a_container_and_down_leaves_nothing(tmp_pa
             time.sleep(1)
         assert {"real-1", "node-1", "node-6"} <= set(rows), rows
     finally:
-        down = loadwise("dev", "down", env=env, timeout=120)
+        down = loadwise_dev("down", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert_all_gone(processes, dirs)
     assert _pids_naming(node_dir) == []

@@ -1,6 +1,6 @@
-"""`loadwise dev` without a cluster: `down` kills what the supervisor's process group still holds
-(processes started before their PIDs were recorded), and a second `up` while one holds the lock
-is one line. The whole cluster runs in tests/cluster/test_devcluster.py."""
+"""`loadwise-dev up|down` without a cluster: `down` kills what the supervisor's process group
+still holds (processes started before their PIDs were recorded), and a second `up` while one
+holds the lock is one line. The whole cluster runs in tests/cluster/test_devcluster.py."""
 
 from __future__ import annotations
 
@@ -80,6 +80,6 @@ def test_a_second_up_while_one_holds_the_lock_is_one_line(
     finally:
         held.close()
     out = capsys.readouterr().out
-    assert out.startswith("another `loadwise dev up` is starting or running a dev cluster")
+    assert out.startswith("another `loadwise-dev up` is starting or running a dev cluster")
     assert len(out.strip().splitlines()) == 1
     assert not directory.exists()

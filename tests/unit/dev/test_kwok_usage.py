@@ -1,5 +1,5 @@
 """kwok_usage's pure parts: what a pod uses under KWOK, the file Prometheus finds the KWOK
-nodes' cAdvisor endpoints in, how bench/rebalance's drift and `loadwise dev load` reach KWOK's
+nodes' cAdvisor endpoints in, how bench/rebalance's drift and `loadwise-dev load` reach KWOK's
 annotations (the nodes' usage is proven end to end by tests/cluster/test_placement.py and
 tests/cluster/test_devcluster.py)."""
 
