@@ -1,12 +1,15 @@
-"""The wheel (what the image installs) holds the operator and nothing of the dev harness."""
+"""The wheel (what the image installs) holds the operator and nothing of the dev harness, and
+works where the harness cannot be imported."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from loadwise.config import Config
@@ -14,14 +17,91 @@ from loadwise.config import Config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_wheel_contains_the_operator_and_no_dev_harness(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*pip, "-w", str(tmp_path), str(ROOT)], check=True, cwd=tmp_path)
-    (wheel,) = tmp_path.glob("loadwise-*.whl")
+    subprocess.run([*pip, "-w", str(out), str(ROOT)], check=True, cwd=out)
+    (built,) = out.glob("loadwise-*.whl")
+    return built
+
+
+def test_the_wheel_contains_the_operator_and_no_dev_harness(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "loadwise/runtime.py" in names and "loadwise/framework/plugins/node_ports.py" in names
     assert not [n for n in names if "devcluster" in n or "loadwise_dev" in n], names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "dev/"))], names
+
+
+# Everything the test venv's site-packages holds that is loadwise's or the harness's: the
+# editable installs (their .pth files and finder) and their metadata.
+OURS = ("loadwise", "__editable__", "__editable___")
+
+
+def test_the_installed_wheel_runs_where_the_harness_cannot_be_imported(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """The wheel installed alone into a fresh venv whose only other packages are the
+    dependencies (this venv's site-packages, without loadwise's and loadwise_dev's editable
+    installs): `loadwise_dev` is not importable there, yet every module of the package imports
+    and the `loadwise` command answers --help and crd. The import-linter contract in
+    pyproject.toml forbids the import statically; this proves the wheel stands alone."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+    subprocess.run([*install, "--no-deps", "--no-index", str(wheel)], check=True)
+    # The dependencies: a directory of links to this venv's site-packages entries, ours left
+    # out, named by a .pth file (a plain path: the .pth files inside it are not run).
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        if not entry.name.startswith(OURS) and entry.suffix != ".pth":
+            (deps / entry.name).symlink_to(entry)
+    target = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    (target / "dependencies.pth").write_text(f"{deps}\n")
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        # cwd: not the repository, whose operator/ and dev/ must not be found by accident.
+        return subprocess.run(
+            argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+
+    probe = run(
+        str(python), "-I", "-c",
+        "import importlib.util, sys; import loadwise, kopf;"
+        "print(loadwise.__file__); print(importlib.util.find_spec('loadwise_dev'));"
+        "print([p for p in sys.path if p.endswith(('operator', 'dev'))])",
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    where, harness, repository = probe.stdout.splitlines()
+    assert where.startswith(str(target)), where  # the wheel's copy, not the source tree
+    assert harness == "None"  # the test is not vacuous: the harness really is absent
+    assert repository == "[]"
+    modules = sorted(
+        n.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for n in zipfile.ZipFile(wheel).namelist()
+        if n.startswith("loadwise/") and n.endswith(".py") and not n.endswith("__main__.py")
+    )
+    assert {"loadwise.cli", "loadwise.runtime"} <= set(modules)
+    imported = run(str(python), "-I", "-c", f"import {', '.join(modules)}")
+    assert imported.returncode == 0, imported.stderr
+    helped = run("loadwise", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert all(c in helped.stdout for c in ("run", "explain", "crd")), helped.stdout
+    assert "demo" not in helped.stdout and "{run,crd,explain}" in helped.stdout
+    crd = run("loadwise", "crd")
+    assert crd.returncode == 0 and "schedulingpolicies.loadwise.io" in crd.stdout, crd.stderr
+    # The commands that moved to the harness say where they went.
+    moved = run("loadwise", "demo")
+    assert moved.returncode == 2 and "loadwise-dev demo" in moved.stderr, moved.stderr
 
 
 def test_the_image_exposes_the_https_port() -> None:
