@@ -16,13 +16,25 @@ the pods it applies to off that path. Its `sign` is UNSIGNABLE unless it overrid
 say which pods it does not apply to; `Profile` refuses a score plugin declared node-local.
 Such a plugin may declare a `fast_path` the score index knows how to take for it (visiting
 nodes by domain instead of all of them); the index reads the declaration, never the class.
+
+After Filter and Score, the extension points of kube-scheduler's framework that a plugin
+implements by subclassing (the profile runs them in its order, never naming a plugin):
+- ReservePlugin: Reserve when a node is chosen, before the next pod's cycle, and Unreserve (in
+  reverse order, every Reserve plugin, even one whose Reserve failed or did not run) when the
+  pod does not bind after all. What Reserve leaves for PreBind and Unreserve goes in the pod's
+  CycleState under the plugin's name.
+- PreBindPlugin: PreBind in the binding task, before the Binding; its failure unreserves the
+  pod and retries it after backoff.
+A plugin's pure half (its filters, its reading of the cluster) lives in framework/; a half that
+writes to the API server or waits on it lives in scheduler/, registered by the scheduler under
+the same name (Scheduler's `binding_plugins`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 if TYPE_CHECKING:
     from .context import CycleContext
@@ -146,4 +158,54 @@ class LoadPlugin(Plugin):
     def pass_over(self, ctx: CycleContext, load: Sequence[NodeScore]) -> tuple[list[int], bool]:
         """Which of the feasible nodes (their load scores) stay candidates, and whether all of
         them were passed over (then the one kept is taken regardless)."""
+        raise NotImplementedError
+
+
+class CycleState:
+    """kube-scheduler's CycleState for the points after Filter: what each plugin's Reserve
+    leaves for its own PreBind and Unreserve, by plugin name. One per pod and decision."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+
+    def write(self, plugin: str, value: Any) -> None:
+        self._data[plugin] = value
+
+    def read(self, plugin: str) -> Any:
+        """What `plugin` wrote, or None."""
+        return self._data.get(plugin)
+
+    def __bool__(self) -> bool:
+        return bool(self._data)
+
+
+class ReservePlugin(Plugin):
+    """Reserve/Unreserve: claim what the chosen node gives the pod (volumes, devices) in memory
+    before the next pod's cycle, and give it back if the pod does not bind."""
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
+        """Why the pod cannot have the node after all (an error: the pod backs off), or None."""
+        raise NotImplementedError
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """Undo Reserve; called for every Reserve plugin, so it must cope with a Reserve that
+        failed or never ran (nothing in `state`), and must not raise."""
+        raise NotImplementedError
+
+
+class PreBindPlugin(Plugin):
+    """PreBind: the writes (and waits) that must land before the Binding."""
+
+    def allowance(self, state: CycleState) -> float:
+        """Seconds this PreBind may take beyond a bind's own (the reservation's audit waits
+        that long); 0 when it has nothing to do for the pod."""
+        return 0.0
+
+    async def prebind(
+        self, state: CycleState, pod: PodInfo, node: str, waiting: Callable[[], None]
+    ) -> str | None:
+        """Why binding must be retried (an error), or None. `waiting`: call it once before
+        waiting on others (the loop's bind slot is given back meanwhile)."""
         raise NotImplementedError

@@ -3,20 +3,34 @@
 What a decision depends on is declared once, by the plugin that depends on it (plugin.py); the
 score index's shapes, whether a pod can be batched, which node updates and pod changes can make
 a rejected pod fit, and which changes of placed pods must be re-accounted all come from here.
+The points after Filter (Reserve, Unreserve, PreBind) run here too, in the plugins' order, with
+kube-scheduler's rules and wording: no caller names a plugin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..policies.policy import Policy
 from .context import CycleContext
-from .plugin import UNSIGNABLE, FilterPlugin, LoadPlugin, Plugin, ScorePlugin
+from .plugin import (
+    UNSIGNABLE,
+    CycleState,
+    FilterPlugin,
+    LoadPlugin,
+    Plugin,
+    PreBindPlugin,
+    ReservePlugin,
+    ScorePlugin,
+)
 from .plugins import DEFAULT_PLUGINS
 from .types import NodeInfo, PodInfo
 
+log = logging.getLogger(__name__)
 Shape = tuple[Any, ...]
+DECIDING = (FilterPlugin, ScorePlugin, LoadPlugin)  # the plugins a decision depends on
 
 
 def _union(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
@@ -24,8 +38,13 @@ def _union(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def _check_declarations(plugin: Plugin) -> None:
-    """A plugin must say whether it is node-local, and a score plugin cannot be (plugin.py)."""
+    """A plugin that decides must say whether it is node-local, and a score plugin cannot be
+    (plugin.py); every plugin implements at least one extension point."""
     kind = type(plugin).__name__
+    if not isinstance(plugin, (*DECIDING, ReservePlugin, PreBindPlugin)):
+        raise ValueError(f"plugin {kind} implements no extension point")
+    if not isinstance(plugin, DECIDING):
+        return
     if not isinstance(getattr(type(plugin), "node_local", None), bool):
         raise ValueError(f"plugin {kind} does not declare node_local (True or False)")
     if isinstance(plugin, ScorePlugin) and plugin.node_local:
@@ -54,13 +73,20 @@ class Profile:
         if len(loads) > 1:
             raise ValueError(f"a profile takes one load plugin, not {len(loads)}")
         self._load = loads[0] if loads else None
-        self._local = tuple(p for p in self.plugins if p.node_local)
-        self._not_local = tuple(p for p in self.plugins if not p.node_local)
+        deciding = [p for p in self.plugins if isinstance(p, DECIDING)]
+        self._local = tuple(p for p in deciding if p.node_local)
+        self._not_local = tuple(p for p in deciding if not p.node_local)
         self._placement = tuple(p for p in self.plugins if p.helped_by_placement)
+        self.reservers = tuple(p for p in self.plugins if isinstance(p, ReservePlugin))
+        self.prebinders = tuple(p for p in self.plugins if isinstance(p, PreBindPlugin))
         self.pod_fields = _union(p.inputs.pod for p in self.plugins)
         self.node_fields = _union(p.inputs.node for p in self.plugins)
         self.placed_fields = _union(p.inputs.placed for p in self.plugins)
         self.reads_namespaces = any(p.inputs.namespaces for p in self.plugins)
+
+    def with_plugins(self, plugins: Sequence[Plugin]) -> Profile:
+        """This profile and `plugins` after it (the scheduler's halves that write)."""
+        return Profile((*self.plugins, *plugins)) if plugins else self
 
     @property
     def load(self) -> LoadPlugin:
@@ -107,6 +133,44 @@ class Profile:
     def waits_for_pods(self, pod: PodInfo) -> bool:
         """Could another pod's placement make this pod fit (affinity, spread)?"""
         return any(p.waits_for_pods(pod) for p in self._placement)
+
+    # --- after Filter: Reserve, Unreserve, PreBind -------------------------------------------
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
+        """RunReservePluginsReserve: None when every Reserve plugin took the node; else the
+        error, after every Reserve plugin was unreserved (as kube-scheduler's cycle does)."""
+        for plugin in self.reservers:
+            error = plugin.reserve(state, pod, node)
+            if error is not None:
+                self.unreserve(state, pod, node)
+                return f'running Reserve plugin "{plugin.name}": {error}'
+        return None
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """RunReservePluginsUnreserve: every Reserve plugin, in reverse order; one that raises
+        is logged and the rest still run."""
+        for plugin in reversed(self.reservers):
+            try:
+                plugin.unreserve(state, pod, node)
+            except Exception:
+                log.exception("Unreserve of plugin %s for %s failed", plugin.name, pod.key)
+
+    def bind_allowance(self, state: CycleState) -> float:
+        """How much longer than a bind the pod's binding cycle may take (its PreBinds)."""
+        return sum(plugin.allowance(state) for plugin in self.prebinders)
+
+    async def prebind(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        node: str,
+        waiting: Callable[[], None] = lambda: None,
+    ) -> str | None:
+        """RunPreBindPlugins: None when every PreBind succeeded; else the first error."""
+        for plugin in self.prebinders:
+            error = await plugin.prebind(state, pod, node, waiting)
+            if error is not None:
+                return f'running PreBind plugin "{plugin.name}": {error}'
+        return None
 
 
 DEFAULT_PROFILE = Profile()

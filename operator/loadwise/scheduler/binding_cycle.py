@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 
 from .. import observability as obs
 from ..framework.cycle import Decision
-from ..framework.pod_volumes import VolumePlan
+from ..framework.plugin import CycleState
 from ..framework.types import PodInfo
 from .binder import BindResult
 from .decisions import decision_record
-from .volume_binder import VolumeBindError
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -37,17 +36,17 @@ class BindingCycle:
         decision: Decision,
         attempt_started: float,
         sequence: int,
-        volumes: VolumePlan,
+        cycle: CycleState,
     ) -> None:
         """`attempt_started`: perf_counter at the start of the pod's cycle (the attempt's
-        duration is cycle plus bind, as kube-scheduler's). `volumes`: what PreBind must do
-        first (Unreserve undoes its assumptions if the pod is not bound)."""
+        duration is cycle plus bind, as kube-scheduler's). `cycle`: what the Reserve plugins
+        left for PreBind, and for Unreserve if the pod is not bound."""
         bound = False
         try:
-            bound = await self._cycle(pod, decision, attempt_started, sequence, volumes)
+            bound = await self._cycle(pod, decision, attempt_started, sequence, cycle)
         finally:
-            if volumes and not bound:
-                self.s.volumes.unreserve(volumes)
+            if not bound:
+                self.s.profile.unreserve(cycle, pod, decision.node)
 
     async def _cycle(
         self,
@@ -55,15 +54,16 @@ class BindingCycle:
         decision: Decision,
         attempt_started: float,
         sequence: int,
-        volumes: VolumePlan,
+        cycle: CycleState,
     ) -> bool:
         """PreBind, Bind and what follows; True when the pod was bound."""
         started = time.perf_counter()
-        if volumes:
-            try:
-                await self.s.volumes.prebind(pod, decision.node, volumes, self.s.inflight.free_slot)
-            except VolumeBindError as exc:
-                await self._prebind_failed(pod, decision, attempt_started, str(exc))
+        if self.s.profile.prebinders:
+            error = await self.s.profile.prebind(
+                cycle, pod, decision.node, self.s.inflight.free_slot
+            )
+            if error is not None:
+                await self._prebind_failed(pod, decision, attempt_started, error)
                 return False
         try:
             result = await self.s.binder.bind(pod, decision.node)
@@ -133,7 +133,7 @@ class BindingCycle:
         if not self.s.inflight.settle(pod.uid):
             return  # abandoned meanwhile: the reservation was released then
         log.warning(
-            "binding volumes of %s on %s failed: %s",
+            "PreBind of %s on %s failed: %s",
             pod.key,
             decision.node,
             error,
@@ -143,5 +143,5 @@ class BindingCycle:
         self.s.attempt_seconds["error"].observe(time.perf_counter() - attempt_started)
         self.s.state.forget(pod.uid)
         self.s.queue.backoff(pod.uid)
-        self.s.reported[pod.uid] = (f'running PreBind plugin "VolumeBinding": {error}', 0.0)
+        self.s.reported[pod.uid] = (error, 0.0)
         await self.s.report_unschedulable(pod, self.s.reported[pod.uid][0])

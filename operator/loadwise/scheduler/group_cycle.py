@@ -25,8 +25,8 @@ from ..framework.context import Basis
 from ..framework.cycle import Decision, Unschedulable
 from ..framework.gang import GroupDecision, member_order, place_group
 from ..framework.gang_preemption import GroupPreemption, preempt_group
+from ..framework.plugin import CycleState
 from ..framework.pod_groups import GroupKey, PodGroup
-from ..framework.pod_volumes import VolumeError, VolumePlan
 from ..framework.preemption import TERMINATING, NoPreemption
 from ..framework.types import PodInfo
 from .group_status import GroupStatus
@@ -95,7 +95,7 @@ class GroupCycle:
                 s.queue.park(member.uid)
             self._report(group, members, {}, gap, "Unschedulable")
             return True
-        decision, plans, basis = self._decide(group, members)
+        decision, cycles, basis = self._decide(group, members)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         waits = self._hot_wait(group, decision, basis) if decision.reached else ""
@@ -103,14 +103,12 @@ class GroupCycle:
             self._decisions["placed"].inc()
             for _, result in decision.placed:
                 s.observe_decision(result, basis.samples)
-            self._bind(group, decision, plans, started)
+            self._bind(group, decision, cycles, started)
             return True
-        for member, _ in decision.placed:  # nothing of it is kept
+        for member, result in decision.placed:  # nothing of it is kept: Unreserve, forget
+            s.profile.unreserve(cycles[member.uid], member, result.node)
             s.state.forget(member.uid)
             member.node_name, member.assumed = "", False  # pending again, as it was
-            plan = plans.get(member.uid)
-            if plan:
-                s.volumes.unreserve(plan)
         if waits:  # tried again after its backoff: cool room may come with any sample
             self._decisions["hot_wait"].inc()
             for member in members:
@@ -224,42 +222,43 @@ class GroupCycle:
 
     def _decide(
         self, group: PodGroup, members: list[PodInfo]
-    ) -> tuple[GroupDecision, dict[str, VolumePlan], Basis]:
-        """Members in kube-scheduler's order, each assumed with its volumes when it fits; the
-        group's policy is its first member's."""
+    ) -> tuple[GroupDecision, dict[str, CycleState], Basis]:
+        """Members in kube-scheduler's order, each reserved (the Reserve plugins) and assumed
+        when it fits; the group's policy is its first member's."""
         s = self.s
         first = min(members, key=member_order)
         namespace = s.state.namespaces.get(first.namespace)
         policy = s.policies.for_pod(first.labels, namespace, first.scheduler_name)
         basis = s.usage.basis(policy, time.time(), s.rng)
-        plans: dict[str, VolumePlan] = {}
+        cycles: dict[str, CycleState] = {}
         siblings = {m.uid for m in members}
 
         def attempt(member: PodInfo) -> Decision | Unschedulable:
             result = s.decide(member, basis, siblings)
             if isinstance(result, Decision):
-                try:
-                    plans[member.uid] = s.volumes.reserve(member, result.node)
-                except VolumeError as exc:
-                    return Unschedulable(f'running Reserve plugin "VolumeBinding": {exc}', {})
+                cycle = CycleState()
+                error = s.profile.reserve(cycle, member, result.node)
+                if error is not None:  # each Reserve plugin was unreserved
+                    return Unschedulable(error, {})
+                cycles[member.uid] = cycle
                 s.state.assume(member, result.node)
             return result
 
         scheduled = s.state.group_members[group.key]  # before this cycle assumes any
-        return place_group(members, group.minimum, attempt, scheduled), plans, basis
+        return place_group(members, group.minimum, attempt, scheduled), cycles, basis
 
     def _bind(
         self,
         group: PodGroup,
         decision: GroupDecision,
-        plans: dict[str, VolumePlan],
+        cycles: dict[str, CycleState],
         started: float,
     ) -> None:
         s = self.s
         for index, (member, result) in enumerate(decision.placed):
-            plan = plans.get(member.uid, VolumePlan())
-            bind = s.bind_task(member, result, started, plan)
-            allowance = s.volumes.timeout if plan else 0.0
+            cycle = cycles[member.uid]
+            bind = s.bind_task(member, result, started, cycle)
+            allowance = s.profile.bind_allowance(cycle)
             s.inflight.start_bind(member.uid, bind, allowance, slot=index == 0)
         for member, refused in decision.refused:  # the group is placed; this one waits
             s.queue.park(member.uid)

@@ -17,7 +17,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Collection, Coroutine, Mapping
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 from .. import observability as obs
@@ -25,7 +25,7 @@ from ..config import SchedulingSettings
 from ..framework.context import Basis
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
-from ..framework.pod_volumes import VolumeError, VolumePlan
+from ..framework.plugin import CycleState, Plugin
 from ..framework.preemption import NoPreemption, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.scoring import score_node, weighted_load
@@ -64,11 +64,12 @@ class Scheduler:
         rng: random.Random | None = None,
         state: ClusterState | None = None,
         profile: Profile = DEFAULT_PROFILE,
+        binding_plugins: Sequence[Plugin] = (),
     ) -> None:
         """`settings`: binding, retries and preemption (the queue has its own); None: the
-        defaults."""
+        defaults. `profile`'s plugins are extended with the halves of plugins that write
+        (VolumeBinding's Reserve, PreBind and Unreserve) and then `binding_plugins`."""
         settings = settings or SchedulingSettings()
-        self.profile = profile
         self.name = scheduler_name
         self.binder = binder
         self.usage = UsageSources(caches)
@@ -79,6 +80,16 @@ class Scheduler:
         self.failure_event_interval = settings.failure_event_interval
         self.gang_wait_timeout = settings.gang_wait_timeout
         self.rng = rng or random.Random()
+        # VolumeBinding's Reserve, PreBind and Unreserve; storage changes requeue waiting pods
+        self.volumes = VolumeBinder(
+            binder.transport,
+            self.state.storage,
+            lambda uid: uid in self.state.pods,
+            self.state.nodes.get,
+            settings.volume_bind_timeout,
+        )
+        self.state.storage.on_change = self._storage_changed
+        self.profile = profile = profile.with_plugins((self.volumes, *binding_plugins))
         self.index = ScoreIndex(profile)
         self.inflight = InFlight(self.state, queue, settings.bind_concurrency)
         self.events = EventWriter(binder.pod_event, binder.post_event, busy=self.inflight.crowded)
@@ -100,15 +111,6 @@ class Scheduler:
         # DefaultPreemption: on (kube-scheduler's default) or off
         self.preempts = settings.preemption
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
-        # VolumeBinding's Reserve, PreBind and Unreserve; storage changes requeue waiting pods
-        self.volumes = VolumeBinder(
-            binder.transport,
-            self.state.storage,
-            lambda uid: uid in self.state.pods,
-            self.state.nodes.get,
-            settings.volume_bind_timeout,
-        )
-        self.state.storage.on_change = self._storage_changed
         # pod groups (gangs.py): members held until their group is ready, then queued
         self.gangs = Gangs(scheduler_name, self.state)
         self.gangs.release = queue.add
@@ -208,17 +210,16 @@ class Scheduler:
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         if isinstance(result, Decision):
-            plan = self._reserve_volumes(pod, result.node)
-            if plan is None:
+            cycle = self._reserve(pod, result.node)
+            if cycle is None:
                 return True  # an error: the pod backs off, a task reports it
             self._decision_metrics.observe(result, samples)
             self.state.assume(pod, result.node)
             if pod.anti_affinity_terms or self.queue.waiting_for_pods:
                 # Assumed pods count like placed ones (affinity, spread, anti-affinity).
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
-            bind = self.bind_task(pod, result, started, plan)
-            allowance = self.volumes.timeout if plan else 0.0
-            self.inflight.start_bind(pod.uid, bind, allowance)
+            bind = self.bind_task(pod, result, started, cycle)
+            self.inflight.start_bind(pod.uid, bind, self.profile.bind_allowance(cycle))
             return True
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
         refused = self.device_classes.refusal(pod)
@@ -279,17 +280,17 @@ class Scheduler:
             return schedule_one(ask, self.state, basis, self.profile, nominated)
         return self.index.schedule(pod, self.state, basis)
 
-    def _reserve_volumes(self, pod: PodInfo, node: str) -> VolumePlan | None:
-        """VolumeBinding's Reserve (VolumeBinder.reserve); None when it failed as
-        kube-scheduler's Reserve can: the pod is retried after backoff, and told why."""
-        try:
-            return self.volumes.reserve(pod, node)
-        except VolumeError as exc:
-            self.attempts["error"].inc()
-            self.queue.backoff(pod.uid)
-            message = f'running Reserve plugin "VolumeBinding": {exc}'
-            self.inflight.spawn(self.report_unschedulable(pod, message))
-            return None
+    def _reserve(self, pod: PodInfo, node: str) -> CycleState | None:
+        """The Reserve plugins; None when one failed (each was unreserved): the pod is retried
+        after backoff, and told why, as kube-scheduler's cycle does."""
+        cycle = CycleState()
+        error = self.profile.reserve(cycle, pod, node)
+        if error is None:
+            return cycle
+        self.attempts["error"].inc()
+        self.queue.backoff(pod.uid)
+        self.inflight.spawn(self.report_unschedulable(pod, error))
+        return None
 
     # --- preemption --------------------------------------------------------------------------
     def post_filter(
@@ -317,10 +318,10 @@ class Scheduler:
         return True
 
     def bind_task(
-        self, pod: PodInfo, decision: Decision, attempt_started: float, volumes: VolumePlan
+        self, pod: PodInfo, decision: Decision, attempt_started: float, cycle: CycleState
     ) -> Coroutine[Any, Any, None]:
         """The binding cycle of a reserved pod, numbered in the order of decisions."""
-        return self.binding.run(pod, decision, attempt_started, next(self._decided), volumes)
+        return self.binding.run(pod, decision, attempt_started, next(self._decided), cycle)
 
     async def report_unschedulable(self, pod: PodInfo, message: str) -> None:
         await self.binder.event(pod, "Warning", "FailedScheduling", message)

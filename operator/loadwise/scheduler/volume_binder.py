@@ -1,5 +1,6 @@
 """VolumeBinder: VolumeBinding's Reserve, PreBind and Unreserve (kube-scheduler's
-volumebinding/binder.go), for a pod whose claims wait for the scheduler.
+volumebinding/binder.go), for a pod whose claims wait for the scheduler: the plugin's half that
+writes, registered by the scheduler beside its Filter (framework/plugins/volume_binding.py).
 
 - Reserve (synchronous, in the scheduling cycle): the plan for the chosen node is computed from
   the same state the Filter saw, and assumed: each PV to bind shows its claimRef, each claim to
@@ -29,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..framework.plugin import CycleState, PreBindPlugin, ReservePlugin
 from ..framework.pod_volumes import (
     PodClaims,
     VolumeError,
@@ -61,7 +63,9 @@ class Written:
     claims: dict[str, int]
 
 
-class VolumeBinder:
+class VolumeBinder(ReservePlugin, PreBindPlugin):
+    name = "VolumeBinding"
+
     def __init__(
         self,
         transport: Http,
@@ -83,8 +87,38 @@ class VolumeBinder:
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
         storage.on_object = self._wake
 
+    # --- the extension points ----------------------------------------------------------------
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
+        try:
+            plan = self.assume(pod, node)
+        except VolumeError as exc:
+            return str(exc)
+        if plan:
+            state.write(self.name, plan)
+        return None
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        plan = state.read(self.name)
+        if plan:
+            self.revert(plan)
+
+    def allowance(self, state: CycleState) -> float:
+        return self.timeout if state.read(self.name) else 0.0
+
+    async def prebind(
+        self, state: CycleState, pod: PodInfo, node: str, waiting: Callable[[], None]
+    ) -> str | None:
+        plan = state.read(self.name)
+        if not plan:
+            return None
+        try:
+            await self.bind_volumes(pod, node, plan, waiting)
+        except VolumeBindError as exc:
+            return str(exc)
+        return None
+
     # --- Reserve / Unreserve -----------------------------------------------------------------
-    def reserve(self, pod: PodInfo, node_name: str) -> VolumePlan:
+    def assume(self, pod: PodInfo, node_name: str) -> VolumePlan:
         """AssumePodVolumes for the chosen node; an empty plan when the pod has no claim
         waiting for the scheduler. Raises VolumeError (kube-scheduler's Reserve error)."""
         if not pod.volumes.claims:
@@ -118,7 +152,7 @@ class VolumeBinder:
             provision.append(assumed_claim)
         return VolumePlan(tuple(bind), tuple(provision))
 
-    def unreserve(self, plan: VolumePlan) -> None:
+    def revert(self, plan: VolumePlan) -> None:
         """RevertAssumedPodVolumes."""
         for volume, _ in plan.bind:
             self.storage.restore_volume(volume.name)
@@ -126,7 +160,7 @@ class VolumeBinder:
             self.storage.restore_claim(claim.key)
 
     # --- PreBind -----------------------------------------------------------------------------
-    async def prebind(
+    async def bind_volumes(
         self,
         pod: PodInfo,
         node_name: str,

@@ -498,7 +498,7 @@ def test_the_index_agrees_with_the_full_cycle_when_local_volumes_narrow_the_node
                 full.hot_skipped,
                 full.all_hot,
             ), (seed, k)
-            binder.reserve(parsed, full.node)
+            binder.assume(parsed, full.node)
             state.assume(parsed, full.node)
             free = [j for j in free if j not in used]
     assert walked > 40 and visited == 300  # every pod narrowed; a third walked and placed

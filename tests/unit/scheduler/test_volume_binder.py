@@ -36,7 +36,7 @@ def versioned(version: str) -> Any:
 
 def plan_for(state: ClusterState, vb: VolumeBinder, raw: dict[str, Any], node: str) -> Any:
     parsed = parse_pod(raw)
-    return parsed, vb.reserve(parsed, node)
+    return parsed, vb.assume(parsed, node)
 
 
 async def test_reserve_assumes_the_pv_so_no_other_claim_gets_it() -> None:
@@ -56,7 +56,7 @@ async def test_reserve_assumes_the_pv_so_no_other_claim_gets_it() -> None:
     assert find_pod_volumes(other, claims, state.nodes["a"], state.storage) == [
         "node(s) didn't find available persistent volumes to bind"
     ]
-    vb.unreserve(plan)
+    vb.revert(plan)
     claims = pod_claims(other, state.storage)
     assert isinstance(claims, PodClaims)
     assert find_pod_volumes(other, claims, state.nodes["a"], state.storage) != [
@@ -69,7 +69,7 @@ async def test_prebind_writes_the_claim_ref_then_waits_for_the_pv_controller() -
     transport = FakeTransport(versioned("5"))
     vb = binder(state, transport, timeout=5.0)
     parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
-    task = asyncio.create_task(vb.prebind(parsed, "a", plan))
+    task = asyncio.create_task(vb.bind_volumes(parsed, "a", plan))
     await asyncio.sleep(0.05)
     (call,) = transport.requests("PATCH", "/persistentvolumes/pv-a")
     assert call.content_type == MERGE_PATCH
@@ -100,7 +100,7 @@ async def test_a_refused_write_restores_what_was_not_written() -> None:
     vb = binder(state, FakeTransport(conflict))
     parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
     with pytest.raises(VolumeBindError, match="Operation cannot be fulfilled"):
-        await vb.prebind(parsed, "a", plan)
+        await vb.bind_volumes(parsed, "a", plan)
     assert not state.storage.assumed_volumes  # offered again to the next cycle
 
 
@@ -111,7 +111,7 @@ async def test_a_provisioner_that_gives_up_fails_prebind() -> None:
     parsed, plan = plan_for(state, vb, pod("p", "d"), "b")
     (provision,) = plan.provision
     assert provision.selected_node == "b"
-    task = asyncio.create_task(vb.prebind(parsed, "b", plan))
+    task = asyncio.create_task(vb.bind_volumes(parsed, "b", plan))
     await asyncio.sleep(0.05)
     (call,) = transport.requests("PATCH", "/persistentvolumeclaims/d")
     assert call.body == {
@@ -132,7 +132,7 @@ async def test_claims_not_bound_in_time_fail_with_kube_schedulers_words() -> Non
     vb = binder(state, FakeTransport(versioned("2")), timeout=0.05)
     parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
     with pytest.raises(VolumeBindError, match="binding volumes: context deadline exceeded"):
-        await vb.prebind(parsed, "a", plan)
+        await vb.bind_volumes(parsed, "a", plan)
 
 
 def test_an_assumed_pv_is_offered_to_its_own_claim_until_restored_or_seen_again() -> None:
@@ -144,7 +144,7 @@ def test_an_assumed_pv_is_offered_to_its_own_claim_until_restored_or_seen_again(
     assert own is not None and other is not None
     assert [v.name for v in storage.candidate_volumes(own, node)] == ["pv-a"]
     assert storage.candidate_volumes(other, node) == []
-    vb.unreserve(plan)
+    vb.revert(plan)
     assert storage.candidate_volumes(own, node) == []
     _, plan = plan_for(state, vb, pod("p", "d"), "a")
     assert [v.name for v in storage.candidate_volumes(own, node)] == ["pv-a"]
@@ -159,7 +159,7 @@ async def test_prebind_checks_again_when_its_claim_or_pv_changes_not_on_a_timer(
         FakeTransport(versioned("5")), state.storage, lambda uid: True, state.nodes.get, poll=30
     )
     parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
-    task = asyncio.create_task(vb.prebind(parsed, "a", plan))
+    task = asyncio.create_task(vb.bind_volumes(parsed, "a", plan))
     await asyncio.sleep(0.05)
     other = local_pv("pv-b", "b")  # an unrelated PV changes: the wait goes on
     other["metadata"]["resourceVersion"] = "9"
@@ -188,7 +188,7 @@ async def test_a_pod_deleted_while_prebind_waits_is_noticed_by_the_poll() -> Non
         poll=0.05,
     )
     parsed, plan = plan_for(state, vb, pod("p", "d"), "a")
-    task = asyncio.create_task(vb.prebind(parsed, "a", plan))
+    task = asyncio.create_task(vb.bind_volumes(parsed, "a", plan))
     await asyncio.sleep(0.1)
     assert not task.done()
     exists["yes"] = False  # no storage event tells of it
