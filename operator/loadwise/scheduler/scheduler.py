@@ -25,7 +25,7 @@ from ..config import SchedulingSettings
 from ..framework.context import Basis
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
-from ..framework.plugin import CycleState, Plugin
+from ..framework.plugin import CycleState
 from ..framework.preemption import NoPreemption, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.scoring import score_node, weighted_load
@@ -35,6 +35,7 @@ from ..policies.policy_set import PolicySet
 from ..usage.cache import MetricsCache, NodeSample
 from .binder import Binder
 from .binding_cycle import BindingCycle
+from .binding_plugins import BINDING_PLUGINS, Factory, Handle
 from .decisions import DecisionMetrics
 from .device_classes import DeviceClasses
 from .event_handlers import ClusterEvents
@@ -47,7 +48,6 @@ from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
 from .usage_sources import UsageSources
-from .volume_binder import VolumeBinder
 
 log = logging.getLogger(__name__)
 RESULTS = ("scheduled", "unschedulable", "error")
@@ -64,11 +64,11 @@ class Scheduler:
         rng: random.Random | None = None,
         state: ClusterState | None = None,
         profile: Profile = DEFAULT_PROFILE,
-        binding_plugins: Sequence[Plugin] = (),
+        binding_plugins: Sequence[Factory] = BINDING_PLUGINS,
     ) -> None:
         """`settings`: binding, retries and preemption (the queue has its own); None: the
-        defaults. `profile`'s plugins are extended with the halves of plugins that write
-        (VolumeBinding's Reserve, PreBind and Unreserve) and then `binding_plugins`."""
+        defaults. `profile` is extended with what `binding_plugins` make: the halves of
+        plugins that write (binding_plugins.py)."""
         settings = settings or SchedulingSettings()
         self.name = scheduler_name
         self.binder = binder
@@ -80,16 +80,9 @@ class Scheduler:
         self.failure_event_interval = settings.failure_event_interval
         self.gang_wait_timeout = settings.gang_wait_timeout
         self.rng = rng or random.Random()
-        # VolumeBinding's Reserve, PreBind and Unreserve; storage changes requeue waiting pods
-        self.volumes = VolumeBinder(
-            binder.transport,
-            self.state.storage,
-            lambda uid: uid in self.state.pods,
-            self.state.nodes.get,
-            settings.volume_bind_timeout,
-        )
-        self.state.storage.on_change = self._storage_changed
-        self.profile = profile = profile.with_plugins((self.volumes, *binding_plugins))
+        self.state.storage.on_change = self._storage_changed  # requeues pods waiting on it
+        handle = Handle(binder.transport, self.state, settings)
+        self.profile = profile = profile.with_plugins([make(handle) for make in binding_plugins])
         self.index = ScoreIndex(profile)
         self.inflight = InFlight(self.state, queue, settings.bind_concurrency)
         self.events = EventWriter(binder.pod_event, binder.post_event, busy=self.inflight.crowded)

@@ -1,0 +1,41 @@
+"""The halves of plugins that write to the API server or wait on it (PreBind and the Reserve
+that plans it), registered here as framework/plugins/ registers the pure halves: a factory per
+plugin, given what such a half may use, and one line in BINDING_PLUGINS. The scheduler appends
+what they make to its profile, which runs them; nothing else names them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..config import SchedulingSettings
+from ..framework.plugin import Plugin
+from ..kube.transport import Http
+from .state import ClusterState
+from .volume_binder import VolumeBinder
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """What a binding half may use (kube-scheduler's framework.Handle, cut to ours)."""
+
+    transport: Http
+    state: ClusterState
+    settings: SchedulingSettings
+
+
+Factory = Callable[[Handle], Plugin]
+
+
+def volume_binding(handle: Handle) -> Plugin:
+    state = handle.state
+    return VolumeBinder(
+        handle.transport,
+        state.storage,
+        lambda uid: uid in state.pods,
+        state.nodes.get,
+        handle.settings.volume_bind_timeout,
+    )
+
+
+BINDING_PLUGINS: tuple[Factory, ...] = (volume_binding,)
