@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..framework.csi_migration import migrated_plugins
 from ..framework.storage import (
@@ -31,6 +31,9 @@ from ..framework.types import NodeInfo
 from .multimaps import discard
 
 OnChange = Callable[[], None]
+T = TypeVar("T")
+CsiNode = tuple[dict[str, int | None], frozenset[str]]  # limits per driver, migrated plugins
+Attachment = tuple[str, str, str]  # node, attacher, PV name
 
 
 def _name(raw: Mapping[str, Any]) -> str:
@@ -42,36 +45,154 @@ def _key(raw: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
+def _nothing(key: str, value: Any = None) -> None:
+    pass
+
+
+class Objects(Generic[T]):
+    """One kind's objects as its informer shows them, parsed, by key (`by_key`); `on_event`
+    and `relisted` are the informer's callbacks.
+
+    An event first calls `newer` (what a cycle assumed for that key is out of date), drops the
+    object it replaces or deletes (`dropped` undoes what `stored` indexed), stores the new one
+    unless it is a deletion, then calls `changed`, for a deletion only if `deletion_changes`
+    (False: a deletion cannot make a pod fit). A relist drops what it no longer shows as a
+    deletion does, but calls `changed` only if `relist_changes` too."""
+
+    def __init__(
+        self,
+        parse: Callable[[Mapping[str, Any]], T],
+        changed: Callable[[str], None],
+        key: Callable[[Mapping[str, Any]], str] = _name,
+        *,
+        newer: Callable[[str], object] = _nothing,
+        stored: Callable[[str, T], None] = _nothing,
+        dropped: Callable[[str, T], None] = _nothing,
+        deletion_changes: bool = True,
+        relist_changes: bool = False,
+    ) -> None:
+        self.by_key: dict[str, T] = {}
+        self._parse = parse
+        self._changed = changed
+        self._key = key
+        self._newer = newer
+        self._stored = stored
+        self._dropped = dropped
+        self._deletion_changes = deletion_changes
+        self._relist_changes = relist_changes and deletion_changes
+
+    def on_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        key = self._key(raw)
+        self._newer(key)
+        old = self.by_key.get(key)
+        if old is not None:
+            self._dropped(key, old)
+        if event_type == "DELETED":
+            self.by_key.pop(key, None)
+            if not self._deletion_changes:
+                return
+        else:
+            value = self.by_key[key] = self._parse(raw)  # in its place: the order stays
+            self._stored(key, value)
+        self._changed(key)
+
+    def relisted(self, keys: set[str]) -> None:
+        for key in set(self.by_key) - keys:
+            self._newer(key)
+            self._dropped(key, self.by_key.pop(key))
+            if self._relist_changes:
+                self._changed(key)
+
+
+def _parse_csi_node(raw: Mapping[str, Any]) -> CsiNode:
+    annotations = (raw.get("metadata") or {}).get("annotations") or {}
+    return parse_csi_node(raw), migrated_plugins(annotations)
+
+
+def _parse_driver(raw: Mapping[str, Any]) -> tuple[bool, bool]:
+    """storageCapacity, preventPodSchedulingIfMissing"""
+    spec = raw.get("spec") or {}
+    return (
+        spec.get("storageCapacity") is True,
+        spec.get("preventPodSchedulingIfMissing") is True,
+    )
+
+
+def _parse_attachment(raw: Mapping[str, Any]) -> Attachment:
+    spec = raw.get("spec") or {}
+    pv_name = str((spec.get("source") or {}).get("persistentVolumeName") or "")
+    return str(spec.get("nodeName") or ""), str(spec.get("attacher") or ""), pv_name
+
+
 class StorageState:
     def __init__(self) -> None:
         self.on_change: OnChange = lambda: None
         # Called with a claim's key (namespace/name) or a PV's name whenever the API shows a
         # new version of it or its deletion: PreBind waits on them (volume_binder.py).
         self.on_object: Callable[[str], None] = lambda key: None
-        self.claims: dict[str, Claim] = {}  # namespace/name -> as the API shows it
-        self.volumes: dict[str, Volume] = {}
-        # PVs by what FindMatchingVolume can use them for (API versions): free ones by class,
-        # then by the one hostname they are pinned to ("" for the rest); pre-bound or bound
-        # ones by the claim (namespace/name) their claimRef names.
-        self._free: dict[str, dict[str, dict[str, Volume]]] = {}
-        self._claimed: dict[str, dict[str, Volume]] = {}
-        self.classes: dict[str, StorageClass] = {}
-        self.csi_nodes: dict[str, dict[str, int | None]] = {}
-        self.migrated: dict[str, frozenset[str]] = {}  # CSINode -> its migrated plugins
-        self.drivers: dict[str, tuple[bool, bool]] = {}  # storageCapacity, preventIfMissing
-        self._capacities: dict[str, StorageCapacity] = {}
-        # VolumeAttachments: name -> (node, attacher, PV name); and their names per node
-        self._attachments: dict[str, tuple[str, str, str]] = {}
-        self._attached_on: dict[str, set[str]] = {}
-        self._capacity_list: tuple[StorageCapacity, ...] = ()
         # The assume cache: versions our binding cycles wrote or are about to write.
         self.assumed_volumes: dict[str, Volume] = {}
         # Assumed PVs by the claim their claimRef names: a filter asks per claim and node, and
         # a scan of every assumed PV there cost each pod nodes x binds in flight.
         self._assumed_for: dict[str, set[str]] = {}
         self.assumed_claims: dict[str, Claim] = {}
+        # PVs by what FindMatchingVolume can use them for (API versions): free ones by class,
+        # then by the one hostname they are pinned to ("" for the rest); pre-bound or bound
+        # ones by the claim (namespace/name) their claimRef names.
+        self._free: dict[str, dict[str, dict[str, Volume]]] = {}
+        self._claimed: dict[str, dict[str, Volume]] = {}
+        # VolumeAttachments' names per node
+        self._attached_on: dict[str, set[str]] = {}
+        self._capacity_list: tuple[StorageCapacity, ...] | None = ()
         # Placed pods (bound or assumed) per claim they mount (ClusterState keeps it).
         self.claim_refs: Counter[str] = Counter()
+
+        # What the informers show. Any event is newer than what was assumed for its object.
+        self._claims = Objects(parse_claim, self._object_changed, _key, newer=self.restore_claim)
+        self._volumes = Objects(
+            parse_volume,
+            self._object_changed,
+            newer=self.restore_volume,
+            stored=self._index,
+            dropped=self._unindex,
+            relist_changes=True,
+        )
+        self._classes = Objects(parse_storage_class, self._changed, deletion_changes=False)
+        self._csi_nodes = Objects(_parse_csi_node, self._changed)
+        self._drivers = Objects(_parse_driver, self._changed)
+        self._attachments = Objects(
+            _parse_attachment,
+            self._changed,
+            stored=self._attached,
+            dropped=self._detached,
+            relist_changes=True,
+        )
+        self._capacities = Objects(
+            parse_capacity,
+            self._changed,
+            _key,
+            stored=self._capacities_changed,
+            dropped=self._capacities_changed,
+            deletion_changes=False,
+        )
+        # As the API shows them (PreBind checks its writes there: volume_binder.py)
+        self.claims = self._claims.by_key  # namespace/name ->
+        self.volumes = self._volumes.by_key
+        # The informers' callbacks (components.py)
+        self.on_claim_event = self._claims.on_event
+        self.relisted_claims = self._claims.relisted
+        self.on_volume_event = self._volumes.on_event
+        self.relisted_volumes = self._volumes.relisted
+        self.on_class_event = self._classes.on_event
+        self.relisted_classes = self._classes.relisted
+        self.on_csi_node_event = self._csi_nodes.on_event
+        self.relisted_csi_nodes = self._csi_nodes.relisted
+        self.on_driver_event = self._drivers.on_event
+        self.relisted_drivers = self._drivers.relisted
+        self.on_attachment_event = self._attachments.on_event
+        self.relisted_attachments = self._attachments.relisted
+        self.on_capacity_event = self._capacities.on_event
+        self.relisted_capacities = self._capacities.relisted
 
     # --- StorageView -------------------------------------------------------------------------
     def claim(self, namespace: str, name: str) -> Claim | None:
@@ -111,21 +232,25 @@ class StorageState:
         return frozenset(hosts)
 
     def storage_class(self, name: str) -> StorageClass | None:
-        return self.classes.get(name)
+        return self._classes.by_key.get(name)
 
     def csi_node(self, node_name: str) -> Mapping[str, int | None] | None:
-        return self.csi_nodes.get(node_name)
+        found = self._csi_nodes.by_key.get(node_name)
+        return found[0] if found is not None else None
 
     def migrated_plugins(self, node_name: str) -> frozenset[str]:
-        return self.migrated.get(node_name, frozenset())
+        found = self._csi_nodes.by_key.get(node_name)
+        return found[1] if found is not None else frozenset()
 
     def driver_publishes_capacity(self, driver: str) -> bool:
-        return self.drivers.get(driver, (False, False))[0]
+        return self._drivers.by_key.get(driver, (False, False))[0]
 
     def driver_required_on_node(self, driver: str) -> bool:
-        return self.drivers.get(driver, (False, False))[1]
+        return self._drivers.by_key.get(driver, (False, False))[1]
 
     def capacities(self) -> Sequence[StorageCapacity]:
+        if self._capacity_list is None:
+            self._capacity_list = tuple(self._capacities.by_key.values())
         return self._capacity_list
 
     def claim_users(self, key: str) -> int:
@@ -134,7 +259,7 @@ class StorageState:
     def attachments(self, node_name: str) -> list[tuple[str, str]]:
         found = []
         for name in self._attached_on.get(node_name, ()):
-            _, attacher, pv_name = self._attachments[name]
+            _, attacher, pv_name = self._attachments.by_key[name]
             volume = self.volumes.get(pv_name)
             if attacher and volume is not None and volume.csi_driver:
                 found.append((attacher, volume.csi_handle))
@@ -160,132 +285,41 @@ class StorageState:
         self.assumed_claims.pop(key, None)
 
     # --- informers ---------------------------------------------------------------------------
-    def on_claim_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        key = _key(raw)
-        self.assumed_claims.pop(key, None)  # any event is newer than what was assumed
-        if event_type == "DELETED":
-            self.claims.pop(key, None)
-        else:
-            self.claims[key] = parse_claim(raw)
+    def _changed(self, key: str) -> None:
+        self.on_change()
+
+    def _object_changed(self, key: str) -> None:  # a claim or a PV: PreBind may wait on it
         self.on_object(key)
         self.on_change()
 
-    def relisted_claims(self, keys: set[str]) -> None:
-        for key in set(self.claims) - keys:
-            del self.claims[key]
-            self.assumed_claims.pop(key, None)
-
-    def on_volume_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        name = _name(raw)
-        self.restore_volume(name)  # any event is newer than what was assumed
-        old = self.volumes.pop(name, None)
-        if old is not None:
-            self._unindex(old)
-        if event_type != "DELETED":
-            volume = self.volumes[name] = parse_volume(raw)
-            self._index(volume)
-        self.on_object(name)
-        self.on_change()
-
-    def _index(self, volume: Volume) -> None:
+    def _index(self, name: str, volume: Volume) -> None:
         ref = volume.claim_ref
         if ref is not None:
-            self._claimed.setdefault(f"{ref.namespace}/{ref.name}", {})[volume.name] = volume
+            self._claimed.setdefault(f"{ref.namespace}/{ref.name}", {})[name] = volume
         else:
             by_host = self._free.setdefault(volume.class_name, {})
-            by_host.setdefault(volume.host or "", {})[volume.name] = volume
+            by_host.setdefault(volume.host or "", {})[name] = volume
 
-    def _unindex(self, volume: Volume) -> None:
+    def _unindex(self, name: str, volume: Volume) -> None:
         ref = volume.claim_ref
         if ref is not None:
             key = f"{ref.namespace}/{ref.name}"
             claimed = self._claimed.get(key, {})
-            claimed.pop(volume.name, None)
+            claimed.pop(name, None)
             if not claimed:
                 self._claimed.pop(key, None)
         else:
             by_host = self._free.get(volume.class_name, {})
             pool = by_host.get(volume.host or "", {})
-            pool.pop(volume.name, None)
+            pool.pop(name, None)
             if not pool:
                 by_host.pop(volume.host or "", None)
 
-    def relisted_volumes(self, names: set[str]) -> None:
-        for name in set(self.volumes) - names:
-            self.on_volume_event("DELETED", {"metadata": {"name": name}})
+    def _attached(self, name: str, attachment: Attachment) -> None:
+        self._attached_on.setdefault(attachment[0], set()).add(name)
 
-    def on_class_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        name = _name(raw)
-        if event_type == "DELETED":
-            self.classes.pop(name, None)
-        else:
-            self.classes[name] = parse_storage_class(raw)
-            self.on_change()
+    def _detached(self, name: str, attachment: Attachment) -> None:
+        discard(self._attached_on, attachment[0], name)
 
-    def relisted_classes(self, names: set[str]) -> None:
-        for name in set(self.classes) - names:
-            del self.classes[name]
-
-    def on_csi_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        name = _name(raw)
-        if event_type == "DELETED":
-            self.csi_nodes.pop(name, None)
-            self.migrated.pop(name, None)
-        else:
-            self.csi_nodes[name] = parse_csi_node(raw)
-            annotations = (raw.get("metadata") or {}).get("annotations") or {}
-            self.migrated[name] = migrated_plugins(annotations)
-        self.on_change()
-
-    def relisted_csi_nodes(self, names: set[str]) -> None:
-        for name in set(self.csi_nodes) - names:
-            del self.csi_nodes[name]
-            self.migrated.pop(name, None)
-
-    def on_driver_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        name = _name(raw)
-        if event_type == "DELETED":
-            self.drivers.pop(name, None)
-        else:
-            spec = raw.get("spec") or {}
-            self.drivers[name] = (
-                spec.get("storageCapacity") is True,
-                spec.get("preventPodSchedulingIfMissing") is True,
-            )
-        self.on_change()
-
-    def relisted_drivers(self, names: set[str]) -> None:
-        for name in set(self.drivers) - names:
-            del self.drivers[name]
-
-    def on_attachment_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        name = _name(raw)
-        old = self._attachments.pop(name, None)
-        if old is not None:
-            self._attached_on.get(old[0], set()).discard(name)
-        if event_type != "DELETED":
-            spec = raw.get("spec") or {}
-            node = str(spec.get("nodeName") or "")
-            pv_name = str((spec.get("source") or {}).get("persistentVolumeName") or "")
-            self._attachments[name] = (node, str(spec.get("attacher") or ""), pv_name)
-            self._attached_on.setdefault(node, set()).add(name)
-        self.on_change()
-
-    def relisted_attachments(self, names: set[str]) -> None:
-        for name in set(self._attachments) - names:
-            self.on_attachment_event("DELETED", {"metadata": {"name": name}})
-
-    def on_capacity_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        key = _key(raw)
-        if event_type == "DELETED":
-            self._capacities.pop(key, None)
-        else:
-            self._capacities[key] = parse_capacity(raw)
-        self._capacity_list = tuple(self._capacities.values())
-        if event_type != "DELETED":
-            self.on_change()
-
-    def relisted_capacities(self, keys: set[str]) -> None:
-        for key in set(self._capacities) - keys:
-            del self._capacities[key]
-        self._capacity_list = tuple(self._capacities.values())
+    def _capacities_changed(self, key: str, capacity: StorageCapacity) -> None:
+        self._capacity_list = None
