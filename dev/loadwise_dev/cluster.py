@@ -20,7 +20,7 @@ import kopf
 
 from loadwise.config import Config
 from loadwise.handlers import build_registry
-from loadwise.policies.crd import build_crd
+from loadwise.policies.crd_schema import build_crd
 from loadwise.resources import to_amount
 from loadwise.runtime import Runtime
 

@@ -1,8 +1,8 @@
 """SchedulingPolicy: the pydantic model, pod matching, and the set of live policies.
 
-The model is the one source of truth: `loadwise.policies.crd` turns its JSON schema into the
-CRD that the API server enforces, so the server and the operator refuse the same objects with
-the same words.
+The model is the one source of truth: `loadwise.policies.crd_schema` turns its JSON schema
+into the CRD that the API server enforces, so the server and the operator refuse the same
+objects with the same words.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .crd import build_crd
+from .crd_schema import build_crd
 
 TARGET = "docs/policy-reference.md"
 HEADER = """# SchedulingPolicy reference

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from loadwise.policies import policy_reference
-from loadwise.policies.crd import TARGETS, build_crd, render
+from loadwise.policies.crd import TARGETS, render
+from loadwise.policies.crd_schema import build_crd
 
 ROOT = Path(__file__).resolve().parents[3]
 

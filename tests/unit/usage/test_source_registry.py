@@ -24,7 +24,7 @@ from loadwise.config import Config
 from loadwise.explain import settings_line
 from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, schedule_one
-from loadwise.policies.crd import build_crd as crd
+from loadwise.policies.crd_schema import build_crd as crd
 from loadwise.preflight import needed
 from loadwise.reporting.policy_status import metrics_report
 from loadwise.settings_help import settings
