@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Coroutine, Mapping
+from typing import Any
 
 from .. import observability as obs
 from ..framework.context import Basis
@@ -28,19 +29,63 @@ from ..framework.gang_preemption import GroupPreemption, preempt_group
 from ..framework.plugin import CycleState
 from ..framework.pod_groups import GroupKey, PodGroup
 from ..framework.preemption import TERMINATING, NoPreemption
+from ..framework.profile import Profile
 from ..framework.types import PodInfo
+from ..usage.cache import NodeSample
+from .binder import Binder
+from .gangs import Gangs
 from .group_status import GroupStatus
-
-if TYPE_CHECKING:
-    from .scheduler import Scheduler
+from .inflight import InFlight
+from .outcomes import Outcomes
+from .preemptor import Preemptor
+from .queue import SchedulingQueue
+from .state import ClusterState
 
 log = logging.getLogger(__name__)
 
+# (pod, basis, the siblings decided with it) -> the scheduling cycle's result
+Decide = Callable[[PodInfo, Basis, Collection[str]], Decision | Unschedulable]
+# (pod, decision, attempt started, what its Reserve plugins kept) -> its binding cycle
+BindTask = Callable[[PodInfo, Decision, float, CycleState], Coroutine[Any, Any, None]]
+
 
 class GroupCycle:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.s = scheduler
-        self.status = GroupStatus(scheduler.gangs, scheduler.binder)
+    def __init__(
+        self,
+        *,
+        gangs: Gangs,
+        state: ClusterState,
+        queue: SchedulingQueue,
+        inflight: InFlight,
+        profile: Profile,
+        binder: Binder,
+        outcomes: Outcomes,
+        preemption: Preemptor,
+        preempts: bool,
+        decide: Decide,
+        basis_for: Callable[[PodInfo], Basis],
+        bind_task: BindTask,
+        observe: Callable[[Decision, Mapping[str, NodeSample]], None],
+        wait_timeout: float,
+    ) -> None:
+        """`preempts`: DefaultPreemption is on. `observe`: the placement metrics of a
+        decision that is kept. `wait_timeout`: how long members may wait for their group
+        before they are told why."""
+        self.gangs = gangs
+        self.state = state
+        self.queue = queue
+        self.inflight = inflight
+        self.profile = profile
+        self.binder = binder
+        self.outcomes = outcomes
+        self.preemption = preemption
+        self.preempts = preempts
+        self.decide = decide
+        self.basis_for = basis_for
+        self.bind_task = bind_task
+        self.observe = observe
+        self.wait_timeout = wait_timeout
+        self.status = GroupStatus(gangs, binder)
         self._evicting: dict[GroupKey, set[str]] = {}  # victims of each group's preemption
         self._hot_since: dict[GroupKey, float] = {}  # groups waiting for cool room: since when
         self._decisions = {
@@ -52,47 +97,47 @@ class GroupCycle:
         """Beside the loop, while leading: members held past their group's timeout are told
         why they wait (and the conditions written for PodGroups now gone are forgotten)."""
         while True:
-            await asyncio.sleep(min(5.0, self.s.gang_wait_timeout / 2))
-            self.status.forget_gone(self.s.gangs.groups)
+            await asyncio.sleep(min(5.0, self.wait_timeout / 2))
+            self.status.forget_gone(self.gangs.groups)
             for gone in [
-                k for k in (*self._evicting, *self._hot_since) if k not in self.s.gangs.groups
+                k for k in (*self._evicting, *self._hot_since) if k not in self.gangs.groups
             ]:
                 self._evicting.pop(gone, None)
                 self._hot_since.pop(gone, None)
-            obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.s.gangs.waiting()))
-            for members, why in self.s.gangs.overdue(time.monotonic(), self.s.gang_wait_timeout):
-                self.s.inflight.spawn_unslotted(self._tell(members, why))
+            obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.gangs.waiting()))
+            for members, why in self.gangs.overdue(time.monotonic(), self.wait_timeout):
+                self.inflight.spawn_unslotted(self._tell(members, why))
 
     async def _tell(self, pods: list[PodInfo], message: str) -> None:
         for pod in pods:
-            await self.s.report_unschedulable(pod, message)
+            await self.outcomes.report(pod, message)
 
     def schedule(self, pod: PodInfo) -> bool:
         """The group of a popped member (Scheduler.schedule_popped's contract: True when the
         loop's bind slot was handed to a task)."""
-        s, gangs = self.s, self.s.gangs
+        gangs = self.gangs
         key = pod.group
         assert key is not None
         group = gangs.groups.get(key)
         if group is None or not gangs.ready(key):  # its PodGroup went, or members left
-            s.queue.remove(pod.uid)
+            self.queue.remove(pod.uid)
             gangs.hold(pod)
             return False
-        taken = (s.queue.take(uid) for uid in gangs.pending.get(key, {}) if uid != pod.uid)
-        members = [pod, *(m for m in taken if m is not None and m.uid not in s.state.pods)]
+        taken = (self.queue.take(uid) for uid in gangs.pending.get(key, {}) if uid != pod.uid)
+        members = [pod, *(m for m in taken if m is not None and m.uid not in self.state.pods)]
         started = time.perf_counter()
         refusal = gangs.mismatch(group, members)
         if refusal:  # kube-scheduler fails such a group as a SchedulerError
             self._decisions["error"].inc()
             for member in members:
-                s.queue.backoff(member.uid)
+                self.queue.backoff(member.uid)
             self._report(group, members, {}, refusal, "SchedulerError")
             return True
         gap = gangs.resource_gap(group)
         if gap:  # coscheduling's PreFilter: unresolvable, no preemption
             self._decisions["unschedulable"].inc()
             for member in members:
-                s.queue.park(member.uid)
+                self.queue.park(member.uid)
             self._report(group, members, {}, gap, "Unschedulable")
             return True
         decision, cycles, basis = self._decide(group, members)
@@ -102,26 +147,26 @@ class GroupCycle:
         if decision.reached and not waits:
             self._decisions["placed"].inc()
             for _, result in decision.placed:
-                s.observe_decision(result, basis.samples)
+                self.observe(result, basis.samples)
             self._bind(group, decision, cycles, started)
             return True
         for member, result in decision.placed:  # nothing of it is kept: Unreserve, forget
-            s.profile.unreserve(cycles[member.uid], member, result.node)
-            s.state.forget(member.uid)
+            self.profile.unreserve(cycles[member.uid], member, result.node)
+            self.state.forget(member.uid)
             member.node_name, member.assumed = "", False  # pending again, as it was
         if waits:  # tried again after its backoff: cool room may come with any sample
             self._decisions["hot_wait"].inc()
             for member in members:
-                s.queue.backoff(member.uid)
+                self.queue.backoff(member.uid)
             self._report(group, members, {}, waits, "Unschedulable")
             return True
         self._decisions["unschedulable"].inc()
-        s.count_unschedulable(len(members), done - started)
+        self.outcomes.unschedulable(len(members), done - started)
         for member in members:
-            s.queue.park(member.uid)
+            self.queue.park(member.uid)
         own = {p.uid: f"{result.message}; " for p, result in decision.refused}
         message = f"{decision.message} (pod group {key})"
-        outcome = self._post_filter(group, members, basis) if s.preempts else None
+        outcome = self._post_filter(group, members, basis) if self.preempts else None
         if isinstance(outcome, NoPreemption):
             message = f"{message} preemption: {outcome.message}"
         elif isinstance(outcome, GroupPreemption):
@@ -129,10 +174,10 @@ class GroupCycle:
                 other
                 for member in members
                 if member.uid in outcome.nodes
-                for other in s.preemption.nominate(member, outcome.nodes[member.uid])
+                for other in self.preemption.nominate(member, outcome.nodes[member.uid])
             ]
             self._evicting[group.key] = {v.uid for v in outcome.victims}
-            s.inflight.spawn(self._preempt(group, members, outcome, message, cleared))
+            self.inflight.spawn(self._preempt(group, members, outcome, message, cleared))
             return True
         self._report(group, members, own, message, "Unschedulable")
         return True
@@ -160,14 +205,13 @@ class GroupCycle:
         """Preemption for the group (framework/gang_preemption.py); None: nothing to try.
         Not again while victims of its last preemption are still there (kube-scheduler's
         rule for a pod whose victims are terminating): their room is on its way."""
-        s = self.s
         obs.PREEMPTION_ATTEMPTS.inc()
         evicting = self._evicting.get(group.key)
         if evicting is not None:
-            if any(uid in s.state.pods for uid in evicting):
+            if any(uid in self.state.pods for uid in evicting):
                 return NoPreemption(TERMINATING)
             del self._evicting[group.key]
-        groups = s.gangs.groups
+        groups = self.gangs.groups
 
         def together(key: GroupKey) -> bool:
             found = groups.get(key)
@@ -175,13 +219,13 @@ class GroupCycle:
 
         return preempt_group(
             members,
-            s.state,
+            self.state,
             basis,
             group.minimum,
-            s.state.group_members[group.key],
-            list(s.preemption.budgets.values()),
+            self.state.group_members[group.key],
+            list(self.preemption.budgets.values()),
             together,
-            s.profile,
+            self.profile,
         )
 
     async def _preempt(
@@ -195,7 +239,7 @@ class GroupCycle:
         """The victims marked and deleted (each as kube-scheduler's PreemptPod), the nominations
         this ended cleared; every member told, nominated to its node; the group waits until the
         victims' deletion moves it."""
-        binder, first = self.s.binder, min(members, key=member_order)
+        binder, first = self.binder, min(members, key=member_order)
         victims = [v for v in outcome.victims if not v.deleting]
         obs.PREEMPTION_VICTIMS.observe(len(outcome.victims))
         names = ", ".join(v.key for v in outcome.victims)
@@ -224,27 +268,24 @@ class GroupCycle:
         self, group: PodGroup, members: list[PodInfo]
     ) -> tuple[GroupDecision, dict[str, CycleState], Basis]:
         """Members in kube-scheduler's order, each reserved (the Reserve plugins) and assumed
-        when it fits; the group's policy is its first member's."""
-        s = self.s
+        when it fits; the group's policy is its first member'self."""
         first = min(members, key=member_order)
-        namespace = s.state.namespaces.get(first.namespace)
-        policy = s.policies.for_pod(first.labels, namespace, first.scheduler_name)
-        basis = s.usage.basis(policy, time.time(), s.rng)
+        basis = self.basis_for(first)
         cycles: dict[str, CycleState] = {}
         siblings = {m.uid for m in members}
 
         def attempt(member: PodInfo) -> Decision | Unschedulable:
-            result = s.decide(member, basis, siblings)
+            result = self.decide(member, basis, siblings)
             if isinstance(result, Decision):
                 cycle = CycleState()
-                error = s.profile.reserve(cycle, member, result.node)
+                error = self.profile.reserve(cycle, member, result.node)
                 if error is not None:  # each Reserve plugin was unreserved
                     return Unschedulable(error, {})
                 cycles[member.uid] = cycle
-                s.state.assume(member, result.node)
+                self.state.assume(member, result.node)
             return result
 
-        scheduled = s.state.group_members[group.key]  # before this cycle assumes any
+        scheduled = self.state.group_members[group.key]  # before this cycle assumes any
         return place_group(members, group.minimum, attempt, scheduled), cycles, basis
 
     def _bind(
@@ -254,18 +295,17 @@ class GroupCycle:
         cycles: dict[str, CycleState],
         started: float,
     ) -> None:
-        s = self.s
         for index, (member, result) in enumerate(decision.placed):
             cycle = cycles[member.uid]
-            bind = s.bind_task(member, result, started, cycle)
-            allowance = s.profile.bind_allowance(cycle)
-            s.inflight.start_bind(member.uid, bind, allowance, slot=index == 0)
+            bind = self.bind_task(member, result, started, cycle)
+            allowance = self.profile.bind_allowance(cycle)
+            self.inflight.start_bind(member.uid, bind, allowance, slot=index == 0)
         for member, refused in decision.refused:  # the group is placed; this one waits
-            s.queue.park(member.uid)
+            self.queue.park(member.uid)
             message = f"{refused.message} (pod group {group.key} is placed without it)"
-            if s.should_report(member.uid, message):
-                s.inflight.spawn_unslotted(s.report_unschedulable(member, message))
-        s.inflight.spawn_unslotted(self.status.write(group, True, "Scheduled", ""))
+            if self.outcomes.should_report(member.uid, message):
+                self.inflight.spawn_unslotted(self.outcomes.report(member, message))
+        self.inflight.spawn_unslotted(self.status.write(group, True, "Scheduled", ""))
 
     def _report(
         self,
@@ -276,16 +316,15 @@ class GroupCycle:
         reason: str,
     ) -> None:
         """One task (it holds the loop's slot) tells every member, and the PodGroup."""
-        s = self.s
         told = [
             (m, f"{own.get(m.uid, '')}{message}")
             for m in members
-            if s.should_report(m.uid, f"{own.get(m.uid, '')}{message}")
+            if self.outcomes.should_report(m.uid, f"{own.get(m.uid, '')}{message}")
         ]
 
         async def report() -> None:
             for member, text in told:
-                await s.report_unschedulable(member, text)
+                await self.outcomes.report(member, text)
             await self.status.write(group, False, reason, message)
 
-        s.inflight.spawn(report())
+        self.inflight.spawn(report())

@@ -32,7 +32,7 @@ from ..framework.scoring import score_node, weighted_load
 from ..framework.types import PodInfo
 from ..policies.policy import Policy
 from ..policies.policy_set import PolicySet
-from ..usage.cache import MetricsCache, NodeSample
+from ..usage.cache import MetricsCache
 from .binder import Binder
 from .binding_cycle import BindingCycle
 from .binding_plugins import BINDING_PLUGINS, Factory, Handle
@@ -44,13 +44,13 @@ from .gangs import Gangs
 from .group_cycle import GroupCycle
 from .inflight import InFlight
 from .moves import Moves
+from .outcomes import Outcomes
 from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .state import ClusterState
 from .usage_sources import UsageSources
 
 log = logging.getLogger(__name__)
-RESULTS = ("scheduled", "unschedulable", "error")
 
 
 class Scheduler:
@@ -77,8 +77,6 @@ class Scheduler:
         self.state = state if state is not None else ClusterState(profile.placed_changed)
         self.policies = PolicySet()
         self.policies.on_change = self._policies_changed
-        self.failure_event_interval = settings.failure_event_interval
-        self.gang_wait_timeout = settings.gang_wait_timeout
         self.rng = rng or random.Random()
         self.state.storage.on_change = self._storage_changed  # requeues pods waiting on it
         handle = Handle(binder.transport, self.state, settings)
@@ -89,10 +87,9 @@ class Scheduler:
         # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
         self._term = 0
         self._decided = itertools.count(1)  # decisions made, numbered in order
-        self.reported: dict[str, tuple[str, float]] = {}  # uid -> (message, monotonic time)
-        # kube-scheduler's metrics; the profile label is the scheduler name.
-        self.attempts = {r: obs.SCHEDULE_ATTEMPTS.labels(r, scheduler_name) for r in RESULTS}
-        self.attempt_seconds = {r: obs.ATTEMPT_SECONDS.labels(r, scheduler_name) for r in RESULTS}
+        self.outcomes = Outcomes(
+            scheduler_name, self.state, queue, binder, settings.failure_event_interval
+        )
         self._decision_metrics = DecisionMetrics()
         self._pending = {q: obs.PENDING.labels(q) for q in obs.QUEUES}
         queue.on_count = self._queue_changed  # the gauge follows every queue change
@@ -108,8 +105,25 @@ class Scheduler:
         self.gangs = Gangs(scheduler_name, self.state)
         self.gangs.release = queue.add
         self.gangs.changed = queue.move_all_to_active
-        self.groups = GroupCycle(self)
-        self.binding = BindingCycle(self)
+        self.groups = GroupCycle(
+            gangs=self.gangs,
+            state=self.state,
+            queue=queue,
+            inflight=self.inflight,
+            profile=profile,
+            binder=binder,
+            outcomes=self.outcomes,
+            preemption=self.preemption,
+            preempts=self.preempts,
+            decide=self.decide,
+            basis_for=self.basis_for,
+            bind_task=self.bind_task,
+            observe=self._decision_metrics.observe,
+            wait_timeout=settings.gang_wait_timeout,
+        )
+        self.binding = BindingCycle(
+            scheduler_name, profile, binder, self.inflight, self.events, self.outcomes
+        )
         # Watch events in (event_handlers.py): the informers call these.
         self.watch = ClusterEvents(
             scheduler_name,
@@ -117,7 +131,7 @@ class Scheduler:
             queue,
             profile,
             self.preemption,
-            self.reported,
+            self.outcomes.reported,
             self._pending["gated"],
             self.gangs,
         )
@@ -172,9 +186,7 @@ class Scheduler:
                         pod.key,
                         extra={"pod": pod.key},
                     )
-                    self.attempts["error"].inc()
-                    self.state.forget(pod.uid)
-                    self.queue.backoff(pod.uid)
+                    self.outcomes.failed(pod, None)
                 finally:
                     if not handed_off:
                         self.inflight.slots.release()
@@ -193,12 +205,9 @@ class Scheduler:
             return False
         if self.gangs.applies(pod):  # a gang's member: its whole group is decided now
             return self.groups.schedule(pod)
-        policy = self.policies.for_pod(
-            pod.labels, self.state.namespaces.get(pod.namespace), pod.scheduler_name
-        )
         started = time.perf_counter()
-        basis = self.usage.basis(policy, time.time(), self.rng)
-        samples = basis.samples
+        basis = self.basis_for(pod)
+        policy, samples = basis.policy, basis.samples
         result = self.decide(pod, basis)
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
@@ -216,8 +225,7 @@ class Scheduler:
             return True
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
         refused = self.device_classes.refusal(pod)
-        self.attempts["unschedulable"].inc()
-        self.attempt_seconds["unschedulable"].observe(done - started)
+        self.outcomes.unschedulable(1, done - started)
         message = result.message
         outcome = (
             self.post_filter(pod, policy, held)
@@ -238,22 +246,18 @@ class Scheduler:
         if isinstance(outcome, Preemption):
             cleared = self.preemption.nominate(pod, outcome.node)
             self.inflight.spawn(self.preemption.carry_out(pod, outcome, message, cleared))
-            self.reported[pod.uid] = (message, time.monotonic())
+            self.outcomes.noted(pod.uid, message)
             return True
-        if self.should_report(pod.uid, message):
-            self.inflight.spawn(self.report_unschedulable(pod, message))
+        if self.outcomes.should_report(pod.uid, message):
+            self.inflight.spawn(self.outcomes.report(pod, message))
             return True
         return False
 
-    def observe_decision(self, result: Decision, samples: Mapping[str, NodeSample]) -> None:
-        """loadwise's placement metrics for a decision that is kept (reserved, then bound)."""
-        self._decision_metrics.observe(result, samples)
-
-    def count_unschedulable(self, pods: int, seconds: float) -> None:
-        """kube-scheduler's attempt metrics for pods no node took (a group's members too)."""
-        self.attempts["unschedulable"].inc(pods)
-        for _ in range(pods):
-            self.attempt_seconds["unschedulable"].observe(seconds)
+    def basis_for(self, pod: PodInfo) -> Basis:
+        """What the pod's decision is judged against now: its policy, that policy's samples."""
+        namespace = self.state.namespaces.get(pod.namespace)
+        policy = self.policies.for_pod(pod.labels, namespace, pod.scheduler_name)
+        return self.usage.basis(policy, time.time(), self.rng)
 
     def decide(
         self, pod: PodInfo, basis: Basis, siblings: Collection[str] = ()
@@ -280,9 +284,8 @@ class Scheduler:
         error = self.profile.reserve(cycle, pod, node)
         if error is None:
             return cycle
-        self.attempts["error"].inc()
-        self.queue.backoff(pod.uid)
-        self.inflight.spawn(self.report_unschedulable(pod, error))
+        self.outcomes.failed(pod, None)  # nothing was assumed yet
+        self.inflight.spawn(self.outcomes.report(pod, error))
         return None
 
     # --- preemption --------------------------------------------------------------------------
@@ -302,23 +305,11 @@ class Scheduler:
             return self.gangs.whole_groups(outcome)  # disruptionMode: all
         return outcome
 
-    def should_report(self, uid: str, message: str) -> bool:
-        now = time.monotonic()
-        last = self.reported.get(uid)
-        if last is not None and last[0] == message and now - last[1] < self.failure_event_interval:
-            return False
-        self.reported[uid] = (message, now)
-        return True
-
     def bind_task(
         self, pod: PodInfo, decision: Decision, attempt_started: float, cycle: CycleState
     ) -> Coroutine[Any, Any, None]:
         """The binding cycle of a reserved pod, numbered in the order of decisions."""
         return self.binding.run(pod, decision, attempt_started, next(self._decided), cycle)
-
-    async def report_unschedulable(self, pod: PodInfo, message: str) -> None:
-        await self.binder.event(pod, "Warning", "FailedScheduling", message)
-        await self.binder.mark_unschedulable(pod, message)
 
     def abandon(self) -> None:
         """Leadership lost: end the term, stop every bind and report in flight at once. What
