@@ -5,7 +5,8 @@ bench/placement [--nodes N] [--pods M] [--seed S] [--policy default|cpu|pack]
                 [--usage kwok|exporter] [--json PATH] [--png PATH]
 Sets up its own control plane, Prometheus and nodes, and tears them down. KWOK plays the
 nodes' kubelets (Leases, pods Running, graceful deletions); --no-kwok: the nodes are API objects
-only (as before 2026-11-26: the same figures within run-to-run noise, docs/benchmarks.md).
+only (as before 2026-11-26: the same figures within run-to-run noise,
+bench/results/2026-11-26/README.md).
 Usage is what each pod declares, and a node's background; --usage kwok (the default on KWOK):
 KWOK serves it as the kubelet's cAdvisor series, read with kube-prometheus-stack's preset
 queries (kwok_usage.py; a background is a pod); --usage exporter: the harness's exporter

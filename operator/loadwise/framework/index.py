@@ -219,7 +219,8 @@ class ScoreIndex:
         """`_walk` over the nodes a filter narrows the pod to, in the same order: their
         heap items alone, so a pod costs about as many nodes as it has candidates. With local
         PVs on a third of 15,000 nodes, the walk over every node failed once the coolest
-        nodes' PVs were taken, and each pod visited every node (docs/benchmarks.md)."""
+        nodes' PVs were taken, and each pod visited every node
+        (bench/results/2026-11-27/README.md)."""
         entries = shape.entries  # every node's (the shape is current)
         items = [item for name in names if (item := entries[name].item) is not None]
         heapq.heapify(items)

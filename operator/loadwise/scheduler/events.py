@@ -7,7 +7,7 @@ burst's events are written as it ends, and an endless stream of binds still gets
 late. The API server is what binds and events share: with a core of its own beside the API
 server's, loadwise's binds per second reached the raw binding ceiling this way (median of three
 at 1000 nodes, 1.00 of it, against 0.88 when events were written during the burst;
-docs/benchmarks.md). When the buffer is full the event is dropped and counted
+bench/results/2026-11-27/README.md). When the buffer is full the event is dropped and counted
 (`loadwise_events_dropped_total`), as client-go's event broadcaster drops under pressure: an
 event is a report, the Binding is the decision.
 

@@ -83,7 +83,7 @@ class VolumeBinder(ReservePlugin, PreBindPlugin):
         self.poll = poll
         # PreBinds waiting, by the claim keys and PV names whose next version wakes them: with
         # thousands of pods waiting on the PV controller, polling each cost more than the rest
-        # of a pod's scheduling (py-spy, 15,000 nodes; docs/benchmarks.md).
+        # of a pod's scheduling (py-spy, 15,000 nodes; bench/results/2026-11-27/README.md).
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
         storage.on_object = self._wake
 
