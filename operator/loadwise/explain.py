@@ -28,8 +28,8 @@ from .components import build
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose, prefilter
-from .framework.gang import member_order, what_if_group
 from .framework.heat import thresholds_text
+from .framework.plugins.gang_scheduling.placement import member_order, what_if_group
 from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod

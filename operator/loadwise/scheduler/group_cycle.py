@@ -1,12 +1,12 @@
 """A pod group's scheduling cycle: kube-scheduler's schedule_one_podgroup, load-aware.
 
 When a member is popped, every queued member of its group is taken with it and the group is
-decided at once (framework/gang.py): each member through the same cycle as any pod, assumed
-(with its volumes) before the next is tried, so the load score, the hot rule and spreading see
-the group as a whole. If the members already placed and those placed now reach the minimum,
-every placed member is bound at once; otherwise nothing is kept: each assumption and volume
-reservation is undone, every member waits for a cluster event as one, and each is told why,
-with the group named.
+decided at once (framework/plugins/gang_scheduling/placement.py): each member through the same
+cycle as any pod, assumed (with its volumes) before the next is tried, so the load score, the
+hot rule and spreading see the group as a whole. If the members already placed and those placed
+now reach the minimum, every placed member is bound at once; otherwise nothing is kept: each
+assumption and volume reservation is undone, every member waits for a cluster event as one, and
+each is told why, with the group named.
 
 Binding is not transactional in Kubernetes (nor in kube-scheduler): a member whose bind fails
 releases only its own reservation and is tried again after its backoff, alone, with its placed
@@ -24,9 +24,9 @@ from typing import Any
 from .. import observability as obs
 from ..framework.context import Basis
 from ..framework.cycle import Decision, Unschedulable
-from ..framework.gang import GroupDecision, member_order, place_group
-from ..framework.gang_preemption import GroupPreemption, preempt_group
 from ..framework.plugin import CycleState
+from ..framework.plugins.gang_scheduling.placement import GroupDecision, member_order, place_group
+from ..framework.plugins.gang_scheduling.preemption import GroupPreemption, preempt_group
 from ..framework.pod_groups import GroupKey, PodGroup
 from ..framework.preemption import TERMINATING, NoPreemption
 from ..framework.profile import Profile
@@ -202,9 +202,10 @@ class GroupCycle:
     def _post_filter(
         self, group: PodGroup, members: list[PodInfo], basis: Basis
     ) -> GroupPreemption | NoPreemption | None:
-        """Preemption for the group (framework/gang_preemption.py); None: nothing to try.
-        Not again while victims of its last preemption are still there (kube-scheduler's
-        rule for a pod whose victims are terminating): their room is on its way."""
+        """Preemption for the group (framework/plugins/gang_scheduling/preemption.py); None:
+        nothing to try. Not again while victims of its last preemption are still there
+        (kube-scheduler's rule for a pod whose victims are terminating): their room is on its
+        way."""
         obs.PREEMPTION_ATTEMPTS.inc()
         evicting = self._evicting.get(group.key)
         if evicting is not None:

@@ -1,6 +1,6 @@
 """VolumeBinder: VolumeBinding's Reserve, PreBind and Unreserve (kube-scheduler's
 volumebinding/binder.go), for a pod whose claims wait for the scheduler: the plugin's half that
-writes, registered by the scheduler beside its Filter (framework/plugins/volume_binding.py).
+writes, registered by the scheduler beside its Filter (framework/plugins/volume_binding/).
 
 - Reserve (synchronous, in the scheduling cycle): the plan for the chosen node is computed from
   the same state the Filter saw, and assumed: each PV to bind shows its claimRef, each claim to
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..framework.plugin import CycleState, PreBindPlugin, ReservePlugin
-from ..framework.pod_volumes import (
+from ..framework.plugins.volume_binding.pod_volumes import (
     PodClaims,
     VolumeError,
     VolumePlan,

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ..framework.csi_migration import migrated_plugins
+from ..framework.plugins.volume_binding.csi_migration import migrated_plugins
 from ..framework.storage import (
     HOSTNAME,
     Claim,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from loadwise.framework.context import Basis
-from loadwise.framework.gang import what_if_group
+from loadwise.framework.plugins.gang_scheduling.placement import what_if_group
 from loadwise.policies.policy import Policy, parse_spec
 from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests

@@ -7,7 +7,11 @@ import dataclasses
 import random
 
 from loadwise.framework.context import Basis
-from loadwise.framework.gang_preemption import NO_ROOM, GroupPreemption, preempt_group
+from loadwise.framework.plugins.gang_scheduling.preemption import (
+    NO_ROOM,
+    GroupPreemption,
+    preempt_group,
+)
 from loadwise.framework.pod_groups import UPSTREAM, GroupKey
 from loadwise.framework.preemption import NoPreemption
 from loadwise.framework.types import PodInfo

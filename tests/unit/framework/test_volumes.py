@@ -11,7 +11,7 @@ from typing import Any
 from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, Unschedulable, schedule_one
 from loadwise.framework.index import ScoreIndex
-from loadwise.framework.pod_volumes import pod_claims
+from loadwise.framework.plugins.volume_binding.pod_volumes import pod_claims
 from loadwise.framework.preemption import preempt
 from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import parse_pod
@@ -235,7 +235,7 @@ def test_an_unbound_wait_for_first_consumer_claim_goes_where_a_volume_fits() -> 
 
 
 def test_the_smallest_fitting_volume_is_chosen_and_pre_bound_volumes_first() -> None:
-    from loadwise.framework.pod_volumes import PodClaims, find_pod_volumes
+    from loadwise.framework.plugins.volume_binding.pod_volumes import PodClaims, find_pod_volumes
 
     state = cluster(
         storage_class(),

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loadwise.framework.pod_volumes import PodClaims, pod_claims
+from loadwise.framework.plugins.volume_binding.pod_volumes import PodClaims, pod_claims
 from loadwise.framework.types import parse_pod
 from loadwise.scheduler.state import ClusterState
 from loadwise.scheduler.volume_binder import MERGE_PATCH, VolumeBinder, VolumeBindError
@@ -51,7 +51,7 @@ async def test_reserve_assumes_the_pv_so_no_other_claim_gets_it() -> None:
     other = parse_pod(pod("q", "e"))
     claims = pod_claims(other, state.storage)
     assert isinstance(claims, PodClaims)
-    from loadwise.framework.pod_volumes import find_pod_volumes
+    from loadwise.framework.plugins.volume_binding.pod_volumes import find_pod_volumes
 
     assert find_pod_volumes(other, claims, state.nodes["a"], state.storage) == [
         "node(s) didn't find available persistent volumes to bind"

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from .selectors import NodeSelectorTerm, Requirement
-from .storage import MIGRATED, Volume
+from ...selectors import NodeSelectorTerm, Requirement
+from ...storage import MIGRATED, Volume
 
 # The CSINode annotation listing the in-tree plugins migrated to CSI on its node.
 MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...storage import NO_PROVISIONER, Claim, StorageClass, Volume
+from ...types import NodeInfo, PodInfo
+from ...view import StorageView
 from .csi_migration import TranslationError, as_seen_on
-from .storage import NO_PROVISIONER, Claim, StorageClass, Volume
-from .types import NodeInfo, PodInfo
-from .view import StorageView
 
 # Filter's reasons (binder.go's ConflictReasons), in the order it reports them.
 NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"

@@ -1,6 +1,6 @@
 """Preemption for a pod group (KEP-5710, kube-scheduler 1.37's pod-group PostFilter), as a dry
 run: when a group does not fit, set aside every placed pod of lower priority in the cluster, run
-the group's own decision (framework/gang.py), and preempt only if its minimum then fits; then
+the group's own decision (placement.py), and preempt only if its minimum then fits; then
 spare victims greedily, most important first (those whose eviction would violate a
 PodDisruptionBudget tried first), keeping each whose return still lets the minimum fit. A victim
 in a group whose `disruptionMode` is `all` stands for every placed pod of its group: spared or
@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .context import Basis
-from .disruption_budgets import DisruptionBudget, split_violating
-from .gang import GroupDecision, what_if_group
-from .pod_groups import GroupKey
-from .preemption import NEVER, NoPreemption, importance
-from .profile import DEFAULT_PROFILE, Profile
-from .types import PodInfo
-from .view import WhatIf
+from ...context import Basis
+from ...disruption_budgets import DisruptionBudget, split_violating
+from ...pod_groups import GroupKey
+from ...preemption import NEVER, NoPreemption, importance
+from ...profile import DEFAULT_PROFILE, Profile
+from ...types import PodInfo
+from ...view import WhatIf
+from .placement import GroupDecision, what_if_group
 
 NO_ROOM = "the pod group's minimum does not fit even with every lower-priority pod evicted"
 

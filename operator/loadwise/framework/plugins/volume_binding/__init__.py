@@ -1,15 +1,15 @@
 """VolumeBinding: the pod's claims must be bound, or bindable on the node (a matching
-PersistentVolume, or provisioning there); see ../pod_volumes.py. Its PreFilter refuses a pod
+PersistentVolume, or provisioning there); see pod_volumes.py. Its PreFilter refuses a pod
 whose claims are missing, lost, being deleted or unbound with immediate binding; its Filter's
 refusals are all UnschedulableAndUnresolvable, as kube-scheduler's."""
 
 from __future__ import annotations
 
-from ..context import CycleContext
-from ..plugin import UNSIGNABLE, FilterPlugin, Inputs, Signature
-from ..pod_volumes import PodClaims, VolumeError, find_pod_volumes, pod_claims
-from ..storage import NO_PROVISIONER, StorageClass
-from ..types import NodeInfo
+from ...context import CycleContext
+from ...plugin import UNSIGNABLE, FilterPlugin, Inputs, Signature
+from ...storage import NO_PROVISIONER, StorageClass
+from ...types import NodeInfo
+from .pod_volumes import PodClaims, VolumeError, find_pod_volumes, pod_claims
 
 
 def claims_of(ctx: CycleContext) -> PodClaims | str | None:

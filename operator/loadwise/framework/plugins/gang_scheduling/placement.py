@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from .context import Basis
-from .cycle import Decision, Unschedulable, schedule_one
-from .profile import DEFAULT_PROFILE, Profile
-from .types import PodInfo
-from .view import WhatIf
+from ...context import Basis
+from ...cycle import Decision, Unschedulable, schedule_one
+from ...profile import DEFAULT_PROFILE, Profile
+from ...types import PodInfo
+from ...view import WhatIf
 
 
 @dataclass(frozen=True, slots=True)
