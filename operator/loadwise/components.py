@@ -23,12 +23,12 @@ from .config import Config
 from .kube.informer import Informer, uid_of
 from .kube.transport import Http, Transport
 from .scheduler import device_classes
-from .scheduler.binder import Binder
-from .scheduler.gangs import PATHS as gang_paths
+from .scheduler.binding.binder import Binder
+from .scheduler.pod_groups.members import PATHS as gang_paths
 from .scheduler.queue import SchedulingQueue
 from .scheduler.scheduler import Scheduler
 from .scheduler.state import ClusterState
-from .scheduler.volumes import StorageState
+from .scheduler.volumes.storage_state import StorageState
 from .scheduler.workload_selectors import WorkloadSelectors, namespaced_name
 from .usage.cache import MetricsCache, MetricsSource
 from .usage.learned import WorkloadOf

@@ -38,8 +38,8 @@ from .kube.transport import ApiError
 from .logs import one_line
 from .policies.policy import GROUP, PLURAL, VERSION, Policy
 from .preflight import AccessError, connect
-from .scheduler.move_store import StoreError, ledger_store
-from .scheduler.rebalancer import Rebalancer
+from .scheduler.rebalancing.move_store import StoreError, ledger_store
+from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 from .usage.cache import ClosableSource
 

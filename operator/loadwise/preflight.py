@@ -44,9 +44,9 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
             ("deviceclasses", "resource.k8s.io"),  # DRA-backed extended resources (refused)
-            ("podgroups", "scheduling.k8s.io"),  # gangs (scheduler/gangs.py), both APIs
+            ("podgroups", "scheduling.k8s.io"),  # scheduler/pod_groups/, both APIs
             ("podgroups", "scheduling.x-k8s.io"),
-            ("persistentvolumeclaims", ""),  # the volume plugins (scheduler/volumes.py)
+            ("persistentvolumeclaims", ""),  # the volume plugins (scheduler/volumes/)
             ("persistentvolumes", ""),
             ("storageclasses", "storage.k8s.io"),
             ("csinodes", "storage.k8s.io"),
@@ -65,7 +65,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("patch", "", "persistentvolumes"),  # VolumeBinding's PreBind: claimRef
     Permission("patch", "", "persistentvolumeclaims"),  # ... and the selected-node annotation
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
-    Permission("patch", "scheduling.k8s.io", "podgroups", "status"),  # group_status.py
+    Permission("patch", "scheduling.k8s.io", "podgroups", "status"),  # pod_groups/status.py
     Permission("patch", "scheduling.x-k8s.io", "podgroups", "status"),
     Permission("delete", "", "pods", when="preemption"),  # preemption's victims
     Permission("create", "", "events", ""),
@@ -76,7 +76,7 @@ PERMISSIONS: tuple[Permission, ...] = (
         for verb in ("get", "list", "watch", "create", "update")  # list/watch: standby's watch
     ),
     Permission("create", "", "pods", "eviction", when="evictions"),  # rebalancing's Evict mode
-    *(  # its ledger (move_store.py), beside the Lease
+    *(  # its ledger (scheduler/rebalancing/move_store.py), beside the Lease
         Permission(verb, "", "configmaps", when="evictions") for verb in ("get", "create", "update")
     ),
 )

@@ -42,8 +42,8 @@ from .kube.leader import LeaderElector
 from .kube.transport import ApiError, Http
 from .policies.policywatch import PolicyWatch
 from .reporting.reporter import Reporter
-from .scheduler.move_store import ledger_store
-from .scheduler.rebalancer import Rebalancer
+from .scheduler.rebalancing.move_store import ledger_store
+from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 from .upkeep import AUDIT_INTERVAL, Upkeep
 from .usage.cache import ClosableSource

@@ -56,7 +56,7 @@ async def test_every_line_is_json_and_the_decision_has_its_fields(
             raise AssertionError(f"not a JSON line: {line!r}") from None
     assert all({"ts", "level", "logger", "msg"} <= set(entry) for entry in parsed)
     (bound,) = [e for e in parsed if e["msg"].startswith(f"bound {ns}/web to n1")]
-    assert bound["level"] == "DEBUG" and bound["logger"] == "loadwise.scheduler.binding_cycle"
+    assert bound["level"] == "DEBUG" and bound["logger"] == "loadwise.scheduler.binding.cycle"
     assert (bound["pod"], bound["node"], bound["policy"]) == (f"{ns}/web", "n1", "logged")
     prefetched = {e["msg"] for e in parsed if e["logger"] == "loadwise.kube.transport"}
     assert prefetched == {

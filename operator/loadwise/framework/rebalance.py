@@ -32,8 +32,8 @@ from .scoring import UsageProfiles, pod_estimate
 from .types import PodInfo, controller_of
 from .view import WhatIf
 
-# A replacement's UID in a plan, and its placeholder's once the room is held (scheduler/moves.py):
-# the evicted pod's with this suffix.
+# A replacement's UID in a plan, and its placeholder's once the room is held
+# (scheduler/rebalancing/moves.py): the evicted pod's with this suffix.
 HELD = "/replacement"
 
 QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}

@@ -1,4 +1,4 @@
-"""`spec.rebalance`: relieving nodes that stay hot after placement (scheduler/rebalancer.py).
+"""`spec.rebalance`: relieving nodes that stay hot after placement (scheduler/rebalancing/).
 
 Off by default. The limits are conservative: a scheduler that may evict needs them more than a
 descheduler does, since it can always find *somewhere* for a pod to go.

@@ -21,7 +21,7 @@ from ..kube.times import stamp
 from ..kube.transport import STRATEGIC_MERGE, Http
 from ..policies.policy import GROUP, VERSION
 from ..policies.policywatch import POLICIES_PATH, PolicyObject, PolicyWatch
-from ..scheduler.binder import Binder
+from ..scheduler.binding.binder import Binder
 from ..scheduler.scheduler import Scheduler
 from .policy_status import hot_nodes, metrics_report, set_condition, status_fields
 

@@ -19,7 +19,7 @@ from ..framework.types import (
     resize_key,
     true_since,
 )
-from .gangs import Gangs
+from .pod_groups.members import Gangs
 from .preemptor import Preemptor
 from .queue import SchedulingQueue
 from .state import ClusterState
@@ -151,7 +151,7 @@ class ClusterEvents:
             return
         self._ungate(uid)
         if self.gangs.applies(pod) and not self.gangs.admit(pod):
-            self.queue.remove(uid)  # held until its group is ready (gangs.py)
+            self.queue.remove(uid)  # held until its group is ready (pod_groups/members.py)
             return
         self.queue.add(pod)
 

@@ -9,7 +9,7 @@ import time
 
 from .. import observability as obs
 from ..framework.types import PodInfo
-from .binder import Binder
+from .binding.binder import Binder
 from .queue import SchedulingQueue
 from .state import ClusterState
 

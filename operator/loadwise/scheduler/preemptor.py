@@ -21,7 +21,7 @@ from ..framework.disruption_budgets import DisruptionBudget, parse_budget
 from ..framework.preemption import NoPreemption, Preemption, preempt
 from ..framework.profile import Profile
 from ..framework.types import PodInfo
-from .binder import Binder
+from .binding.binder import Binder
 from .state import ClusterState
 from .workload_selectors import namespaced_name
 

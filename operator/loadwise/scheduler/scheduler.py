@@ -4,7 +4,7 @@ Watch events reach the state and queue through `event_handlers.ClusterEvents` (t
 call its methods, which the scheduler exposes). `run()` is the loop, on the leader only: pop a
 pod, run the scheduling cycle (the score index over the framework's plugins) against in-memory
 state, Reserve (assume) the chosen node, and hand the binding cycle to a bounded set of
-concurrent tasks that own its slot (inflight.py); a pod that fits nowhere goes to PostFilter
+concurrent tasks that own its slot (binding/inflight.py); a pod that fits nowhere goes to PostFilter
 (preemption, preemptor.py) and the failure handler (park, report). The cycle never awaits the
 network: its writes (bindings, events, PodScheduled, nominations and evictions) run in tasks.
 """
@@ -33,20 +33,20 @@ from ..framework.types import PodInfo
 from ..policies.policy import Policy
 from ..policies.policy_set import PolicySet
 from ..usage.cache import MetricsCache
-from .binder import Binder
-from .binding_cycle import BindingCycle
-from .binding_plugins import BINDING_PLUGINS, Factory, Handle
+from .binding.binder import Binder
+from .binding.cycle import BindingCycle
+from .binding.events import EventWriter
+from .binding.inflight import InFlight
+from .binding.plugins import BINDING_PLUGINS, Factory, Handle
 from .decisions import DecisionMetrics
 from .device_classes import DeviceClasses
 from .event_handlers import ClusterEvents
-from .events import EventWriter
-from .gangs import Gangs
-from .group_cycle import GroupCycle
-from .inflight import InFlight
-from .moves import Moves
 from .outcomes import Outcomes
+from .pod_groups.cycle import GroupCycle
+from .pod_groups.members import Gangs
 from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
+from .rebalancing.moves import Moves
 from .state import ClusterState
 from .usage_sources import UsageSources
 
@@ -68,7 +68,7 @@ class Scheduler:
     ) -> None:
         """`settings`: binding, retries and preemption (the queue has its own); None: the
         defaults. `profile` is extended with what `binding_plugins` make: the halves of
-        plugins that write (binding_plugins.py)."""
+        plugins that write (binding/plugins.py)."""
         settings = settings or SchedulingSettings()
         self.name = scheduler_name
         self.binder = binder
@@ -101,7 +101,7 @@ class Scheduler:
         # DefaultPreemption: on (kube-scheduler's default) or off
         self.preempts = settings.preemption
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
-        # pod groups (gangs.py): members held until their group is ready, then queued
+        # pod groups (pod_groups/members.py): members held until their group is ready, then queued
         self.gangs = Gangs(scheduler_name, self.state)
         self.gangs.release = queue.add
         self.gangs.changed = queue.move_all_to_active

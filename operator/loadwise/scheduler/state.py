@@ -25,7 +25,7 @@ from ..framework.view import PodMatcher
 from ..resources import PODS
 from .match_counts import MatchCounts, PlacedTerms
 from .multimaps import discard
-from .volumes import StorageState
+from .volumes.storage_state import StorageState
 from .workload_selectors import WorkloadSelectors
 
 # Placements older than this are never estimated (policies allow samples up to an hour old).
@@ -66,7 +66,8 @@ class ClusterState:
         self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
         self.anti_affinity_pods: set[str] = set()  # placed pods with required anti-affinity
         self.prefer_no_schedule: set[str] = set()  # nodes with a PreferNoSchedule taint
-        # rebalancing's cool-downs (scheduler/moves.py keeps them): controller UID -> node -> until
+        # rebalancing's cool-downs (rebalancing/moves.py keeps them):
+        # controller UID -> node -> until
         self.moved_off: dict[str, dict[str, float]] = {}
         self.workloads = WorkloadSelectors()  # Service and controller selectors (default spread)
         self.storage = StorageState()  # claims, volumes, classes, CSI objects (volume plugins)

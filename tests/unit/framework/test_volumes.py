@@ -17,7 +17,7 @@ from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import parse_pod
 from loadwise.policies.policy import DEFAULT_POLICY
 from loadwise.scheduler.state import ClusterState
-from loadwise.scheduler.volume_binder import VolumeBinder
+from loadwise.scheduler.volumes.binder import VolumeBinder
 from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 

@@ -11,7 +11,7 @@ import contextlib
 from kubernetes_asyncio import client
 
 from loadwise.kube.transport import Transport
-from loadwise.scheduler.binder import Binder, BindResult
+from loadwise.scheduler.binding.binder import Binder, BindResult
 
 from ...helpers import pod_info
 

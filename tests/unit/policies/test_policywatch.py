@@ -14,7 +14,7 @@ import pytest
 from loadwise.degradations import Degradations
 from loadwise.policies import policywatch as policywatch_module
 from loadwise.policies.policywatch import POLICIES_PATH, PolicyWatch
-from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import MetricsCache

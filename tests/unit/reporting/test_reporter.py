@@ -17,7 +17,7 @@ from loadwise.kube.transport import STRATEGIC_MERGE
 from loadwise.policies.policywatch import POLICIES_PATH, PolicyWatch
 from loadwise.reporting.policy_status import set_condition
 from loadwise.reporting.reporter import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
-from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import MetricsCache, NodeSample

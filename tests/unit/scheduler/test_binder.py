@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 
 from loadwise.kube.transport import STRATEGIC_MERGE
-from loadwise.scheduler.binder import Binder, BindResult
+from loadwise.scheduler.binding.binder import Binder, BindResult
 
 from ...fakes import Reply, answering
 from ...helpers import pod_info

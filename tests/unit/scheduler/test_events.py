@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from loadwise.framework.types import PodInfo
-from loadwise.scheduler import events
-from loadwise.scheduler.binder import Binder
-from loadwise.scheduler.events import EventWriter, Write
-from loadwise.scheduler.inflight import InFlight
+from loadwise.scheduler.binding import events
+from loadwise.scheduler.binding.binder import Binder
+from loadwise.scheduler.binding.events import EventWriter, Write
+from loadwise.scheduler.binding.inflight import InFlight
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.state import ClusterState
 

@@ -17,7 +17,7 @@ from loadwise.framework.plugins import DEFAULT_PLUGINS
 from loadwise.framework.pod_groups import UPSTREAM
 from loadwise.framework.profile import Profile
 from loadwise.framework.types import PodInfo
-from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import MetricsCache

@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from loadwise.framework.pod_groups import COSCHEDULING, COSCHEDULING_LABEL, UPSTREAM, GroupKey
-from loadwise.scheduler.binder import MERGE_PATCH
+from loadwise.scheduler.binding.binder import MERGE_PATCH
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests

@@ -13,9 +13,9 @@ from loadwise.framework.cycle import Decision, Nominated, Unschedulable, schedul
 from loadwise.framework.index import ScoreIndex
 from loadwise.framework.types import Owner, parse_pod
 from loadwise.policies.policy import Policy, parse_spec
-from loadwise.scheduler.binder import Binder
-from loadwise.scheduler.moves import EVICTED, KEEP_SECONDS, MoveRecord, Moves
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.preemptor import Preemptor
+from loadwise.scheduler.rebalancing.moves import EVICTED, KEEP_SECONDS, MoveRecord, Moves
 from loadwise_dev import manifests
 
 from ...fakes import FakeTransport

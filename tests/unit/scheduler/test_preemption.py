@@ -29,7 +29,7 @@ from loadwise.framework.preemption import (
 )
 from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import PodInfo, parse_pod
-from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.scheduler.state import ClusterState

@@ -15,11 +15,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from loadwise.framework.types import Owner, parse_pod
-from loadwise.scheduler.binder import Binder
-from loadwise.scheduler.move_store import MoveStore
-from loadwise.scheduler.moves import EVICTED, EVICTING, MoveRecord
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
-from loadwise.scheduler.rebalancer import Rebalancer
+from loadwise.scheduler.rebalancing.move_store import MoveStore
+from loadwise.scheduler.rebalancing.moves import EVICTED, EVICTING, MoveRecord
+from loadwise.scheduler.rebalancing.rebalancer import Rebalancer
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import MetricsCache, NodeSample
 from loadwise_dev import manifests

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from loadwise.config import Config
 from loadwise.policies.policywatch import POLICIES_PATH
 from loadwise.runtime import Runtime
-from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise_dev import manifests

@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 
 from loadwise.config import SchedulingSettings
 from loadwise.kube.transport import STRATEGIC_MERGE
-from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import MetricsCache

@@ -1,4 +1,4 @@
-"""VolumeBinding's Reserve, PreBind and Unreserve (scheduler/volume_binder.py) against a fake
+"""VolumeBinding's Reserve, PreBind and Unreserve (scheduler/volumes/binder.py) against a fake
 API: the writes kube-scheduler makes, the wait for the PV controller, and what a failure
 leaves behind (assumptions dropped, nothing offered twice)."""
 
@@ -13,7 +13,7 @@ import pytest
 from loadwise.framework.plugins.volume_binding.pod_volumes import PodClaims, pod_claims
 from loadwise.framework.types import parse_pod
 from loadwise.scheduler.state import ClusterState
-from loadwise.scheduler.volume_binder import MERGE_PATCH, VolumeBinder, VolumeBindError
+from loadwise.scheduler.volumes.binder import MERGE_PATCH, VolumeBinder, VolumeBindError
 
 from ...fakes import FakeTransport
 from ..framework.test_volumes import claim, cluster, local_pv, pod, storage_class

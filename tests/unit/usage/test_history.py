@@ -10,7 +10,7 @@ import pytest
 
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.policies.policy import Policy, parse_spec
-from loadwise.scheduler.binder import Binder
+from loadwise.scheduler.binding.binder import Binder
 from loadwise.scheduler.queue import SchedulingQueue
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import MetricsCache, NodeSample

@@ -12,10 +12,10 @@ import logging
 import time
 from typing import Any
 
-from ..framework.types import PodInfo
-from ..kube.times import stamp
-from ..kube.transport import STRATEGIC_MERGE, Http
-from ..logs import one_line
+from ...framework.types import PodInfo
+from ...kube.times import stamp
+from ...kube.transport import STRATEGIC_MERGE, Http
+from ...logs import one_line
 
 MERGE_PATCH = "application/merge-patch+json"
 

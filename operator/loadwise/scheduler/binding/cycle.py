@@ -1,6 +1,6 @@
 """The binding cycle of a reserved pod: kube-scheduler's bindingCycle (PreBind, Bind, and what
 follows). It runs in a task that owns the pod's reservation (inflight.py); whatever it learns
-(bound, gone, taken, failed) settles the reservation and the queue entry (outcomes.py), and a
+(bound, gone, taken, failed) settles the reservation and the queue entry (../outcomes.py), and a
 pod that is not bound is unreserved (the profile's Unreserve) and, after a failed PreBind,
 told why."""
 
@@ -9,16 +9,16 @@ from __future__ import annotations
 import logging
 import time
 
-from .. import observability as obs
-from ..framework.cycle import Decision
-from ..framework.plugin import CycleState
-from ..framework.profile import Profile
-from ..framework.types import PodInfo
+from ... import observability as obs
+from ...framework.cycle import Decision
+from ...framework.plugin import CycleState
+from ...framework.profile import Profile
+from ...framework.types import PodInfo
+from ..decisions import decision_record
+from ..outcomes import Outcomes
 from .binder import Binder, BindResult
-from .decisions import decision_record
 from .events import EventWriter
 from .inflight import InFlight
-from .outcomes import Outcomes
 
 log = logging.getLogger(__name__)
 

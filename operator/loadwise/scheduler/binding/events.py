@@ -29,8 +29,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .. import observability as obs
-from ..framework.types import PodInfo
+from ... import observability as obs
+from ...framework.types import PodInfo
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from .. import observability as obs
-from .queue import SchedulingQueue
-from .state import ClusterState
+from ... import observability as obs
+from ..queue import SchedulingQueue
+from ..state import ClusterState
 
 log = logging.getLogger(__name__)
 

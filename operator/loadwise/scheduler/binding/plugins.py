@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..config import SchedulingSettings
-from ..framework.plugin import Plugin
-from ..kube.transport import Http
-from .state import ClusterState
-from .volume_binder import VolumeBinder
+from ...config import SchedulingSettings
+from ...framework.plugin import Plugin
+from ...kube.transport import Http
+from ..state import ClusterState
+from ..volumes.binder import VolumeBinder
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,25 +21,25 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any
 
-from .. import observability as obs
-from ..framework.context import Basis
-from ..framework.cycle import Decision, Unschedulable
-from ..framework.plugin import CycleState
-from ..framework.plugins.gang_scheduling.placement import GroupDecision, member_order, place_group
-from ..framework.plugins.gang_scheduling.preemption import GroupPreemption, preempt_group
-from ..framework.pod_groups import GroupKey, PodGroup
-from ..framework.preemption import TERMINATING, NoPreemption
-from ..framework.profile import Profile
-from ..framework.types import PodInfo
-from ..usage.cache import NodeSample
-from .binder import Binder
-from .gangs import Gangs
-from .group_status import GroupStatus
-from .inflight import InFlight
-from .outcomes import Outcomes
-from .preemptor import Preemptor
-from .queue import SchedulingQueue
-from .state import ClusterState
+from ... import observability as obs
+from ...framework.context import Basis
+from ...framework.cycle import Decision, Unschedulable
+from ...framework.plugin import CycleState
+from ...framework.plugins.gang_scheduling.placement import GroupDecision, member_order, place_group
+from ...framework.plugins.gang_scheduling.preemption import GroupPreemption, preempt_group
+from ...framework.pod_groups import GroupKey, PodGroup
+from ...framework.preemption import TERMINATING, NoPreemption
+from ...framework.profile import Profile
+from ...framework.types import PodInfo
+from ...usage.cache import NodeSample
+from ..binding.binder import Binder
+from ..binding.inflight import InFlight
+from ..outcomes import Outcomes
+from ..preemptor import Preemptor
+from ..queue import SchedulingQueue
+from ..state import ClusterState
+from .members import Gangs
+from .status import GroupStatus
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .. import observability as obs
-from ..framework.pod_groups import COSCHEDULING, UPSTREAM, Api, GroupKey, PodGroup, parse_group
-from ..framework.preemption import Preemption
-from ..framework.types import PodInfo
-from .state import ClusterState
+from ... import observability as obs
+from ...framework.pod_groups import COSCHEDULING, UPSTREAM, Api, GroupKey, PodGroup, parse_group
+from ...framework.preemption import Preemption
+from ...framework.types import PodInfo
+from ..state import ClusterState
 
 log = logging.getLogger(__name__)
 

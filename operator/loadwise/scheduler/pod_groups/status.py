@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ..framework.pod_groups import UPSTREAM, GroupKey, PodGroup
-from ..kube.times import stamp
-from .binder import Binder
-from .gangs import Gangs
+from ...framework.pod_groups import UPSTREAM, GroupKey, PodGroup
+from ...kube.times import stamp
+from ..binding.binder import Binder
+from .members import Gangs
 
 log = logging.getLogger(__name__)
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"

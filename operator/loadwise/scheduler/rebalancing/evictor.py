@@ -4,7 +4,7 @@ In order: the move is recorded and the ledger saved (a new leader then knows it 
 for), the pod is evicted through the Eviction API (PodDisruptionBudgets hold: a 429 is a
 refusal, tried again after `BLOCKED_SECONDS`), and the answer is recorded. An eviction that
 happened is an event on the pod and on both nodes, a log line and a count; the room on the
-target is held for the replacement and the workload kept off the source (scheduler/moves.py).
+target is held for the replacement and the workload kept off the source (moves.py).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .. import observability as obs
-from ..framework.rebalance import Move
-from ..kube.transport import Http
-from ..logs import one_line
-from ..policies.policy import Policy
-from .binder import Binder
+from ... import observability as obs
+from ...framework.rebalance import Move
+from ...kube.transport import Http
+from ...logs import one_line
+from ...policies.policy import Policy
+from ..binding.binder import Binder
 from .move_store import MoveStore, StoreError
 from .moves import MoveRecord, Moves
 

@@ -1,5 +1,5 @@
-"""MoveStore: rebalancing's ledger (scheduler/moves.py) saved in a ConfigMap beside the
-leader-election Lease, so it outlives a leader.
+"""MoveStore: rebalancing's ledger (moves.py) saved in a ConfigMap beside the leader-election
+Lease, so it outlives a leader.
 
 Written before each eviction is asked for and after its answer; read when a replica starts
 leading. An eviction its predecessor asked for without recording the answer is settled by
@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from ..config import Config
-from ..kube.transport import Http
+from ...config import Config
+from ...kube.transport import Http
 from .moves import EVICTED, EVICTING, MoveRecord, Moves
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ the node chosen for its replacement. While a record holds:
   priority leave it alone), until the controller's next pod claims it or `reserve_until`;
 - the controller's pods stay off the source until `cool_until` (framework's RebalanceCoolDown);
 - it counts against the rate limits for the hour after it.
-The ledger is saved (scheduler/move_store.py) before an eviction is asked for, so a new leader
-knows every eviction its predecessor made or was making: it repeats none and forgets none.
+The ledger is saved (move_store.py) before an eviction is asked for, so a new leader knows every
+eviction its predecessor made or was making: it repeats none and forgets none.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..framework.rebalance import HELD
-from ..framework.types import Owner, PodInfo
-from ..resources import PodRequests
-from .state import ClusterState
+from ...framework.rebalance import HELD
+from ...framework.types import Owner, PodInfo
+from ...resources import PodRequests
+from ..state import ClusterState
 
 EVICTING = "evicting"  # asked for; the answer is not known (a leader may have died meanwhile)
 EVICTED = "evicted"

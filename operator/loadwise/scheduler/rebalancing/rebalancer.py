@@ -2,10 +2,10 @@
 policy with `spec.rebalance.enabled`, and what to move where (framework/rebalance.py plans it
 with the scheduling cycle, within the rate limits the ledger of past moves leaves).
 
-DryRun: each planned move is a `WouldEvict` event on the pod, a log line and a count. Evict:
-the evictor carries the moves out (scheduler/evictor.py), only once this leader has read the
-saved ledger (scheduler/move_store.py); a node moved from is judged again only once its
-samples no longer include what left it.
+DryRun: each planned move is a `WouldEvict` event on the pod, a log line and a count. Evict: the
+evictor carries the moves out (evictor.py), only once this leader has read the saved ledger
+(move_store.py); a node moved from is judged again only once its samples no longer include what
+left it.
 
 Nothing here raises into its loop: a failed pass is logged and the next refresh tries again.
 """
@@ -20,10 +20,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import observability as obs
-from ..framework.disruption_budgets import split_violating
-from ..framework.heat import hot_nodes
-from ..framework.rebalance import (
+from ... import observability as obs
+from ...framework.disruption_budgets import split_violating
+from ...framework.heat import hot_nodes
+from ...framework.rebalance import (
     Candidate,
     HotStreaks,
     Limits,
@@ -31,15 +31,15 @@ from ..framework.rebalance import (
     ineligible,
     plan_relief,
 )
-from ..framework.types import PodInfo, is_terminal, parse_pod
-from ..kube.transport import Http
-from ..policies.policy import Policy
-from ..resources import CPU, MEMORY
-from ..usage.cache import NodeSample
-from .binder import Binder
+from ...framework.types import PodInfo, is_terminal, parse_pod
+from ...kube.transport import Http
+from ...policies.policy import Policy
+from ...resources import CPU, MEMORY
+from ...usage.cache import NodeSample
+from ..binding.binder import Binder
+from ..scheduler import Scheduler
 from .evictor import Evictor
 from .move_store import MoveStore, StoreError
-from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 

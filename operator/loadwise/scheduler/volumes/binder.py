@@ -30,19 +30,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..framework.plugin import CycleState, PreBindPlugin, ReservePlugin
-from ..framework.plugins.volume_binding.pod_volumes import (
+from ...framework.plugin import CycleState, PreBindPlugin, ReservePlugin
+from ...framework.plugins.volume_binding.pod_volumes import (
     PodClaims,
     VolumeError,
     VolumePlan,
     find_pod_volumes,
     pod_claims,
 )
-from ..framework.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, Claim, ClaimRef, Volume
-from ..framework.types import NodeInfo, PodInfo
-from ..kube.transport import Http
-from .multimaps import discard
-from .volumes import StorageState
+from ...framework.storage import BOUND_BY_CONTROLLER, SELECTED_NODE, Claim, ClaimRef, Volume
+from ...framework.types import NodeInfo, PodInfo
+from ...kube.transport import Http
+from ..multimaps import discard
+from .storage_state import StorageState
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ..framework.plugins.volume_binding.csi_migration import migrated_plugins
-from ..framework.storage import (
+from ...framework.plugins.volume_binding.csi_migration import migrated_plugins
+from ...framework.storage import (
     HOSTNAME,
     Claim,
     StorageCapacity,
@@ -27,8 +27,8 @@ from ..framework.storage import (
     parse_storage_class,
     parse_volume,
 )
-from ..framework.types import NodeInfo
-from .multimaps import discard
+from ...framework.types import NodeInfo
+from ..multimaps import discard
 
 OnChange = Callable[[], None]
 T = TypeVar("T")
@@ -128,7 +128,7 @@ class StorageState:
     def __init__(self) -> None:
         self.on_change: OnChange = lambda: None
         # Called with a claim's key (namespace/name) or a PV's name whenever the API shows a
-        # new version of it or its deletion: PreBind waits on them (volume_binder.py).
+        # new version of it or its deletion: PreBind waits on them (binder.py).
         self.on_object: Callable[[str], None] = lambda key: None
         # The assume cache: versions our binding cycles wrote or are about to write.
         self.assumed_volumes: dict[str, Volume] = {}
@@ -175,7 +175,7 @@ class StorageState:
             dropped=self._capacities_changed,
             deletion_changes=False,
         )
-        # As the API shows them (PreBind checks its writes there: volume_binder.py)
+        # As the API shows them (PreBind checks its writes there: binder.py)
         self.claims = self._claims.by_key  # namespace/name ->
         self.volumes = self._volumes.by_key
         # The informers' callbacks (components.py)

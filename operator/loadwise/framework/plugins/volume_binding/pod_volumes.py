@@ -2,7 +2,7 @@
 for the scheduler to pick a PersistentVolume or a node to provision on, and, per node, whether
 they can be satisfied there and how (pkg/scheduler/framework/plugins/volumebinding/binder.go
 and component-helpers' FindMatchingVolume in the pinned release). The API writes of PreBind are
-the scheduler's (scheduler/volume_binder.py)."""
+the scheduler's (scheduler/volumes/binder.py)."""
 
 from __future__ import annotations
 
