@@ -24,7 +24,7 @@ from .kube.informer import Informer, uid_of
 from .kube.transport import Http, Transport
 from .scheduler import device_classes
 from .scheduler.binding.binder import Binder
-from .scheduler.pod_groups.members import PATHS as gang_paths
+from .scheduler.pod_groups.members import PATHS as pod_group_paths
 from .scheduler.queue import SchedulingQueue
 from .scheduler.scheduler import Scheduler
 from .scheduler.state import ClusterState
@@ -240,7 +240,7 @@ def storage_informers(transport: Http, storage: StorageState) -> tuple[Informer,
 
 def optional_informers(transport: Http, scheduler: Scheduler) -> tuple[OptionalInformer, ...]:
     classes = scheduler.device_classes
-    gangs = scheduler.gangs
+    pod_groups = scheduler.pod_groups
     return (
         OptionalInformer(
             Informer(
@@ -253,14 +253,14 @@ def optional_informers(transport: Http, scheduler: Scheduler) -> tuple[OptionalI
                 Informer(
                     transport,
                     path,
-                    gangs.on_event(api),
+                    pod_groups.on_event(api),
                     namespaced_name,
-                    gangs.relisted(api),
+                    pod_groups.relisted(api),
                 ),
                 f"pods naming a PodGroup of {api} are placed one by one, as any other pod",
-                functools.partial(gangs.unwatch, api),
+                functools.partial(pod_groups.unwatch, api),
             )
-            for api, path in gang_paths.items()
+            for api, path in pod_group_paths.items()
         ),
     )
 

@@ -29,7 +29,7 @@ from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose, prefilter
 from .framework.heat import thresholds_text
-from .framework.plugins.gang_scheduling.placement import member_order, what_if_group
+from .framework.plugins.gang_scheduling.placement import member_order, what_if_pod_group
 from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
@@ -101,24 +101,24 @@ def explain_rows(
 
 
 def group_line(scheduler: Scheduler, pod: PodInfo, now: float) -> str | None:
-    """A gang member's group: what it waits for, or the group's decision as a dry run (the
+    """A pod group member's group: what it waits for, or the group's decision as a dry run (the
     cycle the operator would run for all of its pending members now)."""
-    gangs, state = scheduler.gangs, scheduler.state
+    pod_groups, state = scheduler.pod_groups, scheduler.state
     key = pod.group
-    if key is None or not gangs.applies(pod):
+    if key is None or not pod_groups.applies(pod):
         return None
-    group = gangs.groups.get(key)
-    if group is None or not gangs.ready(key):
-        return f"pod group: {gangs.why_waiting(key)}"
-    members = {u: p for u, p in gangs.pending.get(key, {}).items() if u not in state.pods}
+    group = pod_groups.groups.get(key)
+    if group is None or not pod_groups.ready(key):
+        return f"pod group: {pod_groups.why_waiting(key)}"
+    members = {u: p for u, p in pod_groups.pending.get(key, {}).items() if u not in state.pods}
     members[pod.uid] = pod
     first = min(members.values(), key=member_order)
     policy = scheduler.policies.for_pod(
         first.labels, state.namespaces.get(first.namespace), first.scheduler_name
     )
     basis = scheduler.usage.basis(policy, now, random.Random(0))
-    scheduled = state.group_members[key]
-    decision = what_if_group(
+    scheduled = state.pod_group_members[key]
+    decision = what_if_pod_group(
         list(members.values()), state, basis, group.minimum, scheduled, scheduler.profile
     )
     head = f"pod group {key} (minimum {group.minimum}, {scheduled} scheduled)"
@@ -286,7 +286,7 @@ async def _explain(target: str, config: Config) -> str:
             # workloads: Services and controllers, for default spreading; storage: claims,
             # volumes, classes and CSI objects, for the volume plugins
             await informer.list()
-        for optional in parts.optional:  # PodGroups (gangs): where served and readable
+        for optional in parts.optional:  # PodGroups: where served and readable
             try:
                 await optional.informer.list()
             except ApiError:

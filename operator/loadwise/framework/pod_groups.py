@@ -26,7 +26,7 @@ Api = Literal["scheduling.k8s.io", "scheduling.x-k8s.io"]
 
 
 @dataclass(frozen=True, slots=True)
-class GroupKey:
+class PodGroupKey:
     api: Api
     namespace: str
     name: str
@@ -37,7 +37,7 @@ class GroupKey:
 
 @dataclass(frozen=True, slots=True)
 class PodGroup:
-    key: GroupKey
+    key: PodGroupKey
     minimum: int  # members that must be placed together (1: each on its own, `basic`)
     gang: bool
     priority: int | None = None  # the upstream group's, from its priority class
@@ -46,32 +46,32 @@ class PodGroup:
     min_resources: Mapping[str, int] = field(default_factory=dict)  # coscheduling's
 
 
-def group_of(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> GroupKey | None:
+def pod_group_of(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> PodGroupKey | None:
     """The group a pod names, if any (Kubernetes' field first: a pod naming both is read by
     kube-scheduler through that one)."""
     group = spec.get("schedulingGroup")
     if group:
         name = group.get("podGroupName") if isinstance(group, Mapping) else None
         if isinstance(name, str) and name:
-            return GroupKey(UPSTREAM, meta.get("namespace") or "", name)
+            return PodGroupKey(UPSTREAM, meta.get("namespace") or "", name)
     labels = meta.get("labels")
     label = labels.get(COSCHEDULING_LABEL) if labels else None
     if isinstance(label, str) and label:
-        return GroupKey(COSCHEDULING, meta.get("namespace") or "", label)
+        return PodGroupKey(COSCHEDULING, meta.get("namespace") or "", label)
     return None
 
 
-def parse_group(api: Api, raw: Mapping[str, Any]) -> PodGroup:
+def parse_pod_group(api: Api, raw: Mapping[str, Any]) -> PodGroup:
     """A PodGroup object of either API; a malformed one raises ValueError naming the field."""
     meta = raw.get("metadata") or {}
-    key = GroupKey(api, meta.get("namespace") or "", meta.get("name") or "")
+    key = PodGroupKey(api, meta.get("namespace") or "", meta.get("name") or "")
     spec = raw.get("spec") or {}
     if api == UPSTREAM:
         return _upstream(key, spec)
     return _coscheduling(key, spec)
 
 
-def _upstream(key: GroupKey, spec: Mapping[str, Any]) -> PodGroup:
+def _upstream(key: PodGroupKey, spec: Mapping[str, Any]) -> PodGroup:
     policy = spec.get("schedulingPolicy") or {}
     if "gang" in policy:
         minimum = _positive(
@@ -89,7 +89,7 @@ def _upstream(key: GroupKey, spec: Mapping[str, Any]) -> PodGroup:
     return PodGroup(key, minimum, gang, priority, disrupt_all="all" in mode)
 
 
-def _coscheduling(key: GroupKey, spec: Mapping[str, Any]) -> PodGroup:
+def _coscheduling(key: PodGroupKey, spec: Mapping[str, Any]) -> PodGroup:
     minimum = _positive(spec.get("minMember"), "minMember")
     timeout = spec.get("scheduleTimeoutSeconds")
     if timeout is not None and (not isinstance(timeout, int) or timeout < 0):

@@ -26,7 +26,7 @@ from . import heat
 from .context import Basis, CycleContext
 from .cycle import Decision, conclude, diagnose
 from .heat import RELIEVABLE, sample_over
-from .pod_groups import group_of
+from .pod_groups import pod_group_of
 from .profile import DEFAULT_PROFILE, Profile
 from .scoring import UsageProfiles, pod_estimate
 from .types import PodInfo, controller_of
@@ -59,7 +59,7 @@ def ineligible(raw: Mapping[str, Any], scheduler_name: str, local_storage: bool)
         return "a DaemonSet's pod"
     if (spec.get("schedulerName") or "default-scheduler") != scheduler_name:
         return "placed by another scheduler"
-    if group_of(meta, spec) is not None:
+    if pod_group_of(meta, spec) is not None:
         return "a member of a pod group (moved alone, it would break its gang)"
     if owner is None or owner.kind not in RECREATING:
         return "no ReplicaSet, StatefulSet or ReplicationController recreates it"

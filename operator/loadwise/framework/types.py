@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..resources import PodRequests, parse_resource_list, placed_requests, pod_requests
-from .pod_groups import GroupKey, group_of
+from .pod_groups import PodGroupKey, pod_group_of
 from .podaffinity import AffinityTerm, preferred_terms, required_terms
 from .selectors import (
     NodeSelectorTerm,
@@ -109,7 +109,7 @@ class PodInfo:
     # What of the status an in-place resize changes (allocated and actual resources, the
     # PodResizePending condition): a change re-reads a placed pod (its generation does not move).
     resize_key: tuple[Any, ...] = ()
-    group: GroupKey | None = None  # the PodGroup it belongs to (framework/pod_groups.py)
+    group: PodGroupKey | None = None  # the PodGroup it belongs to (framework/pod_groups.py)
 
     @property
     def key(self) -> str:
@@ -172,7 +172,7 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
         owner=controller_of(meta),
         nominated_node=str(status.get("nominatedNodeName") or ""),
         start_time=str(status.get("startTime") or ""),
-        group=group_of(meta, spec),
+        group=pod_group_of(meta, spec),
     )
     if pod.deleting:  # the victim mark matters only once the pod is going
         pod.preempted = preempted_by_scheduler(status)

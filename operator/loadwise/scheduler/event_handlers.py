@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..framework.pod_groups import group_of
+from ..framework.pod_groups import pod_group_of
 from ..framework.profile import Profile
 from ..framework.types import (
     FROM_METADATA,
@@ -19,7 +19,7 @@ from ..framework.types import (
     resize_key,
     true_since,
 )
-from .pod_groups.members import Gangs
+from .pod_groups.members import PodGroupMembers
 from .preemptor import Preemptor
 from .queue import SchedulingQueue
 from .state import ClusterState
@@ -39,14 +39,14 @@ class ClusterEvents:
         preemption: Preemptor,
         reported: dict[str, tuple[str, float]],
         gated_gauge: Gauge,
-        gangs: Gangs,
+        pod_groups: PodGroupMembers,
     ) -> None:
         self.name = scheduler_name
         self.state = state
         self.queue = queue
         self.profile = profile
         self.preemption = preemption
-        self.gangs = gangs  # pod groups: members held until their group is ready
+        self.pod_groups = pod_groups  # pod groups: members held until their group is ready
         self._reported = reported  # the scheduler's last failure report per pod: forgotten here
         # Fields plugins read of placed pods that a raw event's metadata shows; the rest come
         # from the spec, whose changes bump the generation.
@@ -145,12 +145,12 @@ class ClusterEvents:
             # nomination still holds room (kube-scheduler's nominator records gated pods too)
             self.queue.remove(uid)
             self._reported.pop(uid, None)
-            self.gangs.forget(uid)
+            self.pod_groups.forget(uid)
             self.gated.add(uid)
             self._gated_gauge.set(len(self.gated))
             return
         self._ungate(uid)
-        if self.gangs.applies(pod) and not self.gangs.admit(pod):
+        if self.pod_groups.applies(pod) and not self.pod_groups.admit(pod):
             self.queue.remove(uid)  # held until its group is ready (pod_groups/members.py)
             return
         self.queue.add(pod)
@@ -161,16 +161,16 @@ class ClusterEvents:
         """A pending pod another scheduler places: counted only as a member of its group."""
         if not (spec.get("schedulingGroup") or meta.get("labels")):
             return
-        key = group_of(meta, spec)
+        key = pod_group_of(meta, spec)
         if key is None or meta.get("deletionTimestamp") or is_terminal(raw):
-            self.gangs.forget(uid)
+            self.pod_groups.forget(uid)
         else:
-            self.gangs.note_foreign(uid, key, str(spec.get("schedulerName") or ""))
+            self.pod_groups.note_foreign(uid, key, str(spec.get("schedulerName") or ""))
 
     # relists: keys present in a fresh list; anything else was deleted unseen
     def relisted_pods(self, uids: set[str]) -> int:
         """Forget pods a fresh list no longer shows; returns how many were dropped."""
-        queued = [*self.queue.uids(), *self.gated, *self.gangs.known()]
+        queued = [*self.queue.uids(), *self.gated, *self.pod_groups.known()]
         gone_queued = [uid for uid in queued if uid not in uids]
         for uid in gone_queued:
             self._forget_pod(uid)
@@ -196,7 +196,7 @@ class ClusterEvents:
         self.preemption.forget(uid)
         self._reported.pop(uid, None)
         self._ungate(uid)
-        self.gangs.forget(uid)
+        self.pod_groups.forget(uid)
 
     def _ungate(self, uid: str) -> None:
         if uid in self.gated:

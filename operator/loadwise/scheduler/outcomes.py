@@ -1,5 +1,5 @@
-"""Outcomes: what becomes of a pod's attempt, in one place for the scheduler, the group cycle
-and the binding cycle: kube-scheduler's attempt metrics, its failure handler (forget the
+"""Outcomes: what becomes of a pod's attempt, in one place for the scheduler, the pod group
+cycle and the binding cycle: kube-scheduler's attempt metrics, its failure handler (forget the
 assumption, then back off, park or drop the queue entry) and the FailedScheduling report with
 its de-duplication (the same message is told again only after `failure_event_interval`)."""
 

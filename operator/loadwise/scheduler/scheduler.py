@@ -42,8 +42,8 @@ from .decisions import DecisionMetrics
 from .device_classes import DeviceClasses
 from .event_handlers import ClusterEvents
 from .outcomes import Outcomes
-from .pod_groups.cycle import GroupCycle
-from .pod_groups.members import Gangs
+from .pod_groups.cycle import PodGroupCycle
+from .pod_groups.members import PodGroupMembers
 from .preemptor import Preemptor
 from .queue import SchedulingQueue, Where
 from .rebalancing.moves import Moves
@@ -102,11 +102,11 @@ class Scheduler:
         self.preempts = settings.preemption
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
         # pod groups (pod_groups/members.py): members held until their group is ready, then queued
-        self.gangs = Gangs(scheduler_name, self.state)
-        self.gangs.release = queue.add
-        self.gangs.changed = queue.move_all_to_active
-        self.groups = GroupCycle(
-            gangs=self.gangs,
+        self.pod_groups = PodGroupMembers(scheduler_name, self.state)
+        self.pod_groups.release = queue.add
+        self.pod_groups.changed = queue.move_all_to_active
+        self.pod_group_cycle = PodGroupCycle(
+            pod_groups=self.pod_groups,
             state=self.state,
             queue=queue,
             inflight=self.inflight,
@@ -133,7 +133,7 @@ class Scheduler:
             self.preemption,
             self.outcomes.reported,
             self._pending["gated"],
-            self.gangs,
+            self.pod_groups,
         )
         self.on_node_event = self.watch.on_node_event
         self.on_namespace_event = self.watch.on_namespace_event
@@ -162,7 +162,9 @@ class Scheduler:
     async def run(self) -> None:
         term = self._term
         log.info("scheduler %s running", self.name)
-        waiting = asyncio.get_running_loop().create_task(self.groups.tell_waiting_forever())
+        waiting = asyncio.get_running_loop().create_task(
+            self.pod_group_cycle.tell_waiting_forever()
+        )
         try:
             while True:
                 await self.inflight.slots.acquire()
@@ -203,8 +205,8 @@ class Scheduler:
         if pod.uid in self.state.pods:  # bound or assumed meanwhile
             self.queue.done(pod.uid)
             return False
-        if self.gangs.applies(pod):  # a gang's member: its whole group is decided now
-            return self.groups.schedule(pod)
+        if self.pod_groups.applies(pod):  # a pod group's member: its whole group is decided now
+            return self.pod_group_cycle.schedule(pod)
         started = time.perf_counter()
         basis = self.basis_for(pod)
         policy, samples = basis.policy, basis.samples
@@ -262,9 +264,9 @@ class Scheduler:
     def decide(
         self, pod: PodInfo, basis: Basis, siblings: Collection[str] = ()
     ) -> Decision | Unschedulable:
-        """The scheduling cycle for one pod (the group cycle's too, with the `siblings` it
-        decides alongside): the score index, or the full cycle when room is being made for
-        it somewhere."""
+        """The scheduling cycle for one pod (the pod group cycle's too, with the `siblings` it
+        decides alongside): the score index, or the full cycle when room is being made for it
+        somewhere."""
         refused = self.device_classes.refusal(pod)
         if refused is not None:  # DRA decides this pod's fit: loadwise cannot
             return Unschedulable(f"pod cannot be scheduled: {refused}", {})
@@ -301,8 +303,8 @@ class Scheduler:
             return weighted_load(policy, score_node(pod, state.nodes[name], state, basis))
 
         outcome = self.preemption.post_filter(pod, held, load_of)
-        if isinstance(outcome, Preemption) and self.gangs.groups:
-            return self.gangs.whole_groups(outcome)  # disruptionMode: all
+        if isinstance(outcome, Preemption) and self.pod_groups.groups:
+            return self.pod_groups.whole_groups(outcome)  # disruptionMode: all
         return outcome
 
     def bind_task(

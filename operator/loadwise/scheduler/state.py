@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..framework.pod_groups import GroupKey
+from ..framework.pod_groups import PodGroupKey
 from ..framework.podaffinity import AffinityTerm, weighted_terms
 from ..framework.profile import DEFAULT_PROFILE
 from ..framework.spread import HOSTNAME, NodeScope
@@ -84,7 +84,7 @@ class ClusterState:
         self.weighted_affinity_pods: set[str] = set()  # placed pods carrying such terms
         self._topology: dict[NodeScope, dict[str, set[str]]] = {}
         self._priorities: Counter[int] = Counter()  # placed pods per priority (preemption)
-        self.group_members: Counter[GroupKey] = Counter()  # placed or assumed, per pod group
+        self.pod_group_members: Counter[PodGroupKey] = Counter()  # placed or assumed, per pod group
 
     def _touch(self, node_name: str) -> None:
         changes = self.changes
@@ -231,7 +231,7 @@ class ClusterState:
         if not priorities[pod.priority]:
             del priorities[pod.priority]
         if pod.group is not None:
-            groups = self.group_members
+            groups = self.pod_group_members
             groups[pod.group] -= 1
             if not groups[pod.group]:
                 del groups[pod.group]
@@ -259,7 +259,7 @@ class ClusterState:
         self.pods[pod.uid] = pod
         self._priorities[pod.priority] += 1
         if pod.group is not None:
-            self.group_members[pod.group] += 1
+            self.pod_group_members[pod.group] += 1
         node = self.nodes.get(pod.node_name)
         self._matches.added(pod, self.namespaces, node)
         if pod.anti_affinity_terms:

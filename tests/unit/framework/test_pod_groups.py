@@ -8,9 +8,9 @@ from loadwise.framework.pod_groups import (
     COSCHEDULING,
     COSCHEDULING_LABEL,
     UPSTREAM,
-    GroupKey,
-    group_of,
-    parse_group,
+    PodGroupKey,
+    parse_pod_group,
+    pod_group_of,
 )
 from loadwise.framework.types import parse_pod
 from loadwise_dev import manifests
@@ -25,24 +25,24 @@ def test_a_pod_names_its_group_by_field_or_label_in_its_namespace() -> None:
     pod["metadata"]["namespace"] = "ns"
     assert parse_pod(pod).group is None
     pod["metadata"]["labels"] = {COSCHEDULING_LABEL: "spark-1"}
-    assert parse_pod(pod).group == GroupKey(COSCHEDULING, "ns", "spark-1")
+    assert parse_pod(pod).group == PodGroupKey(COSCHEDULING, "ns", "spark-1")
     pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
-    assert parse_pod(pod).group == GroupKey(UPSTREAM, "ns", "train")
-    assert parse_pod(pod, placed=True).group == GroupKey(UPSTREAM, "ns", "train")
+    assert parse_pod(pod).group == PodGroupKey(UPSTREAM, "ns", "train")
+    assert parse_pod(pod, placed=True).group == PodGroupKey(UPSTREAM, "ns", "train")
     pod["spec"]["schedulingGroup"] = {"podGroupName": 7}  # malformed: no group, no crash
-    assert group_of(pod["metadata"], pod["spec"]) == GroupKey(COSCHEDULING, "ns", "spark-1")
+    assert pod_group_of(pod["metadata"], pod["spec"]) == PodGroupKey(COSCHEDULING, "ns", "spark-1")
 
 
 def test_both_apis_read_into_one_shape() -> None:
-    gang = parse_group(
+    gang = parse_pod_group(
         UPSTREAM,
         group(UPSTREAM, {"schedulingPolicy": {"gang": {"minCount": 4}},
                          "disruptionMode": {"all": {}}, "priority": 7}),
     )  # fmt: skip
     assert (gang.minimum, gang.gang, gang.disrupt_all, gang.priority) == (4, True, True, 7)
-    basic = parse_group(UPSTREAM, group(UPSTREAM, {"schedulingPolicy": {"basic": {}}}))
+    basic = parse_pod_group(UPSTREAM, group(UPSTREAM, {"schedulingPolicy": {"basic": {}}}))
     assert (basic.minimum, basic.gang, basic.disrupt_all) == (1, False, False)
-    cosched = parse_group(
+    cosched = parse_pod_group(
         COSCHEDULING,
         group(COSCHEDULING, {"minMember": 3, "scheduleTimeoutSeconds": 30,
                              "minResources": {"cpu": "2", "memory": "1Gi"}}),
@@ -73,4 +73,4 @@ def test_both_apis_read_into_one_shape() -> None:
 )
 def test_a_malformed_group_is_refused_naming_the_field(api: str, spec: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field.replace(".", "\\.")):
-        parse_group(api, group(api, spec))  # type: ignore[arg-type]
+        parse_pod_group(api, group(api, spec))  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from loadwise.usage.cache import MetricsCache
 from loadwise_dev import manifests
 
 from ...fakes import until
-from .test_gangs import member, pod_group
+from .test_pod_groups import member, pod_group
 from .test_scheduler import NAME, Api, raw_pod, running, uid
 
 
@@ -157,7 +157,7 @@ async def test_a_group_short_of_its_minimum_unreserves_each_member_it_had_reserv
     sched.on_node_event("ADDED", manifests.node("n0", cpu="8"))
     pods = [member(f"w{i}", "train") for i in range(3)]
     async with running(sched):
-        sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("train", 3))
+        sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("train", 3))
         for raw in pods:
             sched.on_pod_event("ADDED", raw)
         await until(lambda: len(failed_messages(api)) >= 3)

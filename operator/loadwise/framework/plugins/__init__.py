@@ -3,7 +3,7 @@
 Adding a filter or a scorer: a file here with a FilterPlugin or ScorePlugin subclass that
 declares its inputs (see ../plugin.py), and one line in DEFAULT_PLUGINS. A plugin with helpers
 of its own is a package holding them (volume_binding/). gang_scheduling/ is no filter: the pod
-group's decision and its preemption, which the scheduler's pod-group cycle runs.
+group's decision and its preemption, which the scheduler's pod group cycle runs.
 """
 
 from __future__ import annotations

@@ -25,9 +25,13 @@ from ... import observability as obs
 from ...framework.context import Basis
 from ...framework.cycle import Decision, Unschedulable
 from ...framework.plugin import CycleState
-from ...framework.plugins.gang_scheduling.placement import GroupDecision, member_order, place_group
-from ...framework.plugins.gang_scheduling.preemption import GroupPreemption, preempt_group
-from ...framework.pod_groups import GroupKey, PodGroup
+from ...framework.plugins.gang_scheduling.placement import (
+    PodGroupDecision,
+    member_order,
+    place_pod_group,
+)
+from ...framework.plugins.gang_scheduling.preemption import PodGroupPreemption, preempt_pod_group
+from ...framework.pod_groups import PodGroup, PodGroupKey
 from ...framework.preemption import TERMINATING, NoPreemption
 from ...framework.profile import Profile
 from ...framework.types import PodInfo
@@ -38,8 +42,8 @@ from ..outcomes import Outcomes
 from ..preemptor import Preemptor
 from ..queue import SchedulingQueue
 from ..state import ClusterState
-from .members import Gangs
-from .status import GroupStatus
+from .members import PodGroupMembers
+from .status import PodGroupStatus
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +53,11 @@ Decide = Callable[[PodInfo, Basis, Collection[str]], Decision | Unschedulable]
 BindTask = Callable[[PodInfo, Decision, float, CycleState], Coroutine[Any, Any, None]]
 
 
-class GroupCycle:
+class PodGroupCycle:
     def __init__(
         self,
         *,
-        gangs: Gangs,
+        pod_groups: PodGroupMembers,
         state: ClusterState,
         queue: SchedulingQueue,
         inflight: InFlight,
@@ -71,7 +75,7 @@ class GroupCycle:
         """`preempts`: DefaultPreemption is on. `observe`: the placement metrics of a
         decision that is kept. `wait_timeout`: how long members may wait for their group
         before they are told why."""
-        self.gangs = gangs
+        self.pod_groups = pod_groups
         self.state = state
         self.queue = queue
         self.inflight = inflight
@@ -85,9 +89,9 @@ class GroupCycle:
         self.bind_task = bind_task
         self.observe = observe
         self.wait_timeout = wait_timeout
-        self.status = GroupStatus(gangs, binder)
-        self._evicting: dict[GroupKey, set[str]] = {}  # victims of each group's preemption
-        self._hot_since: dict[GroupKey, float] = {}  # groups waiting for cool room: since when
+        self.status = PodGroupStatus(pod_groups, binder)
+        self._evicting: dict[PodGroupKey, set[str]] = {}  # victims of each group's preemption
+        self._hot_since: dict[PodGroupKey, float] = {}  # groups waiting for cool room: since when
         self._decisions = {
             r: obs.POD_GROUP_DECISIONS.labels(r)
             for r in ("placed", "unschedulable", "hot_wait", "error")
@@ -98,14 +102,14 @@ class GroupCycle:
         why they wait (and the conditions written for PodGroups now gone are forgotten)."""
         while True:
             await asyncio.sleep(min(5.0, self.wait_timeout / 2))
-            self.status.forget_gone(self.gangs.groups)
+            self.status.forget_gone(self.pod_groups.groups)
             for gone in [
-                k for k in (*self._evicting, *self._hot_since) if k not in self.gangs.groups
+                k for k in (*self._evicting, *self._hot_since) if k not in self.pod_groups.groups
             ]:
                 self._evicting.pop(gone, None)
                 self._hot_since.pop(gone, None)
-            obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.gangs.waiting()))
-            for members, why in self.gangs.overdue(time.monotonic(), self.wait_timeout):
+            obs.POD_GROUPS_WAITING.set(sum(1 for _ in self.pod_groups.waiting()))
+            for members, why in self.pod_groups.overdue(time.monotonic(), self.wait_timeout):
                 self.inflight.spawn_unslotted(self._tell(members, why))
 
     async def _tell(self, pods: list[PodInfo], message: str) -> None:
@@ -115,25 +119,25 @@ class GroupCycle:
     def schedule(self, pod: PodInfo) -> bool:
         """The group of a popped member (Scheduler.schedule_popped's contract: True when the
         loop's bind slot was handed to a task)."""
-        gangs = self.gangs
+        pod_groups = self.pod_groups
         key = pod.group
         assert key is not None
-        group = gangs.groups.get(key)
-        if group is None or not gangs.ready(key):  # its PodGroup went, or members left
+        group = pod_groups.groups.get(key)
+        if group is None or not pod_groups.ready(key):  # its PodGroup went, or members left
             self.queue.remove(pod.uid)
-            gangs.hold(pod)
+            pod_groups.hold(pod)
             return False
-        taken = (self.queue.take(uid) for uid in gangs.pending.get(key, {}) if uid != pod.uid)
+        taken = (self.queue.take(uid) for uid in pod_groups.pending.get(key, {}) if uid != pod.uid)
         members = [pod, *(m for m in taken if m is not None and m.uid not in self.state.pods)]
         started = time.perf_counter()
-        refusal = gangs.mismatch(group, members)
+        refusal = pod_groups.mismatch(group, members)
         if refusal:  # kube-scheduler fails such a group as a SchedulerError
             self._decisions["error"].inc()
             for member in members:
                 self.queue.backoff(member.uid)
             self._report(group, members, {}, refusal, "SchedulerError")
             return True
-        gap = gangs.resource_gap(group)
+        gap = pod_groups.resource_gap(group)
         if gap:  # coscheduling's PreFilter: unresolvable, no preemption
             self._decisions["unschedulable"].inc()
             for member in members:
@@ -169,7 +173,7 @@ class GroupCycle:
         outcome = self._post_filter(group, members, basis) if self.preempts else None
         if isinstance(outcome, NoPreemption):
             message = f"{message} preemption: {outcome.message}"
-        elif isinstance(outcome, GroupPreemption):
+        elif isinstance(outcome, PodGroupPreemption):
             cleared = [
                 other
                 for member in members
@@ -182,7 +186,7 @@ class GroupCycle:
         self._report(group, members, own, message, "Unschedulable")
         return True
 
-    def _hot_wait(self, group: PodGroup, decision: GroupDecision, basis: Basis) -> str:
+    def _hot_wait(self, group: PodGroup, decision: PodGroupDecision, basis: Basis) -> str:
         """Why the group waits for cool room (its policy's gangHotWaitSeconds), or ""."""
         limit = basis.policy.spec.gang_hot_wait_seconds
         hot = sum(1 for _, result in decision.placed if result.all_hot)
@@ -201,7 +205,7 @@ class GroupCycle:
 
     def _post_filter(
         self, group: PodGroup, members: list[PodInfo], basis: Basis
-    ) -> GroupPreemption | NoPreemption | None:
+    ) -> PodGroupPreemption | NoPreemption | None:
         """Preemption for the group (framework/plugins/gang_scheduling/preemption.py); None:
         nothing to try. Not again while victims of its last preemption are still there
         (kube-scheduler's rule for a pod whose victims are terminating): their room is on its
@@ -212,18 +216,18 @@ class GroupCycle:
             if any(uid in self.state.pods for uid in evicting):
                 return NoPreemption(TERMINATING)
             del self._evicting[group.key]
-        groups = self.gangs.groups
+        groups = self.pod_groups.groups
 
-        def together(key: GroupKey) -> bool:
+        def together(key: PodGroupKey) -> bool:
             found = groups.get(key)
             return found is not None and found.disrupt_all
 
-        return preempt_group(
+        return preempt_pod_group(
             members,
             self.state,
             basis,
             group.minimum,
-            self.state.group_members[group.key],
+            self.state.pod_group_members[group.key],
             list(self.preemption.budgets.values()),
             together,
             self.profile,
@@ -233,7 +237,7 @@ class GroupCycle:
         self,
         group: PodGroup,
         members: list[PodInfo],
-        outcome: GroupPreemption,
+        outcome: PodGroupPreemption,
         message: str,
         cleared: list[PodInfo],
     ) -> None:
@@ -267,7 +271,7 @@ class GroupCycle:
 
     def _decide(
         self, group: PodGroup, members: list[PodInfo]
-    ) -> tuple[GroupDecision, dict[str, CycleState], Basis]:
+    ) -> tuple[PodGroupDecision, dict[str, CycleState], Basis]:
         """Members in kube-scheduler's order, each reserved (the Reserve plugins) and assumed
         when it fits; the group's policy is its first member'self."""
         first = min(members, key=member_order)
@@ -286,13 +290,13 @@ class GroupCycle:
                 self.state.assume(member, result.node)
             return result
 
-        scheduled = self.state.group_members[group.key]  # before this cycle assumes any
-        return place_group(members, group.minimum, attempt, scheduled), cycles, basis
+        scheduled = self.state.pod_group_members[group.key]  # before this cycle assumes any
+        return place_pod_group(members, group.minimum, attempt, scheduled), cycles, basis
 
     def _bind(
         self,
         group: PodGroup,
-        decision: GroupDecision,
+        decision: PodGroupDecision,
         cycles: dict[str, CycleState],
         started: float,
     ) -> None:

@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ... import observability as obs
-from ...framework.pod_groups import COSCHEDULING, UPSTREAM, Api, GroupKey, PodGroup, parse_group
+from ...framework.pod_groups import (
+    COSCHEDULING,
+    UPSTREAM,
+    Api,
+    PodGroup,
+    PodGroupKey,
+    parse_pod_group,
+)
 from ...framework.preemption import Preemption
 from ...framework.types import PodInfo
 from ..state import ClusterState
@@ -29,20 +36,20 @@ COSCHEDULING_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
 PATHS: Mapping[Api, str] = {UPSTREAM: UPSTREAM_PATH, COSCHEDULING: COSCHEDULING_PATH}
 
 
-class Gangs:
+class PodGroupMembers:
     def __init__(self, scheduler_name: str, state: ClusterState) -> None:
         self.name = scheduler_name
-        self.state = state  # placed and assumed members are counted there (group_members)
-        self.groups: dict[GroupKey, PodGroup] = {}
-        self.conditions: dict[GroupKey, list[dict[str, Any]]] = {}  # status as last seen
-        self.phases: dict[GroupKey, str] = {}  # coscheduling's status.phase as last seen
-        self.broken: dict[GroupKey, str] = {}  # PodGroups that cannot be read: why
-        self.pending: dict[GroupKey, dict[str, PodInfo]] = {}  # our pending members
+        self.state = state  # placed and assumed members are counted there (pod_group_members)
+        self.groups: dict[PodGroupKey, PodGroup] = {}
+        self.conditions: dict[PodGroupKey, list[dict[str, Any]]] = {}  # status as last seen
+        self.phases: dict[PodGroupKey, str] = {}  # coscheduling's status.phase as last seen
+        self.broken: dict[PodGroupKey, str] = {}  # PodGroups that cannot be read: why
+        self.pending: dict[PodGroupKey, dict[str, PodInfo]] = {}  # our pending members
         self.held: dict[str, PodInfo] = {}  # members not queued until their group is ready
         self.held_at: dict[str, float] = {}  # uid -> monotonic time it was first held
-        self.told: dict[GroupKey, float] = {}  # waiting groups told, and when
-        self.foreign: dict[GroupKey, dict[str, str]] = {}  # others' pending: uid -> scheduler
-        self._group_of: dict[str, GroupKey] = {}  # uid -> its group, for ours and others'
+        self.told: dict[PodGroupKey, float] = {}  # waiting groups told, and when
+        self.foreign: dict[PodGroupKey, dict[str, str]] = {}  # others' pending: uid -> scheduler
+        self._group_of: dict[str, PodGroupKey] = {}  # uid -> its group, for ours and others'
         # Told of each held member its group made ready (the scheduler queues it).
         self.release: Callable[[PodInfo], None] = lambda pod: None
         # Told when a PodGroup changed: its parked members may fit now (a smaller minimum).
@@ -66,14 +73,14 @@ class Gangs:
     def on_event(self, api: Api) -> Callable[[str | None, Mapping[str, Any]], None]:
         def handle(event_type: str | None, raw: Mapping[str, Any]) -> None:
             meta = raw.get("metadata") or {}
-            key = GroupKey(api, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            key = PodGroupKey(api, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
             if not key.name:
                 return
             if event_type == "DELETED":
                 self._drop(key)
                 return
             try:
-                group = parse_group(api, raw)
+                group = parse_pod_group(api, raw)
             except ValueError as exc:
                 if self.broken.get(key) != str(exc):
                     log.warning("PodGroup %s (%s) ignored: %s", key, api, exc)
@@ -102,7 +109,7 @@ class Gangs:
 
         return handle
 
-    def _drop(self, key: GroupKey) -> None:
+    def _drop(self, key: PodGroupKey) -> None:
         self.groups.pop(key, None)
         self.conditions.pop(key, None)
         self.phases.pop(key, None)
@@ -133,7 +140,7 @@ class Gangs:
         self.held[pod.uid] = pod
         self.held_at.setdefault(pod.uid, time.monotonic())
 
-    def note_foreign(self, uid: str, key: GroupKey, scheduler_name: str) -> None:
+    def note_foreign(self, uid: str, key: PodGroupKey, scheduler_name: str) -> None:
         """A pending member another scheduler is named to place."""
         self._join(uid, key)
         self.foreign.setdefault(key, {})[uid] = scheduler_name
@@ -157,22 +164,22 @@ class Gangs:
         """Every pending member's uid, ours and others' (a relist drops those it lacks)."""
         return list(self._group_of)
 
-    def _join(self, uid: str, key: GroupKey) -> None:
+    def _join(self, uid: str, key: PodGroupKey) -> None:
         if self._group_of.get(uid, key) != key:  # its label changed: it left its old group
             self.forget(uid)
         self._group_of[uid] = key
 
     # --- readiness ---------------------------------------------------------------------------
-    def members(self, key: GroupKey) -> int:
+    def members(self, key: PodGroupKey) -> int:
         """Members that exist: pending (ours and others') and placed or assumed."""
         pending = sum(1 for uid in self.pending.get(key, ()) if uid not in self.state.pods)
-        return pending + len(self.foreign.get(key, ())) + self.state.group_members[key]
+        return pending + len(self.foreign.get(key, ())) + self.state.pod_group_members[key]
 
-    def ready(self, key: GroupKey) -> bool:
+    def ready(self, key: PodGroupKey) -> bool:
         group = self.groups.get(key)
         return group is not None and self.members(key) >= group.minimum
 
-    def try_release(self, key: GroupKey) -> None:
+    def try_release(self, key: PodGroupKey) -> None:
         if not self.ready(key):
             return
         self.told.pop(key, None)
@@ -180,9 +187,9 @@ class Gangs:
             self.held_at.pop(uid, None)
             self.release(self.held.pop(uid))
 
-    def waiting(self) -> Iterator[tuple[GroupKey, int]]:
+    def waiting(self) -> Iterator[tuple[PodGroupKey, int]]:
         """Groups with members held back, and how many."""
-        counts: dict[GroupKey, int] = {}
+        counts: dict[PodGroupKey, int] = {}
         for pod in self.held.values():
             if pod.group is not None:
                 counts[pod.group] = counts.get(pod.group, 0) + 1
@@ -192,7 +199,7 @@ class Gangs:
         """Groups whose members have waited longer than the group's timeout (coscheduling's
         scheduleTimeoutSeconds, else `default`) since they were held or last told: the members
         to tell, and why they wait. Nothing of theirs is held meanwhile: waiting costs no room."""
-        members: dict[GroupKey, list[PodInfo]] = {}
+        members: dict[PodGroupKey, list[PodInfo]] = {}
         for pod in self.held.values():
             if pod.group is not None:
                 members.setdefault(pod.group, []).append(pod)
@@ -210,7 +217,7 @@ class Gangs:
                 due.append((pods, self.why_waiting(key)))
         return due
 
-    def why_waiting(self, key: GroupKey) -> str:
+    def why_waiting(self, key: PodGroupKey) -> str:
         """What a held member waits for, in words."""
         group = self.groups.get(key)
         if group is None:

@@ -15,23 +15,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ...framework.pod_groups import UPSTREAM, GroupKey, PodGroup
+from ...framework.pod_groups import UPSTREAM, PodGroup, PodGroupKey
 from ...kube.times import stamp
 from ..binding.binder import Binder
-from .members import Gangs
+from .members import PodGroupMembers
 
 log = logging.getLogger(__name__)
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 SETTLED_PHASES = ("Running", "Finished", "Failed")  # the controller's alone
 
 
-class GroupStatus:
-    def __init__(self, gangs: Gangs, binder: Binder) -> None:
-        self.gangs = gangs
+class PodGroupStatus:
+    def __init__(self, pod_groups: PodGroupMembers, binder: Binder) -> None:
+        self.pod_groups = pod_groups
         self.binder = binder
-        self._written: dict[GroupKey, tuple[str, str, str]] = {}  # group -> what was written
+        self._written: dict[PodGroupKey, tuple[str, str, str]] = {}  # group -> what was written
 
-    def forget_gone(self, groups: Mapping[GroupKey, PodGroup]) -> None:
+    def forget_gone(self, groups: Mapping[PodGroupKey, PodGroup]) -> None:
         for key in [k for k in self._written if k not in groups]:
             del self._written[key]
 
@@ -44,7 +44,7 @@ class GroupStatus:
 
     async def _phase(self, group: PodGroup, phase: str) -> None:
         key = group.key
-        current = self.gangs.phases.get(key, "")
+        current = self.pod_groups.phases.get(key, "")
         if (
             current == phase
             or current in SETTLED_PHASES
@@ -62,7 +62,7 @@ class GroupStatus:
     async def _condition(self, group: PodGroup, status: str, reason: str, message: str) -> None:
         """PodGroupInitiallyScheduled, as kube-scheduler writes it: once True, never again."""
         key = group.key
-        current = self.gangs.conditions.get(key, [])
+        current = self.pod_groups.conditions.get(key, [])
         mine = next((c for c in current if c.get("type") == INITIALLY_SCHEDULED), None)
         if mine is not None and mine.get("status") == "True":
             return

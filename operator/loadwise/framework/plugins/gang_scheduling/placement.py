@@ -22,7 +22,7 @@ from ...view import WhatIf
 
 
 @dataclass(frozen=True, slots=True)
-class GroupDecision:
+class PodGroupDecision:
     placed: tuple[tuple[PodInfo, Decision], ...]  # in the order tried
     refused: tuple[tuple[PodInfo, Unschedulable], ...]  # members tried that fit nowhere
     untried: tuple[PodInfo, ...]  # left when the minimum could no longer be reached
@@ -57,9 +57,9 @@ def member_order(pod: PodInfo) -> tuple[int, float, str]:
 Attempt = Callable[[PodInfo], "Decision | Unschedulable"]
 
 
-def place_group(
+def place_pod_group(
     members: Sequence[PodInfo], minimum: int, attempt: Attempt, scheduled: int = 0
-) -> GroupDecision:
+) -> PodGroupDecision:
     """Each member in `member_order` through `attempt`; `scheduled`: members already assumed
     or bound (they count toward `minimum`). The caller undoes what `attempt` held when the
     decision is not `reached`."""
@@ -69,23 +69,23 @@ def place_group(
     for index, pod in enumerate(ordered):
         if scheduled + len(placed) + len(ordered) - index < minimum:
             untried = tuple(ordered[index:])
-            return GroupDecision(tuple(placed), tuple(refused), untried, minimum, scheduled)
+            return PodGroupDecision(tuple(placed), tuple(refused), untried, minimum, scheduled)
         result = attempt(pod)
         if isinstance(result, Decision):
             placed.append((pod, result))
         else:
             refused.append((pod, result))
-    return GroupDecision(tuple(placed), tuple(refused), (), minimum, scheduled)
+    return PodGroupDecision(tuple(placed), tuple(refused), (), minimum, scheduled)
 
 
-def what_if_group(
+def what_if_pod_group(
     members: Sequence[PodInfo],
     view: WhatIf,
     basis: Basis,
     minimum: int,
     scheduled: int = 0,
     profile: Profile = DEFAULT_PROFILE,
-) -> GroupDecision:
+) -> PodGroupDecision:
     """The group's decision as a dry run (explain): `view` is edited and restored."""
     held: list[str] = []
 
@@ -97,7 +97,7 @@ def what_if_group(
         return result
 
     try:
-        return place_group(members, minimum, attempt, scheduled)
+        return place_pod_group(members, minimum, attempt, scheduled)
     finally:
         for uid in held:
             view.set_aside(uid)

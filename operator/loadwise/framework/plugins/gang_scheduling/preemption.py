@@ -16,33 +16,33 @@ from dataclasses import dataclass
 
 from ...context import Basis
 from ...disruption_budgets import DisruptionBudget, split_violating
-from ...pod_groups import GroupKey
+from ...pod_groups import PodGroupKey
 from ...preemption import NEVER, NoPreemption, importance
 from ...profile import DEFAULT_PROFILE, Profile
 from ...types import PodInfo
 from ...view import WhatIf
-from .placement import GroupDecision, what_if_group
+from .placement import PodGroupDecision, what_if_pod_group
 
 NO_ROOM = "the pod group's minimum does not fit even with every lower-priority pod evicted"
 
 
 @dataclass(frozen=True, slots=True)
-class GroupPreemption:
+class PodGroupPreemption:
     victims: tuple[PodInfo, ...]  # most important first
     nodes: dict[str, str]  # member uid -> the node it is nominated to
     pdb_violations: int
 
 
-def preempt_group(
+def preempt_pod_group(
     members: Sequence[PodInfo],
     view: WhatIf,
     basis: Basis,
     minimum: int,
     scheduled: int,
     budgets: Sequence[DisruptionBudget] = (),
-    together: Callable[[GroupKey], bool] = lambda key: False,
+    together: Callable[[PodGroupKey], bool] = lambda key: False,
     profile: Profile = DEFAULT_PROFILE,
-) -> GroupPreemption | NoPreemption | None:
+) -> PodGroupPreemption | NoPreemption | None:
     """None when no placed pod has a lower priority than the group (nothing to try).
     `together`: whether a group's pods are evicted or spared as one (`disruptionMode: all`)."""
     if any(m.preempt_never for m in members):
@@ -81,7 +81,7 @@ def preempt_group(
                 violations += violates
         placed = _fits(members, view, basis, minimum, scheduled, profile).placed
         nodes = {pod.uid: decision.node for pod, decision in placed}
-        return GroupPreemption(tuple(sorted(victims, key=importance)), nodes, violations)
+        return PodGroupPreemption(tuple(sorted(victims, key=importance)), nodes, violations)
     finally:
         for unit in aside:
             for pod in unit:
@@ -95,20 +95,20 @@ def _fits(
     minimum: int,
     scheduled: int,
     profile: Profile,
-) -> GroupDecision:
-    return what_if_group(members, view, basis, minimum, scheduled, profile)
+) -> PodGroupDecision:
+    return what_if_pod_group(members, view, basis, minimum, scheduled, profile)
 
 
 Unit = tuple[PodInfo, ...]  # pods evicted or spared as one
 
 
-def _units(potential: Sequence[PodInfo], together: Callable[[GroupKey], bool]) -> list[Unit]:
+def _units(potential: Sequence[PodInfo], together: Callable[[PodGroupKey], bool]) -> list[Unit]:
     """Potential victims, most important first, a `disruptionMode: all` group's pods as one
     (in the place of its most important pod)."""
-    order: list[GroupKey | str] = []
-    grouped: dict[GroupKey | str, list[PodInfo]] = {}
+    order: list[PodGroupKey | str] = []
+    grouped: dict[PodGroupKey | str, list[PodInfo]] = {}
     for pod in potential:
-        key: GroupKey | str = pod.group if pod.group and together(pod.group) else pod.uid
+        key: PodGroupKey | str = pod.group if pod.group and together(pod.group) else pod.uid
         if key not in grouped:
             grouped[key] = []
             order.append(key)

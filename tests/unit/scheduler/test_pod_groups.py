@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from loadwise.framework.pod_groups import COSCHEDULING, COSCHEDULING_LABEL, UPSTREAM, GroupKey
+from loadwise.framework.pod_groups import COSCHEDULING, COSCHEDULING_LABEL, UPSTREAM, PodGroupKey
 from loadwise.scheduler.binding.binder import MERGE_PATCH
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import NodeSample
@@ -37,8 +37,8 @@ def pod_group(name: str, minimum: int, **spec: Any) -> dict[str, Any]:
     }
 
 
-def _key(name: str) -> GroupKey:
-    return GroupKey(UPSTREAM, NS, name)
+def _key(name: str) -> PodGroupKey:
+    return PodGroupKey(UPSTREAM, NS, name)
 
 
 def with_nodes(sched: Scheduler, *cpus: str) -> None:
@@ -62,10 +62,10 @@ async def test_members_wait_for_their_podgroup_and_minimum_then_bind_together() 
             sched.on_pod_event("ADDED", raw)
         await asyncio.sleep(0.1)
         assert not api.fake.requests("POST", "/binding")  # no PodGroup yet
-        sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("train", 4))
+        sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("train", 4))
         await asyncio.sleep(0.1)
         assert not api.fake.requests("POST", "/binding")  # 3 of 4 exist
-        assert dict(sched.gangs.waiting()) == {_key("train"): 3}
+        assert dict(sched.pod_groups.waiting()) == {_key("train"): 3}
         assert not api.events("FailedScheduling")  # waiting is silent, as upstream
         sched.on_pod_event("ADDED", pods[3])
         await until(lambda: len(api.events("Scheduled")) == 4)
@@ -85,7 +85,7 @@ async def test_a_group_that_cannot_reach_its_minimum_holds_nothing_and_every_mem
     api = Api()
     sched = scheduler(api)
     with_nodes(sched, "2", "2")  # room for 4 members of 1 cpu; the group needs 5
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("big", 5))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("big", 5))
     pods = [member(f"b{i}", "big") for i in range(5)]
     async with running(sched):
         for raw in pods:
@@ -112,7 +112,7 @@ async def test_a_member_whose_bind_fails_is_retried_alone_with_its_siblings_coun
     api = Api(g1=[(500, b"etcdserver: leader changed")])  # then 201
     sched = scheduler(api, backoff=0.1)
     with_nodes(sched, "8")
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("g", 3))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 3))
     pods = [member(f"g{i}", "g") for i in range(3)]
     async with running(sched):
         for raw in pods:
@@ -122,14 +122,14 @@ async def test_a_member_whose_bind_fails_is_retried_alone_with_its_siblings_coun
             sched.on_pod_event("MODIFIED", bound(raw, "n0"))
         await until(lambda: len(api.events("Scheduled")) == 3)
     assert len(api.binds("g1")) == 2 and len(api.binds("g0")) == 1
-    assert sched.state.group_members[_key("g")] == 3
+    assert sched.state.pod_group_members[_key("g")] == 3
 
 
 async def test_a_group_mixing_schedulers_is_refused_as_kube_scheduler_refuses_it() -> None:
     api = Api()
     sched = scheduler(api)
     with_nodes(sched, "8")
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("mixed", 3))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("mixed", 3))
     ours = [member(f"m{i}", "mixed") for i in range(2)]
     theirs = member("m2", "mixed")
     theirs["spec"]["schedulerName"] = "default-scheduler"
@@ -159,21 +159,21 @@ async def test_a_coscheduling_group_by_label_and_a_group_deleted_while_members_w
         "metadata": {"name": "spark", "namespace": NS},
         "spec": {"minMember": 2, "scheduleTimeoutSeconds": 30},
     }
-    sched.gangs.on_event(COSCHEDULING)("ADDED", cosched)
-    sched.gangs.on_event(COSCHEDULING)("DELETED", cosched)  # gone before its members came
+    sched.pod_groups.on_event(COSCHEDULING)("ADDED", cosched)
+    sched.pod_groups.on_event(COSCHEDULING)("DELETED", cosched)  # gone before its members came
     async with running(sched):
         for raw in pods:
             sched.on_pod_event("ADDED", raw)
         await asyncio.sleep(0.1)
-        assert not api.fake.requests("POST", "/binding") and len(sched.gangs.held) == 2
-        sched.gangs.on_event(COSCHEDULING)("ADDED", cosched)
+        assert not api.fake.requests("POST", "/binding") and len(sched.pod_groups.held) == 2
+        sched.pod_groups.on_event(COSCHEDULING)("ADDED", cosched)
         await until(lambda: len(api.events("Scheduled")) == 2)
         await sched.drain()
     (phase,) = api.fake.requests("PATCH", "/podgroups/spark/status")  # coscheduling's phase
     assert phase.body == {"status": {"phase": "Scheduling"}}
     assert "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/" in phase.path
     sched.relisted_pods(set())  # a relist without them: nothing of the group is kept
-    assert not sched.gangs.held and not sched.gangs.pending
+    assert not sched.pod_groups.held and not sched.pod_groups.pending
 
 
 async def test_members_waiting_past_the_timeout_are_told_why_and_nothing_is_held() -> None:
@@ -189,7 +189,7 @@ async def test_members_waiting_past_the_timeout_are_told_why_and_nothing_is_held
         assert {e["message"] for e in api.events("FailedScheduling")} == {
             "pod group default/late does not exist: its members wait for it"
         }
-        sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("late", 3))  # 2 of 3 ever come
+        sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("late", 3))  # 2 of 3 ever come
         await until(lambda: len(api.events("FailedScheduling")) == 4, timeout=3.0)
         assert not sched.state.pods and not api.fake.requests("POST", "/binding")
     assert {e["message"] for e in api.events("FailedScheduling")[2:]} == {
@@ -206,7 +206,7 @@ async def test_a_group_preempts_only_when_its_whole_minimum_then_fits() -> None:
     low = [raw_pod(f"low{i}", cpu="2") for i in range(2)]
     for index, raw in enumerate(low):
         sched.on_pod_event("ADDED", bound(raw, f"n{index}"))
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("urgent", 2, priority=100))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("urgent", 2, priority=100))
     pods = [member(f"u{i}", "urgent", cpu="2") for i in range(2)]
     for raw in pods:
         raw["spec"]["priority"] = 100
@@ -231,7 +231,7 @@ async def test_a_victim_whose_group_is_disrupted_as_one_takes_its_whole_group() 
     api = Api()
     sched = scheduler(api)
     with_nodes(sched, "2", "2")
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("batch", 2, disruptionMode={"all": {}}))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("batch", 2, disruptionMode={"all": {}}))
     for index in range(2):
         sched.on_pod_event("ADDED", bound(member(f"b{index}", "batch", cpu="2"), f"n{index}"))
     urgent = raw_pod("urgent", cpu="2")
@@ -255,7 +255,7 @@ async def test_coscheduling_min_resources_beyond_the_clusters_free_room_refuse_t
         "metadata": {"name": "greedy", "namespace": NS},
         "spec": {"minMember": 2, "minResources": {"cpu": "9", "memory": "1Gi"}},
     }
-    sched.gangs.on_event(COSCHEDULING)("ADDED", cosched)
+    sched.pod_groups.on_event(COSCHEDULING)("ADDED", cosched)
     async with running(sched):
         for raw in pods:
             sched.on_pod_event("ADDED", raw)
@@ -265,7 +265,7 @@ async def test_coscheduling_min_resources_beyond_the_clusters_free_room_refuse_t
             "pod group default/greedy: the cluster's free room is short of minResources by cpu 1000"
         }
         cosched["spec"]["minResources"] = {"cpu": "8"}
-        sched.gangs.on_event(COSCHEDULING)("MODIFIED", cosched)  # its members are retried
+        sched.pod_groups.on_event(COSCHEDULING)("MODIFIED", cosched)  # its members are retried
         await until(lambda: len(api.events("Scheduled")) == 2)
 
 
@@ -273,25 +273,25 @@ async def test_odd_groups_never_crash_the_loop_nor_hold_room() -> None:
     api = Api()
     sched = scheduler(api, gang_wait_timeout=0.2)
     with_nodes(sched, "1")
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("priced", 2, priority=10))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("priced", 2, priority=10))
     priced = [member(f"p{i}", "priced", cpu="100m") for i in range(2)]  # priority 0, not 10
-    sched.gangs.on_event(COSCHEDULING)(
+    sched.pod_groups.on_event(COSCHEDULING)(
         "ADDED", {"metadata": {"name": "bad", "namespace": NS}, "spec": {"minMember": 0}}
     )
     bad = raw_pod("bad-0", cpu="100m")
     bad["metadata"]["labels"] = {COSCHEDULING_LABEL: "bad"}
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("gone", 2))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("gone", 2))
     gone = [member(f"g{i}", "gone", cpu="1") for i in range(2)]  # fit only together: 2 of 1 cpu
     async with running(sched):
         for raw in [*priced, bad, *gone]:
             sched.on_pod_event("ADDED", raw)
         await until(lambda: len(api.events("FailedScheduling")) >= 5, timeout=3.0)
-        sched.gangs.on_event(UPSTREAM)("DELETED", pod_group("gone", 2))  # while they wait
+        sched.pod_groups.on_event(UPSTREAM)("DELETED", pod_group("gone", 2))  # while they wait
         sched.on_node_event("ADDED", manifests.node("n9", cpu="1"))  # room: they are retried
         await asyncio.sleep(0.3)
         assert not api.fake.requests("POST", "/binding") and not sched.state.pods
-        assert {uid(p) for p in gone} <= set(sched.gangs.held)  # held again, holding nothing
-        sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("gone", 2))
+        assert {uid(p) for p in gone} <= set(sched.pod_groups.held)  # held again, holding nothing
+        sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("gone", 2))
         await until(lambda: len(api.events("Scheduled")) == 2)
     messages = {e["involvedObject"]["name"]: e["message"] for e in api.events("FailedScheduling")}
     assert messages["p0"] == (
@@ -315,7 +315,7 @@ async def test_members_nominated_by_their_groups_preemption_are_not_held_against
     for name, zone in (("a", "za"), ("b", "zb")):
         node = manifests.node(name, cpu="4", labels={"topology.kubernetes.io/zone": zone})
         sched.on_node_event("ADDED", node)
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("spread", 3))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("spread", 3))
     pods = []
     for index, nominated in enumerate(("a", "b", "a")):
         raw = member(f"s{index}", "spread", cpu="1", labels={"app": "web"})
@@ -342,7 +342,7 @@ async def test_a_group_that_fits_only_on_a_hot_node_waits_for_cool_room_as_its_p
     now = time.time()
     cache = sched.usage.caches["prometheus"]
     cache.samples = {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
-    sched.gangs.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
     pods = [member(f"h{i}", "g", cpu="2") for i in range(2)]
     started = asyncio.get_running_loop().time()
     async with running(sched):
