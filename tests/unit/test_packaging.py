@@ -3,6 +3,7 @@ works where the harness cannot be imported."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -19,9 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built from a copy of what the wheel is made of: setuptools' build/ in the work tree
+    keeps modules since moved or deleted, and would put them in the wheel."""
     out = tmp_path_factory.mktemp("wheel")
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "operator" / "loadwise",
+        source / "operator" / "loadwise",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*pip, "-w", str(out), str(ROOT)], check=True, cwd=out)
+    subprocess.run([*pip, "-w", str(out), str(source)], check=True, cwd=out)
     (built,) = out.glob("loadwise-*.whl")
     return built
 
