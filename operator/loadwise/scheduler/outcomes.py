@@ -1,7 +1,8 @@
 """Outcomes: what becomes of a pod's attempt, in one place for the scheduler, the pod group
-cycle and the binding cycle: kube-scheduler's attempt metrics, its failure handler (forget the
-assumption, then back off, park or drop the queue entry) and the FailedScheduling report with
-its de-duplication (the same message is told again only after `failure_event_interval`)."""
+cycle and the binding cycle: kube-scheduler's attempt metrics, its failure handler for errors
+(forget the assumption, then back off or drop the queue entry; parking a pod no node took is the
+caller's, beside preemption) and the FailedScheduling report with its de-duplication (the same
+message is told again only after `failure_event_interval`)."""
 
 from __future__ import annotations
 
