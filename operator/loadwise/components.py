@@ -136,17 +136,18 @@ def new_scheduler(
 ) -> Scheduler:
     """The scheduler with its state, queue, binder and metrics caches, from the settings. A
     dry run (explain) never binds: its binder writes nothing and names no replica."""
-    state = ClusterState()
+    queue = SchedulingQueue(
+        config.scheduling.initial_backoff,
+        config.scheduling.max_backoff,
+        config.scheduling.unschedulable_timeout,
+    )
+    state = ClusterState(storage_changed=queue.move_all_to_active)
     identity = "" if dry_run else identity_of(config)
     return Scheduler(
         config.scheduler_name,
         Binder(transport, config.scheduler_name, identity),
         metrics_caches(config, transport, state, ready),
-        SchedulingQueue(
-            config.scheduling.initial_backoff,
-            config.scheduling.max_backoff,
-            config.scheduling.unschedulable_timeout,
-        ),
+        queue,
         config.scheduling,
         state=state,
     )

@@ -29,8 +29,8 @@ from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose, prefilter
 from .framework.heat import thresholds_text
+from .framework.plugin import NoPreemption
 from .framework.plugins.gang_scheduling.placement import member_order, what_if_pod_group
-from .framework.preemption import NoPreemption
 from .framework.scoring import UsageProfiles, pod_estimate
 from .framework.types import PodInfo, parse_pod
 from .kube.informer import Informer

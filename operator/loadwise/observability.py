@@ -73,6 +73,17 @@ PENDING = Gauge(
     ["queue"],
 )
 QUEUES = ("active", "backoff", "unschedulable", "gated")
+_PENDING = {queue: PENDING.labels(queue) for queue in QUEUES}
+
+
+def pending_changed(queue: str, count: int) -> None:
+    """The pending gauge of one queue, as it changes (in flight is not pending, nor in
+    kube-scheduler; gated pods are counted as they are asked for, by the scheduler's profile)."""
+    gauge = _PENDING.get(queue)
+    if gauge is not None:
+        gauge.set(count)
+
+
 SLI_SECONDS = Histogram(
     "scheduler_pod_scheduling_sli_duration_seconds",
     "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue "

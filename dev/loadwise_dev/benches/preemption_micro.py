@@ -16,7 +16,8 @@ import argparse
 import random
 import time
 
-from loadwise.framework.preemption import Preemption, preempt
+from loadwise.framework.plugin import Preemption
+from loadwise.framework.preemption import preempt
 from loadwise.framework.profile import DEFAULT_PROFILE
 from loadwise.framework.types import parse_pod
 from loadwise.scheduler.state import ClusterState

@@ -17,8 +17,12 @@ say which pods it does not apply to; `Profile` refuses a score plugin declared n
 Such a plugin may declare a `fast_path` the score index knows how to take for it (visiting
 nodes by domain instead of all of them); the index reads the declaration, never the class.
 
-After Filter and Score, the extension points of kube-scheduler's framework that a plugin
+Around Filter and Score, the extension points of kube-scheduler's framework that a plugin
 implements by subclassing (the profile runs them in its order, never naming a plugin):
+- PreEnqueuePlugin: may a pending pod join the queue? A pod it holds waits outside the queue,
+  never tried, counted as gated, until the plugin releases it (scheduling gates, a PodGroup
+  short of its minimum).
+- PostFilterPlugin: for a pod no node can take, a way to make room (DefaultPreemption).
 - ReservePlugin: Reserve when a node is chosen, before the next pod's cycle, and Unreserve (in
   reverse order, every Reserve plugin, even one whose Reserve failed or did not run) when the
   pod does not bind after all. What Reserve leaves for PreBind and Unreserve goes in the pod's
@@ -27,12 +31,12 @@ implements by subclassing (the profile runs them in its order, never naming a pl
   pod and retries it after backoff.
 A plugin's pure half (its filters, its reading of the cluster) lives in framework/; a half that
 writes to the API server or waits on it lives in scheduler/, registered by the scheduler under
-the same name (Scheduler's `binding_plugins`).
+the same name (scheduler/plugins.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -208,4 +212,56 @@ class PreBindPlugin(Plugin):
     ) -> str | None:
         """Why binding must be retried (an error), or None. `waiting`: call it once before
         waiting on others (the loop's bind slot is given back meanwhile)."""
+        raise NotImplementedError
+
+
+class PreEnqueuePlugin(Plugin):
+    """PreEnqueue: whether a pending pod may join the queue now. A plugin that holds a pod keeps
+    it until what it waits for arrives, then gives it to the `release` it was made with (or the
+    pod's next update asks again); held pods are never tried and count as gated."""
+
+    def pre_enqueue(self, pod: PodInfo) -> bool:
+        """True: the pod may be queued (the plugin holds it no longer). False: held."""
+        raise NotImplementedError
+
+    def forget(self, uid: str) -> None:
+        """The pod was deleted or bound, or an earlier plugin holds it: drop what is kept."""
+        raise NotImplementedError
+
+    def known(self) -> Collection[str]:
+        """Every pod this plugin keeps anything for (a relist forgets those it lacks)."""
+        raise NotImplementedError
+
+    def holding(self) -> int:
+        """How many pods it holds now (the gated gauge)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Evict `victims` from `node`, then the pod waits for the room (nominated there)."""
+
+    node: str
+    victims: tuple[PodInfo, ...]
+    pdb_violations: int
+    candidates: int  # nodes where preemption would have helped (of those examined)
+
+
+@dataclass(frozen=True, slots=True)
+class NoPreemption:
+    message: str  # kube-scheduler's wording, appended to the FailedScheduling message
+
+
+class PostFilterPlugin(Plugin):
+    """PostFilter: run for a pod no node can take (kube-scheduler's DefaultPreemption)."""
+
+    def post_filter(
+        self,
+        pod: PodInfo,
+        held: Mapping[str, list[PodInfo]],
+        load_of: Callable[[str], float],
+    ) -> Preemption | NoPreemption | None:
+        """Room this plugin can make for the pod, why it cannot (NoPreemption), or None when
+        it does not apply. `held`: per node, the nominated pods whose room the pod must leave;
+        `load_of`: a node's weighted load, which breaks ties."""
         raise NotImplementedError

@@ -30,7 +30,7 @@ from datetime import datetime
 from .context import CycleContext
 from .cycle import refusal, refusal_with_nominated
 from .disruption_budgets import DisruptionBudget, split_violating
-from .plugin import FilterPlugin
+from .plugin import FilterPlugin, NoPreemption, Preemption
 from .types import NodeInfo, PodInfo
 from .view import WhatIf
 
@@ -50,21 +50,6 @@ class Candidate:
     node: str
     victims: tuple[PodInfo, ...]  # most important first
     pdb_violations: int
-
-
-@dataclass(frozen=True, slots=True)
-class Preemption:
-    """Evict `victims` from `node`, then the pod waits for the room (nominated there)."""
-
-    node: str
-    victims: tuple[PodInfo, ...]
-    pdb_violations: int
-    candidates: int  # nodes where preemption would have helped (of those examined)
-
-
-@dataclass(frozen=True, slots=True)
-class NoPreemption:
-    message: str  # kube-scheduler's wording, appended to the FailedScheduling message
 
 
 def start_of(pod: PodInfo) -> float:

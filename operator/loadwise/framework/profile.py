@@ -3,14 +3,14 @@
 What a decision depends on is declared once, by the plugin that depends on it (plugin.py); the
 score index's shapes, whether a pod can be batched, which node updates and pod changes can make
 a rejected pod fit, and which changes of placed pods must be re-accounted all come from here.
-The points after Filter (Reserve, Unreserve, PreBind) run here too, in the plugins' order, with
-kube-scheduler's rules and wording: no caller names a plugin.
+The points around Filter (PreEnqueue, PostFilter, Reserve, Unreserve, PreBind) run here too, in
+the plugins' order, with kube-scheduler's rules and wording: no caller names a plugin.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..policies.policy import Policy
@@ -20,8 +20,12 @@ from .plugin import (
     CycleState,
     FilterPlugin,
     LoadPlugin,
+    NoPreemption,
     Plugin,
+    PostFilterPlugin,
     PreBindPlugin,
+    Preemption,
+    PreEnqueuePlugin,
     ReservePlugin,
     ScorePlugin,
 )
@@ -31,6 +35,7 @@ from .types import NodeInfo, PodInfo
 log = logging.getLogger(__name__)
 Shape = tuple[Any, ...]
 DECIDING = (FilterPlugin, ScorePlugin, LoadPlugin)  # the plugins a decision depends on
+POINTS = (*DECIDING, PreEnqueuePlugin, PostFilterPlugin, ReservePlugin, PreBindPlugin)
 
 
 def _union(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
@@ -41,7 +46,7 @@ def _check_declarations(plugin: Plugin) -> None:
     """A plugin that decides must say whether it is node-local, and a score plugin cannot be
     (plugin.py); every plugin implements at least one extension point."""
     kind = type(plugin).__name__
-    if not isinstance(plugin, (*DECIDING, ReservePlugin, PreBindPlugin)):
+    if not isinstance(plugin, POINTS):
         raise ValueError(f"plugin {kind} implements no extension point")
     if not isinstance(plugin, DECIDING):
         return
@@ -77,6 +82,8 @@ class Profile:
         self._local = tuple(p for p in deciding if p.node_local)
         self._not_local = tuple(p for p in deciding if not p.node_local)
         self._placement = tuple(p for p in self.plugins if p.helped_by_placement)
+        self.pre_enqueuers = tuple(p for p in self.plugins if isinstance(p, PreEnqueuePlugin))
+        self.post_filters = tuple(p for p in self.plugins if isinstance(p, PostFilterPlugin))
         self.reservers = tuple(p for p in self.plugins if isinstance(p, ReservePlugin))
         self.prebinders = tuple(p for p in self.plugins if isinstance(p, PreBindPlugin))
         self.pod_fields = _union(p.inputs.pod for p in self.plugins)
@@ -133,6 +140,48 @@ class Profile:
     def waits_for_pods(self, pod: PodInfo) -> bool:
         """Could another pod's placement make this pod fit (affinity, spread)?"""
         return any(p.waits_for_pods(pod) for p in self._placement)
+
+    # --- before the queue: PreEnqueue --------------------------------------------------------
+    def pre_enqueue(self, pod: PodInfo) -> PreEnqueuePlugin | None:
+        """RunPreEnqueuePlugins: the plugin that holds the pod, or None when it may be queued.
+        The plugins after the one holding it are not asked, and forget it."""
+        holder: PreEnqueuePlugin | None = None
+        for plugin in self.pre_enqueuers:
+            if holder is not None:
+                plugin.forget(pod.uid)
+            elif not plugin.pre_enqueue(pod):
+                holder = plugin
+        return holder
+
+    def forget_held(self, uid: str) -> None:
+        """The pod was deleted or bound: every PreEnqueue plugin lets it go."""
+        for plugin in self.pre_enqueuers:
+            plugin.forget(uid)
+
+    def known_held(self) -> set[str]:
+        """Every pod a PreEnqueue plugin keeps anything for."""
+        return {uid for plugin in self.pre_enqueuers for uid in plugin.known()}
+
+    def holding(self) -> int:
+        """Pods held out of the queue (kube-scheduler's gated pods)."""
+        return sum(plugin.holding() for plugin in self.pre_enqueuers)
+
+    # --- no node fits: PostFilter ------------------------------------------------------------
+    def post_filter(
+        self,
+        pod: PodInfo,
+        held: Mapping[str, list[PodInfo]],
+        load_of: Callable[[str], float],
+    ) -> Preemption | NoPreemption | None:
+        """RunPostFilterPlugins: the first plugin's room for the pod; else the first reason
+        one gave why it found none (None when none applies)."""
+        refused: NoPreemption | None = None
+        for plugin in self.post_filters:
+            outcome = plugin.post_filter(pod, held, load_of)
+            if isinstance(outcome, Preemption):
+                return outcome
+            refused = refused or outcome
+        return refused
 
     # --- after Filter: Reserve, Unreserve, PreBind -------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:

@@ -14,9 +14,9 @@ class PolicySet:
     called after every change (the scheduler requeues waiting pods, the usage sources resize
     their history)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         self._ordered: list[Policy] = []
-        self.on_change: Callable[[], None] = lambda: None
+        self.on_change = on_change
 
     def __len__(self) -> int:
         return len(self._ordered)

@@ -1,15 +1,15 @@
 """Watch events into the scheduler's state and queue: kube-scheduler's eventhandlers. Cheap and
 synchronous; which changes can make a rejected pod fit comes from the plugins' declarations
 (profile.py). Pods bound by anyone are accounted on their nodes; pending pods named for this
-scheduler are queued, or held aside while scheduling gates remain (their nominations still
-hold room, as kube-scheduler's nominator records gated pods too)."""
+scheduler are queued unless a PreEnqueue plugin holds them (scheduling gates, a PodGroup short
+of its minimum); a held pod's nomination still holds room, as kube-scheduler's nominator records
+gated pods too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from ..framework.pod_groups import pod_group_of
 from ..framework.profile import Profile
 from ..framework.types import (
     FROM_METADATA,
@@ -19,14 +19,12 @@ from ..framework.types import (
     resize_key,
     true_since,
 )
-from .pod_groups.members import PodGroupMembers
 from .preemptor import Preemptor
 from .queue import SchedulingQueue
 from .state import ClusterState
 
-
-class Gauge(Protocol):
-    def set(self, value: float) -> None: ...
+# A pending pod another scheduler places, as its event shows it (its uid, the raw pod).
+ForeignPod = Callable[[str, Mapping[str, Any]], None]
 
 
 class ClusterEvents:
@@ -38,15 +36,15 @@ class ClusterEvents:
         profile: Profile,
         preemption: Preemptor,
         reported: dict[str, tuple[str, float]],
-        gated_gauge: Gauge,
-        pod_groups: PodGroupMembers,
+        foreign: ForeignPod,
     ) -> None:
+        """`foreign`: told of pending pods other schedulers place (a PodGroup counts them)."""
         self.name = scheduler_name
         self.state = state
         self.queue = queue
         self.profile = profile
         self.preemption = preemption
-        self.pod_groups = pod_groups  # pod groups: members held until their group is ready
+        self._foreign = foreign
         self._reported = reported  # the scheduler's last failure report per pod: forgotten here
         # Fields plugins read of placed pods that a raw event's metadata shows; the rest come
         # from the spec, whose changes bump the generation.
@@ -55,10 +53,6 @@ class ClusterEvents:
             for field in profile.placed_fields
             if field in FROM_METADATA
         ]
-        # Pods of ours waiting for their scheduling gates: not queued, but pending.
-        self.gated: set[str] = set()
-        self._gated_gauge = gated_gauge
-        gated_gauge.set(0)
 
     def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         name = (raw.get("metadata") or {}).get("name")
@@ -131,7 +125,7 @@ class ClusterEvents:
                 self.queue.move_all_to_active(only_waiting_for_pods=True)
             return
         if spec.get("schedulerName") != self.name:
-            self._foreign(uid, meta, spec, raw)
+            self._foreign(uid, raw)
             return
         if meta.get("deletionTimestamp") or is_terminal(raw):
             self._forget_pod(uid)
@@ -141,36 +135,16 @@ class ClusterEvents:
         if uid in self.state.pods:  # assumed: our bind is in flight; keep its data current
             self.queue.refresh(pod)  # for a retry, should the bind fail
             return
-        if pod.gated:  # scheduling gates: not queued until they are all removed, but its
-            # nomination still holds room (kube-scheduler's nominator records gated pods too)
+        if self.profile.pre_enqueue(pod) is not None:  # held: not queued, not tried
             self.queue.remove(uid)
             self._reported.pop(uid, None)
-            self.pod_groups.forget(uid)
-            self.gated.add(uid)
-            self._gated_gauge.set(len(self.gated))
-            return
-        self._ungate(uid)
-        if self.pod_groups.applies(pod) and not self.pod_groups.admit(pod):
-            self.queue.remove(uid)  # held until its group is ready (pod_groups/members.py)
             return
         self.queue.add(pod)
-
-    def _foreign(
-        self, uid: str, meta: Mapping[str, Any], spec: Mapping[str, Any], raw: Mapping[str, Any]
-    ) -> None:
-        """A pending pod another scheduler places: counted only as a member of its group."""
-        if not (spec.get("schedulingGroup") or meta.get("labels")):
-            return
-        key = pod_group_of(meta, spec)
-        if key is None or meta.get("deletionTimestamp") or is_terminal(raw):
-            self.pod_groups.forget(uid)
-        else:
-            self.pod_groups.note_foreign(uid, key, str(spec.get("schedulerName") or ""))
 
     # relists: keys present in a fresh list; anything else was deleted unseen
     def relisted_pods(self, uids: set[str]) -> int:
         """Forget pods a fresh list no longer shows; returns how many were dropped."""
-        queued = [*self.queue.uids(), *self.gated, *self.pod_groups.known()]
+        queued = [*self.queue.uids(), *self.profile.known_held()]
         gone_queued = [uid for uid in queued if uid not in uids]
         for uid in gone_queued:
             self._forget_pod(uid)
@@ -195,10 +169,4 @@ class ClusterEvents:
         self.queue.remove(uid)
         self.preemption.forget(uid)
         self._reported.pop(uid, None)
-        self._ungate(uid)
-        self.pod_groups.forget(uid)
-
-    def _ungate(self, uid: str) -> None:
-        if uid in self.gated:
-            self.gated.discard(uid)
-            self._gated_gauge.set(len(self.gated))
+        self.profile.forget_held(uid)

@@ -2,9 +2,10 @@
 
 It keeps what preemption reads besides the cluster state: the PodDisruptionBudgets, and the
 pods of ours nominated to a node (by our own preemption or by another component, KEP-5278),
-whose room pods of no higher priority must leave alone. It runs the PostFilter for a pod no
-node can take, and carries a preemption out: nominate, clear lower nominations there, evict the
-victims through the binder, and say so in the pod's status and events.
+whose room pods of no higher priority must leave alone. It is the PostFilter plugin for a pod
+no node can take (in the profile when preemption is on), and carries a preemption out:
+nominate, clear lower nominations there, evict the victims through the binder, and say so in
+the pod's status and events.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 from .. import observability as obs
 from ..framework.disruption_budgets import DisruptionBudget, parse_budget
-from ..framework.preemption import NoPreemption, Preemption, preempt
+from ..framework.plugin import NoPreemption, PostFilterPlugin, Preemption
+from ..framework.preemption import preempt
 from ..framework.profile import Profile
 from ..framework.types import PodInfo
 from .binding.binder import Binder
@@ -28,11 +30,21 @@ from .workload_selectors import namespaced_name
 log = logging.getLogger(__name__)
 
 
-class Preemptor:
+class Preemptor(PostFilterPlugin):
+    name = "DefaultPreemption"
+
     def __init__(
-        self, state: ClusterState, binder: Binder, profile: Profile, rng: random.Random
+        self,
+        state: ClusterState,
+        binder: Binder,
+        profile: Profile,
+        rng: random.Random,
+        widen: Callable[[Preemption], Preemption] = lambda preemption: preemption,
     ) -> None:
+        """`profile`: whose filters judge the nodes without the victims; `widen`: the victims
+        that go with those chosen (a PodGroup evicted whole)."""
         self.state = state
+        self.widen = widen
         self.binder = binder
         self.profile = profile
         self.rng = rng
@@ -98,7 +110,8 @@ class Preemptor:
             return None
         budgets = list(self.budgets.values())
         filters = self.profile.filters
-        return preempt(pod, self.state, filters, budgets, held, self.rng, load_of)
+        outcome = preempt(pod, self.state, filters, budgets, held, self.rng, load_of)
+        return self.widen(outcome) if isinstance(outcome, Preemption) else outcome
 
     # --- carrying it out ------------------------------------------------------------------------
     def nominate(self, pod: PodInfo, node: str) -> list[PodInfo]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from .. import observability as obs
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.types import PodInfo
 
@@ -45,7 +46,9 @@ class SchedulingQueue:
         unschedulable_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         profile: Profile = DEFAULT_PROFILE,
+        on_count: Callable[[Where, int], None] = obs.pending_changed,
     ) -> None:
+        """`on_count`: told each count that changes, as it changes (the pending-pods gauge)."""
         self.profile = profile
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
@@ -59,8 +62,9 @@ class SchedulingQueue:
         self._wake = asyncio.Event()
         self._parked_waiting_for_pods = 0
         self._counts: dict[Where, int] = dict.fromkeys(WHERE, 0)
-        # Told each count that changes, as it changes (the pending-pods gauge).
-        self.on_count: Callable[[Where, int], None] | None = None
+        self.on_count = on_count
+        for where in WHERE:
+            on_count(where, 0)
 
     # --- membership --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -234,8 +238,7 @@ class SchedulingQueue:
 
     def _count(self, where: Where, delta: int) -> None:
         self._counts[where] += delta
-        if self.on_count is not None:
-            self.on_count(where, self._counts[where])
+        self.on_count(where, self._counts[where])
 
     def _count_attempt(self, entry: QueuedPod) -> None:
         entry.attempts += 1

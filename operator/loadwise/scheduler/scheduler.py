@@ -25,8 +25,7 @@ from ..config import SchedulingSettings
 from ..framework.context import Basis
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
-from ..framework.plugin import CycleState
-from ..framework.preemption import NoPreemption, Preemption
+from ..framework.plugin import CycleState, NoPreemption, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.scoring import score_node, weighted_load
 from ..framework.types import PodInfo
@@ -37,15 +36,15 @@ from .binding.binder import Binder
 from .binding.cycle import BindingCycle
 from .binding.events import EventWriter
 from .binding.inflight import InFlight
-from .binding.plugins import BINDING_PLUGINS, Factory, Handle
 from .decisions import DecisionMetrics
 from .device_classes import DeviceClasses
 from .event_handlers import ClusterEvents
 from .outcomes import Outcomes
+from .plugins import SCHEDULER_PLUGINS, Factory, Handle
 from .pod_groups.cycle import PodGroupCycle
 from .pod_groups.members import PodGroupMembers
 from .preemptor import Preemptor
-from .queue import SchedulingQueue, Where
+from .queue import SchedulingQueue
 from .rebalancing.moves import Moves
 from .state import ClusterState
 from .usage_sources import UsageSources
@@ -64,54 +63,67 @@ class Scheduler:
         rng: random.Random | None = None,
         state: ClusterState | None = None,
         profile: Profile = DEFAULT_PROFILE,
-        binding_plugins: Sequence[Factory] = BINDING_PLUGINS,
+        plugins: Sequence[Factory] = SCHEDULER_PLUGINS,
     ) -> None:
         """`settings`: binding, retries and preemption (the queue has its own); None: the
-        defaults. `profile` is extended with what `binding_plugins` make: the halves of
-        plugins that write (binding/plugins.py)."""
-        settings = settings or SchedulingSettings()
-        self.name = scheduler_name
-        self.binder = binder
+        defaults. `state`: made with the queue's requeue as its storage callback if None.
+        `profile` is extended with the plugins of this scheduler's own (`plugins`, then
+        GangScheduling and DefaultPreemption): the halves that keep pods or write."""
+        self.settings = settings = settings or SchedulingSettings()
+        self.name, self.binder, self.queue = scheduler_name, binder, queue
         self.usage = UsageSources(caches)
-        self.queue = queue
-        self.state = state if state is not None else ClusterState(profile.placed_changed)
-        self.policies = PolicySet()
-        self.policies.on_change = self._policies_changed
+        if state is None:
+            state = ClusterState(profile.placed_changed, queue.move_all_to_active)
+        self.state = state
+        self.policies = PolicySet(on_change=self._policies_changed)
         self.rng = rng or random.Random()
-        self.state.storage.on_change = self._storage_changed  # requeues pods waiting on it
-        handle = Handle(binder.transport, self.state, settings)
-        self.profile = profile = profile.with_plugins([make(handle) for make in binding_plugins])
-        self.index = ScoreIndex(profile)
+        self._term = 0  # bumped when leadership ends: a loop of an earlier term stops at once
+        self._decided = itertools.count(1)  # decisions made, numbered in order
+        self._decision_metrics = DecisionMetrics()
         self.inflight = InFlight(self.state, queue, settings.bind_concurrency)
         self.events = EventWriter(binder.pod_event, binder.post_event, busy=self.inflight.crowded)
-        # Bumped when leadership ends (abandon): a loop of an earlier term stops at once.
-        self._term = 0
-        self._decided = itertools.count(1)  # decisions made, numbered in order
         self.outcomes = Outcomes(
             scheduler_name, self.state, queue, binder, settings.failure_event_interval
         )
-        self._decision_metrics = DecisionMetrics()
-        self._pending = {q: obs.PENDING.labels(q) for q in obs.QUEUES}
-        queue.on_count = self._queue_changed  # the gauge follows every queue change
-        for where, count in queue.counts().items():
-            self._queue_changed(where, count)
-        self.preemption = Preemptor(self.state, binder, profile, self.rng)
+        self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
+        # pod groups: members held until their group is ready, then queued (GangScheduling)
+        self.pod_groups = PodGroupMembers(
+            scheduler_name, self.state, queue.add, queue.move_all_to_active
+        )
+        self.preemption = Preemptor(
+            self.state, binder, profile, self.rng, self.pod_groups.whole_groups
+        )
         # rebalancing's moves: room held for replacements, workloads kept off nodes they left
         self.moves = Moves(self.state, self.preemption.nominated)
-        # DefaultPreemption: on (kube-scheduler's default) or off
-        self.preempts = settings.preemption
-        self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
-        # pod groups (pod_groups/members.py): members held until their group is ready, then queued
-        self.pod_groups = PodGroupMembers(scheduler_name, self.state)
-        self.pod_groups.release = queue.add
-        self.pod_groups.changed = queue.move_all_to_active
-        self.pod_group_cycle = PodGroupCycle(
+        handle = Handle(binder.transport, self.state, settings)
+        ours = [*(make(handle) for make in plugins), self.pod_groups]
+        if settings.preemption:
+            ours.append(self.preemption)
+        self.profile = profile.with_plugins(ours)
+        self.index = ScoreIndex(self.profile)
+        self.pod_group_cycle = self._pod_group_cycle()
+        self.binding = BindingCycle(
+            scheduler_name, self.profile, binder, self.inflight, self.events, self.outcomes
+        )
+        self.watch = ClusterEvents(  # watch events in: the informers call its methods
+            scheduler_name, self.state, queue, self.profile, self.preemption,
+            self.outcomes.reported, self.pod_groups.foreign_pod,
+        )  # fmt: skip
+        obs.PENDING.labels("gated").set_function(self.profile.holding)
+
+    @property
+    def preempts(self) -> bool:
+        """DefaultPreemption: on (kube-scheduler's default) or off."""
+        return self.settings.preemption
+
+    def _pod_group_cycle(self) -> PodGroupCycle:
+        return PodGroupCycle(
             pod_groups=self.pod_groups,
             state=self.state,
-            queue=queue,
+            queue=self.queue,
             inflight=self.inflight,
-            profile=profile,
-            binder=binder,
+            profile=self.profile,
+            binder=self.binder,
             outcomes=self.outcomes,
             preemption=self.preemption,
             preempts=self.preempts,
@@ -119,38 +131,27 @@ class Scheduler:
             basis_for=self.basis_for,
             bind_task=self.bind_task,
             observe=self._decision_metrics.observe,
-            wait_timeout=settings.gang_wait_timeout,
+            wait_timeout=self.settings.gang_wait_timeout,
         )
-        self.binding = BindingCycle(
-            scheduler_name, profile, binder, self.inflight, self.events, self.outcomes
-        )
-        # Watch events in (event_handlers.py): the informers call these.
-        self.watch = ClusterEvents(
-            scheduler_name,
-            self.state,
-            queue,
-            profile,
-            self.preemption,
-            self.outcomes.reported,
-            self._pending["gated"],
-            self.pod_groups,
-        )
-        self.on_node_event = self.watch.on_node_event
-        self.on_namespace_event = self.watch.on_namespace_event
-        self.on_pod_event = self.watch.on_pod_event
-        self.relisted_pods = self.watch.relisted_pods
-        self.relisted_nodes = self.watch.relisted_nodes
-        self.relisted_namespaces = self.watch.relisted_namespaces
 
-    def _storage_changed(self) -> None:
-        """A claim, volume, class or CSI object changed: pods refused for their volumes may
-        fit now (kube-scheduler's VolumeBinding events)."""
-        self.queue.move_all_to_active()
+    # --- watch events in (event_handlers.py) --------------------------------------------------
+    def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self.watch.on_node_event(event_type, raw)
 
-    def _queue_changed(self, where: Where, count: int) -> None:
-        gauge = self._pending.get(where)  # in flight is not pending (nor in kube-scheduler)
-        if gauge is not None:
-            gauge.set(count)
+    def on_namespace_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self.watch.on_namespace_event(event_type, raw)
+
+    def on_pod_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self.watch.on_pod_event(event_type, raw)
+
+    def relisted_pods(self, uids: set[str]) -> int:
+        return self.watch.relisted_pods(uids)
+
+    def relisted_nodes(self, names: set[str]) -> int:
+        return self.watch.relisted_nodes(names)
+
+    def relisted_namespaces(self, names: set[str]) -> None:
+        self.watch.relisted_namespaces(names)
 
     def _policies_changed(self) -> None:
         """A policy was applied or removed: the sources resize their history, and waiting
@@ -294,18 +295,15 @@ class Scheduler:
     def post_filter(
         self, pod: PodInfo, policy: Policy, held: Mapping[str, list[PodInfo]]
     ) -> Preemption | NoPreemption | None:
-        """DefaultPreemption (preemptor.py), ties between candidates going to the node with
-        the least weighted load under the pod's policy."""
+        """The PostFilter plugins (DefaultPreemption, preemptor.py), ties between candidates
+        going to the node with the least weighted load under the pod's policy."""
         state = self.state
         basis = self.usage.basis(policy, time.time(), self.rng)
 
         def load_of(name: str) -> float:
             return weighted_load(policy, score_node(pod, state.nodes[name], state, basis))
 
-        outcome = self.preemption.post_filter(pod, held, load_of)
-        if isinstance(outcome, Preemption) and self.pod_groups.groups:
-            return self.pod_groups.whole_groups(outcome)  # disruptionMode: all
-        return outcome
+        return self.profile.post_filter(pod, held, load_of)
 
     def bind_task(
         self, pod: PodInfo, decision: Decision, attempt_started: float, cycle: CycleState

@@ -49,9 +49,14 @@ class ClusterState:
     """Nodes, per-node pod accounting, and assumed pods."""
 
     def __init__(
-        self, placed_changed: Callable[[PodInfo, PodInfo], bool] = DEFAULT_PROFILE.placed_changed
+        self,
+        placed_changed: Callable[[PodInfo, PodInfo], bool] = DEFAULT_PROFILE.placed_changed,
+        storage_changed: Callable[[], object] = lambda: None,
     ) -> None:
-        self._placed_changed = placed_changed  # declared by the plugins (framework/profile.py)
+        """`placed_changed`: declared by the plugins (framework/profile.py); `storage_changed`:
+        told when a claim, volume, class or CSI object changed (pods refused for their volumes
+        may fit now: the scheduler's queue requeues them)."""
+        self._placed_changed = placed_changed
         self.nodes: dict[str, NodeInfo] = {}
         # Nodes by their kubernetes.io/hostname label: the names of those labelled with their
         # own name (most), and for the others, label ("" if none) -> names.
@@ -70,7 +75,9 @@ class ClusterState:
         # controller UID -> node -> until
         self.moved_off: dict[str, dict[str, float]] = {}
         self.workloads = WorkloadSelectors()  # Service and controller selectors (default spread)
-        self.storage = StorageState()  # claims, volumes, classes, CSI objects (volume plugins)
+        self.storage = StorageState(
+            storage_changed
+        )  # claims, volumes, classes, CSI objects (volume plugins)
         # Names of nodes whose own scheduling state changed (node object, pods on it), in
         # order: incremental readers (the score index) re-evaluate only those. A reader keeps
         # its position; after the log restarts (`change_epoch` differs) it starts afresh.

@@ -7,13 +7,13 @@ import dataclasses
 import random
 
 from loadwise.framework.context import Basis
+from loadwise.framework.plugin import NoPreemption
 from loadwise.framework.plugins.gang_scheduling.preemption import (
     NO_ROOM,
     PodGroupPreemption,
     preempt_pod_group,
 )
 from loadwise.framework.pod_groups import UPSTREAM, PodGroupKey
-from loadwise.framework.preemption import NoPreemption
 from loadwise.framework.types import PodInfo
 from loadwise.policies.policy import Policy, parse_spec
 from loadwise_dev import manifests

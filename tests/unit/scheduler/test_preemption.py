@@ -14,6 +14,7 @@ from loadwise.config import SchedulingSettings
 from loadwise.framework.context import CycleContext
 from loadwise.framework.cycle import refusal, refusal_with_nominated
 from loadwise.framework.disruption_budgets import DisruptionBudget, parse_budget, split_violating
+from loadwise.framework.plugin import NoPreemption, Preemption
 from loadwise.framework.plugins.inter_pod_affinity import required_affinity
 from loadwise.framework.plugins.topology_spread import hard_spread
 from loadwise.framework.preemption import (
@@ -21,8 +22,6 @@ from loadwise.framework.preemption import (
     NO_VICTIMS,
     NOT_HELPFUL,
     TERMINATING,
-    NoPreemption,
-    Preemption,
     best_candidates,
     candidate_count,
     preempt,

@@ -24,7 +24,7 @@ from typing import Any
 from ... import observability as obs
 from ...framework.context import Basis
 from ...framework.cycle import Decision, Unschedulable
-from ...framework.plugin import CycleState
+from ...framework.plugin import CycleState, NoPreemption
 from ...framework.plugins.gang_scheduling.placement import (
     PodGroupDecision,
     member_order,
@@ -32,7 +32,7 @@ from ...framework.plugins.gang_scheduling.placement import (
 )
 from ...framework.plugins.gang_scheduling.preemption import PodGroupPreemption, preempt_pod_group
 from ...framework.pod_groups import PodGroup, PodGroupKey
-from ...framework.preemption import TERMINATING, NoPreemption
+from ...framework.preemption import TERMINATING
 from ...framework.profile import Profile
 from ...framework.types import PodInfo
 from ...usage.cache import NodeSample

@@ -1,7 +1,8 @@
 """Pod groups: the PodGroups of both APIs (framework/pod_groups.py), the pending pods of each,
 and whether a group may be tried yet.
 
-kube-scheduler's GangScheduling PreEnqueue, as loadwise keeps it: a member is held back,
+kube-scheduler's GangScheduling PreEnqueue (a PreEnqueuePlugin the scheduler adds to its
+profile), as loadwise keeps it: a member is held back,
 silently and without an attempt, until its PodGroup exists and at least its minimum of members
 exist (pending, assumed or bound); then every held member of the group is queued at once. The
 pending members of other schedulers are counted too: they make up the group as much as ours,
@@ -13,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from ... import observability as obs
+from ...framework.plugin import Preemption, PreEnqueuePlugin
 from ...framework.pod_groups import (
     COSCHEDULING,
     UPSTREAM,
@@ -24,9 +26,9 @@ from ...framework.pod_groups import (
     PodGroup,
     PodGroupKey,
     parse_pod_group,
+    pod_group_of,
 )
-from ...framework.preemption import Preemption
-from ...framework.types import PodInfo
+from ...framework.types import PodInfo, is_terminal
 from ..state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -36,9 +38,20 @@ COSCHEDULING_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
 PATHS: Mapping[Api, str] = {UPSTREAM: UPSTREAM_PATH, COSCHEDULING: COSCHEDULING_PATH}
 
 
-class PodGroupMembers:
-    def __init__(self, scheduler_name: str, state: ClusterState) -> None:
-        self.name = scheduler_name
+class PodGroupMembers(PreEnqueuePlugin):
+    name = "GangScheduling"
+
+    def __init__(
+        self,
+        scheduler_name: str,
+        state: ClusterState,
+        release: Callable[[PodInfo], None],
+        changed: Callable[[], object],
+    ) -> None:
+        """`release`: told of each held member its group made ready (it queues it);
+        `changed`: told when a PodGroup changed, since its parked members may fit now (a
+        smaller minimum)."""
+        self.scheduler_name = scheduler_name
         self.state = state  # placed and assumed members are counted there (pod_group_members)
         self.groups: dict[PodGroupKey, PodGroup] = {}
         self.conditions: dict[PodGroupKey, list[dict[str, Any]]] = {}  # status as last seen
@@ -50,10 +63,8 @@ class PodGroupMembers:
         self.told: dict[PodGroupKey, float] = {}  # waiting groups told, and when
         self.foreign: dict[PodGroupKey, dict[str, str]] = {}  # others' pending: uid -> scheduler
         self._group_of: dict[str, PodGroupKey] = {}  # uid -> its group, for ours and others'
-        # Told of each held member its group made ready (the scheduler queues it).
-        self.release: Callable[[PodInfo], None] = lambda pod: None
-        # Told when a PodGroup changed: its parked members may fit now (a smaller minimum).
-        self.changed: Callable[[], object] = lambda: None
+        self.release = release
+        self.changed = changed
         self.apis: set[Api] = {UPSTREAM, COSCHEDULING}  # those served (runtime.py finds out)
 
     def applies(self, pod: PodInfo) -> bool:
@@ -116,11 +127,14 @@ class PodGroupMembers:
         self.broken.pop(key, None)
 
     # --- members -----------------------------------------------------------------------------
-    def admit(self, pod: PodInfo) -> bool:
-        """A pending member of ours appeared or changed: True when it may be queued now, False
-        when it is held until its group is ready (then it and its held siblings are released)."""
+    def pre_enqueue(self, pod: PodInfo) -> bool:
+        """A pending pod of ours appeared or changed: True when it may be queued now (not a
+        member, or its group is ready), False when it is held until its group is ready (then
+        it and its held siblings are released)."""
         key = pod.group
-        assert key is not None
+        if key is None or key.api not in self.apis:
+            self.forget(pod.uid)  # not a member (any more)
+            return True
         self._join(pod.uid, key)
         self.pending.setdefault(key, {})[pod.uid] = pod
         if self.ready(key):
@@ -139,6 +153,18 @@ class PodGroupMembers:
     def _hold(self, pod: PodInfo) -> None:
         self.held[pod.uid] = pod
         self.held_at.setdefault(pod.uid, time.monotonic())
+
+    def foreign_pod(self, uid: str, raw: Mapping[str, Any]) -> None:
+        """A pending pod another scheduler places: counted only as a member of its group."""
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        if not (spec.get("schedulingGroup") or meta.get("labels")):
+            return
+        key = pod_group_of(meta, spec)
+        if key is None or meta.get("deletionTimestamp") or is_terminal(raw):
+            self.forget(uid)
+        else:
+            self.note_foreign(uid, key, str(spec.get("schedulerName") or ""))
 
     def note_foreign(self, uid: str, key: PodGroupKey, scheduler_name: str) -> None:
         """A pending member another scheduler is named to place."""
@@ -160,9 +186,12 @@ class PodGroupMembers:
                 if not these:
                     del members[key]
 
-    def known(self) -> list[str]:
+    def known(self) -> Collection[str]:
         """Every pending member's uid, ours and others' (a relist drops those it lacks)."""
         return list(self._group_of)
+
+    def holding(self) -> int:
+        return len(self.held)
 
     def _join(self, uid: str, key: PodGroupKey) -> None:
         if self._group_of.get(uid, key) != key:  # its label changed: it left its old group
@@ -274,11 +303,11 @@ class PodGroupMembers:
 
     def mismatch(self, group: PodGroup, members: list[PodInfo]) -> str:
         """kube-scheduler's refusal of a group whose members disagree ("" when they agree)."""
-        names = {n for n in self.foreign.get(group.key, {}).values() if n != self.name}
+        names = {n for n in self.foreign.get(group.key, {}).values() if n != self.scheduler_name}
         if names:
             return (
                 "all pods in a single pod group should have the same .spec.schedulerName set, "
-                f'got: "{sorted(names)[0]}" and "{self.name}"'
+                f'got: "{sorted(names)[0]}" and "{self.scheduler_name}"'
             )
         if group.priority is not None:
             for pod in members:

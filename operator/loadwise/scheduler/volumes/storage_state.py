@@ -30,7 +30,7 @@ from ...framework.storage import (
 from ...framework.types import NodeInfo
 from ..multimaps import discard
 
-OnChange = Callable[[], None]
+OnChange = Callable[[], object]
 T = TypeVar("T")
 CsiNode = tuple[dict[str, int | None], frozenset[str]]  # limits per driver, migrated plugins
 Attachment = tuple[str, str, str]  # node, attacher, PV name
@@ -125,8 +125,8 @@ def _parse_attachment(raw: Mapping[str, Any]) -> Attachment:
 
 
 class StorageState:
-    def __init__(self) -> None:
-        self.on_change: OnChange = lambda: None
+    def __init__(self, on_change: OnChange = lambda: None) -> None:
+        self.on_change = on_change
         # Called with a claim's key (namespace/name) or a PV's name whenever the API shows a
         # new version of it or its deletion: PreBind waits on them (binder.py).
         self.on_object: Callable[[str], None] = lambda key: None

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from ...context import Basis
 from ...disruption_budgets import DisruptionBudget, split_violating
+from ...plugin import NoPreemption
 from ...pod_groups import PodGroupKey
-from ...preemption import NEVER, NoPreemption, importance
+from ...preemption import NEVER, importance
 from ...profile import DEFAULT_PROFILE, Profile
 from ...types import PodInfo
 from ...view import WhatIf
