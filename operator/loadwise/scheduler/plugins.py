@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..config import SchedulingSettings
 from ..framework.plugin import Plugin
 from ..framework.plugins.scheduling_gates import SchedulingGates
+from ..framework.types import PodInfo
 from ..kube.transport import Http
 from .state import ClusterState
 from .volumes.binder import VolumeBinder
@@ -24,6 +25,7 @@ class Handle:
     transport: Http
     state: ClusterState
     settings: SchedulingSettings
+    release: Callable[[PodInfo], None]  # a PreEnqueue plugin queues a pod it held with this
 
 
 Factory = Callable[[Handle], Plugin]

@@ -65,10 +65,8 @@ class Scheduler:
         profile: Profile = DEFAULT_PROFILE,
         plugins: Sequence[Factory] = SCHEDULER_PLUGINS,
     ) -> None:
-        """`settings`: binding, retries and preemption (the queue has its own); None: the
-        defaults. `state`: made with the queue's requeue as its storage callback if None.
-        `profile` is extended with the plugins of this scheduler's own (`plugins`, then
-        GangScheduling and DefaultPreemption): the halves that keep pods or write."""
+        """`settings`: binding, retries, preemption (the queue has its own). `profile` gets the
+        scheduler's own plugins, which keep pods or write (`_extended`)."""
         self.settings = settings = settings or SchedulingSettings()
         self.name, self.binder, self.queue = scheduler_name, binder, queue
         self.usage = UsageSources(caches)
@@ -77,47 +75,41 @@ class Scheduler:
         self.state = state
         self.policies = PolicySet(on_change=self._policies_changed)
         self.rng = rng or random.Random()
-        self._term = 0  # bumped when leadership ends: a loop of an earlier term stops at once
-        self._decided = itertools.count(1)  # decisions made, numbered in order
+        self._term, self._decided = 0, itertools.count(1)  # see abandon(); decisions made
         self._decision_metrics = DecisionMetrics()
-        self.inflight = InFlight(self.state, queue, settings.bind_concurrency)
+        self.inflight = InFlight(state, queue, settings.bind_concurrency)
         self.events = EventWriter(binder.pod_event, binder.post_event, busy=self.inflight.crowded)
         self.outcomes = Outcomes(
-            scheduler_name, self.state, queue, binder, settings.failure_event_interval
+            scheduler_name, state, queue, binder, settings.failure_event_interval
         )
         self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
-        # pod groups: members held until their group is ready, then queued (GangScheduling)
         self.pod_groups = PodGroupMembers(
-            scheduler_name, self.state, queue.add, queue.move_all_to_active
+            scheduler_name, state, queue.add, queue.move_all_to_active
         )
-        self.preemption = Preemptor(
-            self.state, binder, profile, self.rng, self.pod_groups.whole_groups
-        )
-        # rebalancing's moves: room held for replacements, workloads kept off nodes they left
-        self.moves = Moves(self.state, self.preemption.nominated)
-        handle = Handle(binder.transport, self.state, settings)
-        ours = [*(make(handle) for make in plugins), self.pod_groups]
-        if settings.preemption:
-            ours.append(self.preemption)
-        self.profile = profile.with_plugins(ours)
+        self.preemption = Preemptor(state, binder, profile, self.rng, self.pod_groups.whole_groups)
+        self.moves = Moves(state, self.preemption.nominated)
+        self.profile = self._extended(profile, plugins)
         self.index = ScoreIndex(self.profile)
-        self.pod_group_cycle = self._pod_group_cycle()
-        self.binding = BindingCycle(
-            scheduler_name, self.profile, binder, self.inflight, self.events, self.outcomes
-        )
-        self.watch = ClusterEvents(  # watch events in: the informers call its methods
-            scheduler_name, self.state, queue, self.profile, self.preemption,
-            self.outcomes.reported, self.pod_groups.foreign_pod,
-        )  # fmt: skip
+        self._wire_cycles()
         obs.PENDING.labels("gated").set_function(self.profile.holding)
+
+    def _extended(self, profile: Profile, plugins: Sequence[Factory]) -> Profile:
+        """`profile` and this scheduler's own plugins: `plugins` made with what they may use,
+        then GangScheduling and (when on) DefaultPreemption."""
+        handle = Handle(self.binder.transport, self.state, self.settings, self.queue.add)
+        ours = [*(make(handle) for make in plugins), self.pod_groups]
+        if self.settings.preemption:
+            ours.append(self.preemption)
+        return profile.with_plugins(ours)
 
     @property
     def preempts(self) -> bool:
         """DefaultPreemption: on (kube-scheduler's default) or off."""
         return self.settings.preemption
 
-    def _pod_group_cycle(self) -> PodGroupCycle:
-        return PodGroupCycle(
+    def _wire_cycles(self) -> None:
+        """The pod group cycle, the binding cycle and the watch handlers, given what they use."""
+        self.pod_group_cycle = PodGroupCycle(
             pod_groups=self.pod_groups,
             state=self.state,
             queue=self.queue,
@@ -133,6 +125,13 @@ class Scheduler:
             observe=self._decision_metrics.observe,
             wait_timeout=self.settings.gang_wait_timeout,
         )
+        self.binding = BindingCycle(
+            self.name, self.profile, self.binder, self.inflight, self.events, self.outcomes
+        )
+        self.watch = ClusterEvents(  # watch events in: the informers call its methods
+            self.name, self.state, self.queue, self.profile, self.preemption,
+            self.outcomes.reported, self.pod_groups.foreign_pod,
+        )  # fmt: skip
 
     # --- watch events in (event_handlers.py) --------------------------------------------------
     def on_node_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:

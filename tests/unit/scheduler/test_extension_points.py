@@ -1,18 +1,28 @@
-"""The points after Filter, end to end through the Scheduler: a plugin that declares Reserve,
+"""The points around Filter, end to end through the Scheduler: a plugin that declares Reserve,
 PreBind and Unreserve (by subclassing, nothing else) is run by the profile in kube-scheduler's
-order and with its rules, for single pods and for a pod group's members."""
+order and with its rules, for single pods and for a pod group's members; so are a PreEnqueue
+plugin (pods held out of the queue, counted as gated) and a PostFilter plugin."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import pytest
+from prometheus_client import REGISTRY
 
 from loadwise.config import SchedulingSettings
-from loadwise.framework.plugin import CycleState, PreBindPlugin, ReservePlugin
+from loadwise.framework.plugin import (
+    CycleState,
+    NoPreemption,
+    PostFilterPlugin,
+    PreBindPlugin,
+    Preemption,
+    PreEnqueuePlugin,
+    ReservePlugin,
+)
 from loadwise.framework.plugins import DEFAULT_PLUGINS
 from loadwise.framework.pod_groups import UPSTREAM
 from loadwise.framework.profile import Profile
@@ -61,14 +71,63 @@ class Ledger(ReservePlugin, PreBindPlugin):
         return "the ledger is closed" if pod.name in self.fail_prebind else None
 
 
-def scheduler_with(api: Api, *plugins: Ledger) -> Scheduler:
+class Doorman(PreEnqueuePlugin):
+    """A test PreEnqueue plugin: holds the pods whose names are in `closed`; a held pod is
+    asked again on its next update."""
+
+    name = "Doorman"
+
+    def __init__(self, closed: set[str]) -> None:
+        self.closed = closed
+        self.held: set[str] = set()
+        self.asked: list[str] = []
+
+    def pre_enqueue(self, pod: PodInfo) -> bool:
+        self.asked.append(pod.name)
+        if pod.name in self.closed:
+            self.held.add(pod.uid)
+            return False
+        self.held.discard(pod.uid)
+        return True
+
+    def forget(self, uid: str) -> None:
+        self.held.discard(uid)
+
+    def known(self) -> Collection[str]:
+        return self.held
+
+    def holding(self) -> int:
+        return len(self.held)
+
+
+class NoRoomHere(PostFilterPlugin):
+    """A test PostFilter plugin: never makes room, and says so."""
+
+    name = "NoRoomHere"
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def post_filter(
+        self,
+        pod: PodInfo,
+        held: Mapping[str, list[PodInfo]],
+        load_of: Callable[[str], float],
+    ) -> Preemption | NoPreemption | None:
+        self.asked.append(pod.name)
+        return NoPreemption("the test plugin has no room either.")
+
+
+def scheduler_with(
+    api: Api, *plugins: Ledger | Doorman | NoRoomHere, preemption: bool = True
+) -> Scheduler:
     """A scheduler whose profile is the defaults and `plugins`: nothing else is told of them."""
     return Scheduler(
         NAME,
         Binder(api.fake, NAME),
         {"prometheus": MetricsCache(None, 10.0)},
         SchedulingQueue(initial_backoff=0.05, max_backoff=0.05),
-        SchedulingSettings(),
+        SchedulingSettings(preemption=preemption),
         rng=random.Random(1),
         profile=Profile((*DEFAULT_PLUGINS, *plugins)),
     )
@@ -171,3 +230,49 @@ async def test_a_group_short_of_its_minimum_unreserves_each_member_it_had_reserv
         "Ledger.unreserve w2 n0 None",
     ]
     assert any('running Reserve plugin "Ledger"' in m for m in failed_messages(api))
+
+
+def gated() -> float:
+    return REGISTRY.get_sample_value("scheduler_pending_pods", {"queue": "gated"}) or 0.0
+
+
+async def test_a_pre_enqueue_plugin_holds_a_pod_out_of_the_queue_until_it_lets_it_in() -> None:
+    api = Api()
+    doorman = Doorman(closed={"web"})
+    sched = scheduler_with(api, doorman)
+    sched.on_node_event("ADDED", manifests.node("n1"))
+    raw = raw_pod("web")
+    async with running(sched):
+        sched.on_pod_event("ADDED", raw)
+        await asyncio.sleep(0.1)
+        assert uid(raw) not in sched.queue and not api.binds("web")  # never tried
+        assert gated() == 1 and not api.events("FailedScheduling")
+        doorman.closed.clear()
+        sched.on_pod_event("MODIFIED", raw)  # its next update asks again
+        await until(lambda: len(api.events("Scheduled")) == 1)
+    assert doorman.asked == ["web", "web"] and gated() == 0
+
+
+async def test_a_pod_held_by_an_earlier_pre_enqueue_plugin_is_not_asked_by_later_ones() -> None:
+    api = Api()
+    first, second = Doorman(closed={"web"}), Doorman(closed={"web"})
+    sched = scheduler_with(api, first, second)
+    raw = raw_pod("web")
+    sched.on_pod_event("ADDED", raw)
+    assert first.asked == ["web"] and not second.asked and gated() == 1
+    sched.relisted_pods(set())  # a relist that no longer shows it: every plugin forgets it
+    assert not first.held and gated() == 0
+
+
+async def test_a_post_filter_plugin_runs_for_a_pod_no_node_fits_and_its_reason_is_told() -> None:
+    api = Api()
+    no_room = NoRoomHere()
+    sched = scheduler_with(api, no_room)
+    sched.on_node_event("ADDED", manifests.node("n1", cpu="1"))
+    async with running(sched):
+        sched.on_pod_event("ADDED", raw_pod("big", cpu="8"))
+        await until(lambda: bool(api.events("FailedScheduling")))
+    assert no_room.asked == ["big"]
+    assert failed_messages(api)[0].endswith("preemption: the test plugin has no room either.")
+    assert sched.profile.post_filters[-1] is sched.preemption  # DefaultPreemption after it
+    assert not scheduler_with(Api(), preemption=False).profile.post_filters

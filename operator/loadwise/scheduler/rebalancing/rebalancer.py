@@ -16,13 +16,15 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import random
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from ... import observability as obs
 from ...framework.disruption_budgets import split_violating
 from ...framework.heat import hot_nodes
+from ...framework.profile import Profile
 from ...framework.rebalance import (
     Candidate,
     HotStreaks,
@@ -34,14 +36,40 @@ from ...framework.rebalance import (
 from ...framework.types import PodInfo, is_terminal, parse_pod
 from ...kube.transport import Http
 from ...policies.policy import Policy
+from ...policies.policy_set import PolicySet
 from ...resources import CPU, MEMORY
 from ...usage.cache import NodeSample
 from ..binding.binder import Binder
-from ..scheduler import Scheduler
+from ..preemptor import Preemptor
+from ..state import ClusterState
+from ..usage_sources import UsageSources
 from .evictor import Evictor
 from .move_store import MoveStore, StoreError
+from .moves import Moves
 
 log = logging.getLogger(__name__)
+
+
+class Scheduling(Protocol):
+    """What rebalancing reads of the scheduler it works beside (the Scheduler is one): plans
+    are made by the same cycle, on the same state, under the same policies and samples."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> ClusterState: ...
+    @property
+    def policies(self) -> PolicySet: ...
+    @property
+    def usage(self) -> UsageSources: ...
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def moves(self) -> Moves: ...
+    @property
+    def preemption(self) -> Preemptor: ...  # its PodDisruptionBudgets
 
 
 class Rebalancer:
@@ -49,7 +77,7 @@ class Rebalancer:
         self,
         transport: Http,
         binder: Binder,
-        scheduler: Scheduler,
+        scheduler: Scheduling,
         store: MoveStore,
         evictions: bool = False,
     ) -> None:
