@@ -251,7 +251,11 @@ REPORT_ERRORS = Counter(
     "loadwise_report_errors_total",
     "Status patches (policies, the operator's condition) that failed; retried next interval.",
 )
-FRESH_NODES = Gauge("loadwise_metrics_nodes", "Nodes with a metrics sample, by source.", ["source"])
+FRESH_NODES = Gauge(
+    "loadwise_metrics_nodes",
+    "Nodes whose metrics sample counts (the default policy's maxAgeSeconds), by source.",
+    ["source"],
+)
 LEARNED_WORKLOADS = Gauge(
     "loadwise_learned_workloads", "Workloads with a learned usage estimate, by source.", ["source"]
 )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from . import observability as obs
 from .config import Config
 from .degradations import Degradations
+from .framework import heat
 from .kube.informer import Informer, ignore, uid_of
 from .kube.transport import REQUEST_TIMEOUT, Http
 from .scheduler.scheduler import Scheduler
@@ -64,10 +65,13 @@ class Upkeep:
                 obs.SOURCE_UP.labels(name).set(1 if ok else 0)
                 if ok and cache.last_success is not None:
                     obs.LAST_REFRESH.labels(name).set(cache.last_success)
-                obs.FRESH_NODES.labels(name).set(len(cache.samples))
-                obs.LEARNED_WORKLOADS.labels(name).set(cache.learned.workloads)
+                # Judged as placement judges a pod no policy selects (the cluster default).
+                default = self.scheduler.policies.for_pod({}, {}, self.scheduler.name)
                 nodes = self.scheduler.state.nodes
-                spread = utilisation_stats(cache.samples, nodes, time.time(), 300.0)
+                fresh = heat.fresh_samples(cache.samples, nodes, default, time.time())
+                obs.FRESH_NODES.labels(name).set(len(fresh))
+                obs.LEARNED_WORKLOADS.labels(name).set(cache.learned.workloads)
+                spread = utilisation_stats(fresh.values())
                 for resource in ("cpu", "memory"):
                     for stat in STATS:
                         gauge = obs.NODE_UTILISATION.labels(name, resource, stat)

@@ -27,6 +27,14 @@ def is_fresh(sample: NodeSample | None, policy: Policy, now: float) -> bool:
     return sample is not None and now - sample.timestamp <= policy.spec.metrics.max_age_seconds
 
 
+def fresh_samples(
+    samples: Mapping[str, NodeSample], nodes: Iterable[str], policy: Policy, now: float
+) -> dict[str, NodeSample]:
+    """The samples of `nodes` that count under `policy` now (the policies' status, and the
+    dashboard's figures per source)."""
+    return {n: s for n in nodes if is_fresh(s := samples.get(n), policy, now) and s is not None}
+
+
 def expires_at(sample: NodeSample, policy: Policy) -> float:
     """The moment the sample stops counting."""
     return sample.timestamp + policy.spec.metrics.max_age_seconds

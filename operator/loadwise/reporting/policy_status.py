@@ -50,7 +50,7 @@ def metrics_report(
         )
     max_age = policy.spec.metrics.max_age_seconds
     samples = cache.samples
-    fresh = sum(1 for n in nodes if heat.is_fresh(samples.get(n), policy, now))
+    fresh = len(heat.fresh_samples(samples, nodes, policy, now))
     declared = cache.source.dimensions
     missing = [d.name for d in policy.spec.dimensions if d.name not in declared]
     if missing:

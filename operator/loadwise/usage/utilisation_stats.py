@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 from .cache import NodeSample
 
 STATS = ("min", "median", "p90", "max", "stddev")
 
 
-def utilisation_stats(
-    samples: Mapping[str, NodeSample], nodes: Collection[str], now: float, max_age: float
-) -> dict[tuple[str, str], float]:
-    """(resource, stat) -> value over the cluster's nodes with a sample younger than
-    `max_age`; empty when none has."""
-    fresh = [
-        sample
-        for name in nodes
-        if (sample := samples.get(name)) is not None and now - sample.timestamp <= max_age
-    ]
+def utilisation_stats(fresh: Collection[NodeSample]) -> dict[tuple[str, str], float]:
+    """(resource, stat) -> value over the samples that count (framework/heat.py's rule, applied
+    by the caller); empty when none does."""
     if not fresh:
         return {}
     out: dict[tuple[str, str], float] = {}
