@@ -24,6 +24,7 @@ from .kube.informer import Informer, uid_of
 from .kube.transport import Http, Transport
 from .scheduler import device_classes
 from .scheduler.binding.binder import Binder
+from .scheduler.dynamic_resources import claims as resource_claims
 from .scheduler.pod_groups.members import PATHS as pod_group_paths
 from .scheduler.queue import SchedulingQueue
 from .scheduler.scheduler import Scheduler
@@ -241,6 +242,7 @@ def storage_informers(transport: Http, storage: StorageState) -> tuple[Informer,
 
 def optional_informers(transport: Http, scheduler: Scheduler) -> tuple[OptionalInformer, ...]:
     classes = scheduler.device_classes
+    claims = scheduler.state.claims
     pod_groups = scheduler.pod_groups
     return (
         OptionalInformer(
@@ -248,6 +250,13 @@ def optional_informers(transport: Http, scheduler: Scheduler) -> tuple[OptionalI
                 transport, device_classes.PATH, classes.on_event, on_relisted=classes.relisted
             ),
             "pods requesting DRA-backed extended resources are not recognised as such",
+        ),
+        OptionalInformer(
+            Informer(
+                transport, resource_claims.PATH, claims.on_event, namespaced_name, claims.relisted
+            ),
+            "pods naming ResourceClaims are not held until their claims exist",
+            claims.unserved,
         ),
         *(
             OptionalInformer(

@@ -86,8 +86,11 @@ def explain_rows(
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
     summary = f"{summary}\n{estimate_line(pod, policy, ctx.learned)}"
-    group = group_line(scheduler, pod, now)
-    if group is not None:
+    held = scheduler.profile.why_held(pod.uid)  # a PreEnqueue plugin: never tried yet
+    group = None if held is not None else group_line(scheduler, pod, now)
+    if held is not None:
+        summary = f"{summary}\nnot queued yet, held by {held}"
+    elif group is not None:
         summary = f"{summary}\n{group}"
     if not isinstance(result, Decision) and not pod.invalid_reason:
         line = (

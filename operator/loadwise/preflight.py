@@ -44,6 +44,7 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
             ("deviceclasses", "resource.k8s.io"),  # DRA-backed extended resources (refused)
+            ("resourceclaims", "resource.k8s.io"),  # pods wait for their claims (PreEnqueue)
             ("podgroups", "scheduling.k8s.io"),  # scheduler/pod_groups/, both APIs
             ("podgroups", "scheduling.x-k8s.io"),
             ("persistentvolumeclaims", ""),  # the volume plugins (scheduler/volumes/)

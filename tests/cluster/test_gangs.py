@@ -75,7 +75,8 @@ async def test_a_gang_waits_for_its_podgroup_and_minimum_then_is_placed_whole_of
         assert not await bound_names(kube, ns)
         explained = await _explain(f"{ns}/w0", local_cluster.operator_config())
         assert (
-            "pod group: waiting for minCount pods from a gang to appear in scheduling queue: "
+            "not queued yet, held by GangScheduling: waiting for minCount pods from a gang to "
+            "appear in scheduling queue: "
             f"5 of 6 exist (pod group {ns}/train)"
         ) in explained, explained
         await create_members(kube, ns, "train", names[5:])

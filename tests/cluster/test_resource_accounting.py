@@ -3,18 +3,20 @@ pod-level resources (KEP-2837), which loadwise once placed without counting."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from loadwise.explain import _explain
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube
 
 from .conftest import OperatorFactory
-from .util import wait_event
+from .util import events, wait_event
 
 pytestmark = pytest.mark.cluster
 
@@ -222,3 +224,34 @@ async def test_a_dra_backed_extended_resource_is_refused_naming_the_resource_and
                 ), event["message"]
     finally:
         await kube.delete(f"{path}/example-gpu")
+
+
+async def test_a_pod_naming_a_resource_claim_waits_for_it_then_is_refused_by_name(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    """DynamicResources' PreEnqueue, through the real informer: a pod naming a ResourceClaim
+    that does not exist is held, never tried (no event), and `explain` says why; once the claim
+    exists it is queued, and refused by name until device allocation is built."""
+    await local_cluster.add_node(kube, "plain", cpu="4", memory="8Gi")
+    body = manifests.pod("trainer", namespace=ns)
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared-gpu"}]
+    async with operator():
+        await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+        await asyncio.sleep(3)
+        assert not await events(kube, ns, "trainer", "FailedScheduling")
+        explained = await _explain(f"{ns}/trainer", local_cluster.operator_config())
+        assert (
+            "not queued yet, held by DynamicResources: "
+            f'could not find ResourceClaim "{ns}/shared-gpu"' in explained
+        ), explained
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared-gpu", "namespace": ns},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}
+            },
+        }
+        await kube.create(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", claim)
+        event = await wait_event(kube, ns, "trainer", "FailedScheduling")
+        assert "pod uses resourceClaims (dynamic resource allocation)" in event["message"], event

@@ -236,6 +236,10 @@ class PreEnqueuePlugin(Plugin):
         """How many pods it holds now (the gated gauge)."""
         raise NotImplementedError
 
+    def why_held(self, uid: str) -> str | None:
+        """Why it holds the pod (for `explain`), or None when it does not say or hold it."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Preemption:

@@ -166,6 +166,14 @@ class Profile:
         """Pods held out of the queue (kube-scheduler's gated pods)."""
         return sum(plugin.holding() for plugin in self.pre_enqueuers)
 
+    def why_held(self, uid: str) -> str | None:
+        """`plugin name: why` for the PreEnqueue plugin holding the pod, if it says."""
+        for plugin in self.pre_enqueuers:
+            why = plugin.why_held(uid)
+            if why is not None:
+                return f"{plugin.name}: {why}"
+        return None
+
     # --- no node fits: PostFilter ------------------------------------------------------------
     def post_filter(
         self,

@@ -16,6 +16,7 @@ from typing import Any
 from ..resources import PodRequests, parse_resource_list, placed_requests, pod_requests
 from .pod_groups import PodGroupKey, pod_group_of
 from .podaffinity import AffinityTerm, preferred_terms, required_terms
+from .resource_claims import NO_CLAIMS, PodClaims, parse_pod_claims
 from .selectors import (
     NodeSelectorTerm,
     RequiredNodeAffinity,
@@ -110,6 +111,7 @@ class PodInfo:
     # PodResizePending condition): a change re-reads a placed pod (its generation does not move).
     resize_key: tuple[Any, ...] = ()
     group: PodGroupKey | None = None  # the PodGroup it belongs to (framework/pod_groups.py)
+    claims: PodClaims = NO_CLAIMS  # its ResourceClaims, pending pods only (resource_claims.py)
 
     @property
     def key(self) -> str:
@@ -185,13 +187,15 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
     except (ValueError, TypeError, AttributeError) as exc:
         pod.invalid_reason = f"invalid resource requests: {exc}"
     try:
-        _parse_placement(pod, spec, placed)
+        _parse_placement(pod, spec, status, placed)
     except (ValueError, TypeError, AttributeError) as exc:
         pod.invalid_reason = f"invalid scheduling constraints: {exc}"
     return pod
 
 
-def _parse_placement(pod: PodInfo, spec: Mapping[str, Any], placed: bool) -> None:
+def _parse_placement(
+    pod: PodInfo, spec: Mapping[str, Any], status: Mapping[str, Any], placed: bool
+) -> None:
     """The parts of a spec the filters read. Cheap when absent, as on most pods."""
     pod.host_ports = host_ports(spec)
     if spec.get("volumes"):
@@ -216,6 +220,7 @@ def _parse_placement(pod: PodInfo, spec: Mapping[str, Any], placed: bool) -> Non
     if spec.get("topologySpreadConstraints"):
         pod.spread = parse_constraints(spec, pod.labels)
     if spec.get("resourceClaims"):
+        pod.claims = parse_pod_claims(pod.namespace, pod.name, spec, status)
         pod.invalid_reason = (
             "pod uses resourceClaims (dynamic resource allocation), which loadwise does not "
             "support (use the default scheduler for this pod)"

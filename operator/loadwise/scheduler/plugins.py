@@ -14,6 +14,7 @@ from ..framework.plugin import Plugin
 from ..framework.plugins.scheduling_gates import SchedulingGates
 from ..framework.types import PodInfo
 from ..kube.transport import Http
+from .dynamic_resources.pre_enqueue import ClaimsExist
 from .state import ClusterState
 from .volumes.binder import VolumeBinder
 
@@ -46,4 +47,8 @@ def scheduling_gates(handle: Handle) -> Plugin:
     return SchedulingGates()
 
 
-SCHEDULER_PLUGINS: tuple[Factory, ...] = (scheduling_gates, volume_binding)
+def dynamic_resources(handle: Handle) -> Plugin:
+    return ClaimsExist(handle.state.claims, handle.release)
+
+
+SCHEDULER_PLUGINS: tuple[Factory, ...] = (scheduling_gates, dynamic_resources, volume_binding)

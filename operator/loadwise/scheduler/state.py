@@ -23,6 +23,7 @@ from ..framework.taints import PREFER_NO_SCHEDULE
 from ..framework.types import HostPort, NodeInfo, PodInfo, parse_node
 from ..framework.view import PodMatcher
 from ..resources import PODS
+from .dynamic_resources.claims import ResourceClaims
 from .match_counts import MatchCounts, PlacedTerms
 from .multimaps import discard
 from .volumes.storage_state import StorageState
@@ -75,9 +76,9 @@ class ClusterState:
         # controller UID -> node -> until
         self.moved_off: dict[str, dict[str, float]] = {}
         self.workloads = WorkloadSelectors()  # Service and controller selectors (default spread)
-        self.storage = StorageState(
-            storage_changed
-        )  # claims, volumes, classes, CSI objects (volume plugins)
+        # claims, volumes, classes, CSI objects (volume plugins)
+        self.storage = StorageState(storage_changed)
+        self.claims = ResourceClaims()  # ResourceClaims (dynamic resource allocation)
         # Names of nodes whose own scheduling state changed (node object, pods on it), in
         # order: incremental readers (the score index) re-evaluate only those. A reader keeps
         # its position; after the log restarts (`change_epoch` differs) it starts afresh.

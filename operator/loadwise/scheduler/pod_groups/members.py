@@ -193,6 +193,10 @@ class PodGroupMembers(PreEnqueuePlugin):
     def holding(self) -> int:
         return len(self.held)
 
+    def why_held(self, uid: str) -> str | None:
+        pod = self.held.get(uid)
+        return self.why_waiting(pod.group) if pod is not None and pod.group else None
+
     def _join(self, uid: str, key: PodGroupKey) -> None:
         if self._group_of.get(uid, key) != key:  # its label changed: it left its old group
             self.forget(uid)
