@@ -115,6 +115,16 @@ def _closest_flag(words: list[str], parser: argparse.ArgumentParser) -> str:
     return ""
 
 
+def explain_target(pod: str, namespace: str | None) -> str:
+    """`explain`'s NAMESPACE/POD from kubectl's forms too: `-n NS POD` and `-n NS pod/POD`."""
+    if namespace is None:
+        return pod
+    name = pod.removeprefix("pod/").removeprefix("pods/")
+    if not namespace or not name or "/" in name:
+        raise ValueError(f"with -n {namespace}, expected POD or pod/POD, not {pod!r}")
+    return f"{namespace}/{name}"
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words[:1] == ["run"] and not {"-h", "--help"} & set(words):
@@ -141,7 +151,7 @@ def _main(argv: list[str] | None) -> int:
     sub.add_parser("crd", help="print the SchedulingPolicy CRD generated from the model")
     explain = sub.add_parser(
         "explain",
-        usage="loadwise explain NAMESPACE/POD | node/NAME [--SETTING VALUE ...]",
+        usage="loadwise explain NAMESPACE/POD | -n NAMESPACE POD | node/NAME [--SETTING VALUE ...]",
         help="dry run: every node's verdict and score for NAMESPACE/POD; node/NAME: whether "
         "rebalancing would relieve the node, and what would move where",
         description="A dry run of the operator's scheduling cycle for one pod: why each node "
@@ -157,6 +167,9 @@ def _main(argv: list[str] | None) -> int:
     )
     explain.add_argument(
         "pod", metavar="NAMESPACE/POD | node/NAME", help="the pod or node to explain"
+    )
+    explain.add_argument(
+        "-n", "--namespace", help="the pod's namespace, as kubectl takes it (then POD alone)"
     )
     add_setting_flags(explain)
     words = sys.argv[1:] if argv is None else argv
@@ -177,7 +190,11 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "explain":
         from .explain import main as explain_main
 
-        return explain_main(args.pod, setting_flags(args))
+        try:
+            target = explain_target(args.pod, args.namespace)
+        except ValueError as exc:
+            explain.error(str(exc))
+        return explain_main(target, setting_flags(args))
     from .config import Config
 
     try:

@@ -416,3 +416,12 @@ def test_a_changed_setting_derives_the_rest_again_and_a_typo_is_named() -> None:
         "prometheus",
         "metrics-server",
     )
+
+
+def test_explain_takes_kubectls_namespace_flag_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.explain_target("ns/web", None) == "ns/web"
+    assert cli.explain_target("web", "ns") == "ns/web"
+    assert cli.explain_target("pod/web", "ns") == "ns/web"
+    with pytest.raises(SystemExit):
+        cli.main(["explain", "-n", "ns", "node/n1"])
+    assert "with -n ns, expected POD or pod/POD, not 'node/n1'" in capsys.readouterr().err
