@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,13 @@ import yaml
 from loadwise.config import Config
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
-from loadwise_dev.controlplane import free_port, helm_binary, kubeconfig, pinned_versions
+from loadwise_dev.controlplane import (
+    free_port,
+    helm_binary,
+    k8s_bin_dir,
+    kubeconfig,
+    pinned_versions,
+)
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.prometheus_server import Prometheus
 
@@ -425,6 +433,24 @@ async def test_helm_uninstall_returns_while_the_operator_is_down(
         )
 
 
+def wait_as_documented(local_cluster: LocalCluster, namespace: str) -> None:
+    """docs/volumes.md's wait for the opt-in policy, run by bash with the real kubectl."""
+    doc = (Path(__file__).parents[2] / "docs" / "volumes.md").read_text()
+    line = next(x for x in doc.splitlines() if x.startswith("until [") and "opt-in-probe" in x)
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(local_cluster.cp.kubeconfig),
+        "PATH": f"{k8s_bin_dir()}:{os.environ['PATH']}",
+    }
+    subprocess.run(
+        ["bash", "-c", line.replace("-n team-a", f"-n {namespace}")],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+
+
 async def test_a_labelled_namespace_is_scheduled_by_loadwise_with_the_charts_rights(
     kube: Kube, local_cluster: LocalCluster, clean: None, tmp_path: Path
 ) -> None:
@@ -458,14 +484,13 @@ async def test_a_labelled_namespace_is_scheduled_by_loadwise_with_the_charts_rig
         )
         await kube.create("/api/v1/namespaces", {"metadata": {"name": other}})
 
-        async def policy_in_force() -> bool:
-            # The API server loads a new policy through an informer: until then pods are
-            # admitted unchanged (for kube-scheduler). A dry run shows what admission does.
-            probe = manifests.pod("probe", namespace=opted, scheduler_name="default-scheduler")
-            made = await kube.create(f"/api/v1/namespaces/{opted}/pods", probe, dryRun="All")
-            return bool(made["spec"]["schedulerName"] == "loadwise-scheduler")
-
-        await wait_for(policy_in_force, 30, interval=0.5, what="the opt-in policy in force")
+        # The API server loads a new policy through an informer: until then pods are admitted
+        # unchanged (for kube-scheduler). The wait docs/volumes.md tells users to run, as written.
+        await asyncio.to_thread(wait_as_documented, local_cluster, opted)
+        first = manifests.pod("first", namespace=opted, scheduler_name="default-scheduler")
+        made = await kube.create(f"/api/v1/namespaces/{opted}/pods", first)
+        assert made["spec"]["schedulerName"] == "loadwise-scheduler"
+        await kube.delete(f"/api/v1/namespaces/{opted}/pods/first")
         config, sa_kubeconfig = await charts_operator(local_cluster, kube, tmp_path)
         async with running_operator(config, sa_kubeconfig):
             web = manifests.pod("x", namespace=opted, scheduler_name="default-scheduler")
