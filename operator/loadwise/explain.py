@@ -41,7 +41,6 @@ from .preflight import AccessError, connect
 from .scheduler.rebalancing.move_store import StoreError, ledger_store
 from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
-from .usage.cache import ClosableSource
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,11 @@ def explain_rows(
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
     summary = f"{summary}\n{estimate_line(pod, policy, ctx.learned)}"
+    metrics = policy.spec.metrics
+    cache = scheduler.usage.cache_for(policy)
+    if metrics.aggregation != "latest" and cache is not None:
+        window = float(metrics.window_seconds)
+        summary = f"{summary}\nload: {metrics.aggregation}; {cache.window_note(window)}"
     held = scheduler.profile.why_held(pod.uid)  # a PreEnqueue plugin: never tried yet
     group = None if held is not None else group_line(scheduler, pod, now)
     if held is not None:
@@ -318,6 +322,7 @@ async def _explain(target: str, config: Config) -> str:
                 await parts.budgets.list()
         for cache in scheduler.usage.caches.values():
             await cache.refresh()
+            await cache.backfilled_windows()  # the operator's windows are full: so are these
         if namespace == "node":
             rebalancer = Rebalancer(
                 transport, scheduler.binder, scheduler, ledger_store(transport, config)
@@ -333,8 +338,7 @@ async def _explain(target: str, config: Config) -> str:
         )
     finally:
         for cache in scheduler.usage.caches.values():
-            if isinstance(cache.source, ClosableSource):
-                await cache.source.close()
+            await cache.close()
         await transport.close()
         await api.close()
 

@@ -46,7 +46,6 @@ from .scheduler.rebalancing.move_store import ledger_store
 from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
 from .upkeep import AUDIT_INTERVAL, Upkeep
-from .usage.cache import ClosableSource
 
 log = logging.getLogger(__name__)
 
@@ -263,8 +262,7 @@ class Runtime:
             await asyncio.wait_for(self.scheduler.events.flush(), 5)
         await self.scheduler.events.stop()
         for cache in self.scheduler.usage.caches.values():
-            if isinstance(cache.source, ClosableSource):
-                await cache.source.close()
+            await cache.close()
         for server in self._servers:
             await server.cleanup()
         await self.transport.close()

@@ -125,7 +125,9 @@ class MetricsSettings(_Model):
         description="How a node's load is judged, for its score and the hot test: its latest "
         "sample, or the average, 90th or 95th percentile or maximum of its samples over "
         "windowSeconds (a node that idles between bursts looks cool by its latest sample). "
-        "The window holds what the operator fetched since it started: shorter at first.",
+        "A replica that starts fills the window from Prometheus' history (in the background, "
+        "after its first refresh); metrics-server keeps none, so there the window holds what "
+        "the replica fetched since it started: shorter at first.",
     )
     window_seconds: int = Field(
         600,

@@ -12,6 +12,7 @@ learning, never the node samples.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Collection, Mapping
@@ -81,6 +82,21 @@ class PodMetricsSource(Protocol):
         ...
 
 
+@runtime_checkable
+class HistorySource(Protocol):
+    """A source that keeps history and answers for past times (Prometheus; metrics-server
+    does not): a replica that just started fills its windows from it (`MetricsCache`)."""
+
+    async def fetch_at(self, when: float | None) -> dict[str, NodeSample]:
+        """All nodes' usage as the source answered (or would have) at `when`."""
+        ...
+
+
+# At most this many past answers fill a window (one query each): a longer window is filled at
+# a coarser step, which an aggregate over it (max, avg, p90, p95) reads nearly alike.
+BACKFILL_POINTS = 30
+
+
 class MetricsCache:
     def __init__(
         self,
@@ -111,6 +127,11 @@ class MetricsCache:
         self.pods_error: str | None = None
         self.learned = LearnedUsage()
         self.history = SampleHistory(step=interval)  # for policies judging load over a window
+        # The longest window filled from the source's own history, and how that went ("": not
+        # asked; windows then hold only what this replica fetched since it started).
+        self.backfilled = 0.0
+        self.backfill_note = ""
+        self._backfill: asyncio.Task[None] | None = None
         self.ready = ready
         self._lock = asyncio.Lock()
         self._frozen = False  # a refresh's survivors were frozen once
@@ -168,6 +189,68 @@ class MetricsCache:
         self.last_success = time.time()
         self.last_error = None
         self.refreshes += 1
+        if self.history.keep > self.backfilled and self._backfill is None:
+            # in the background: a large cluster's past answers take a while, and the
+            # decisions meanwhile use what there is, as before
+            self._backfill = asyncio.get_running_loop().create_task(self.backfill())
+
+    @property
+    def source_name(self) -> str:
+        return self.source.name if self.source is not None else "no source"
+
+    def window_note(self, window: float) -> str:
+        """How much of a `window` of history the nodes' figures hold, and where it came from."""
+        spans = [self.history.span(node) for node in self.samples]
+        held = min(max(spans, default=0.0), window)
+        where = self.backfill_note or "this replica's own samples"
+        return f"windows hold up to {held:.0f}s of {window:.0f}s ({where})"
+
+    async def backfilled_windows(self) -> None:
+        """Wait for a backfill under way (explain judges by full windows, as the operator)."""
+        task = self._backfill
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """Stop a backfill under way and close the source's connections (the replica stops)."""
+        task = self._backfill
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if isinstance(self.source, ClosableSource):
+            await self.source.close()
+
+    async def backfill(self) -> None:
+        """Fill the windows from the source's history (HistorySource), for times before this
+        replica's first sample: once, and again when a policy asks for a longer window. A
+        failure leaves the windows to this replica's own samples, said in `backfill_note`."""
+        source, keep = self.source, self.history.keep
+        try:
+            if not self.samples:
+                return  # nothing to fill before yet: the next refresh asks again
+            if not isinstance(source, HistorySource) or keep <= 0:
+                self.backfill_note = "" if keep <= 0 else f"{self.source_name} keeps no history"
+                self.backfilled = keep
+                return
+            newest = max(s.timestamp for s in self.samples.values())
+            step = max(self.history.step, keep / BACKFILL_POINTS)
+            times = [newest - k * step for k in range(int(keep // step), 0, -1)]
+            answers = []
+            for when in times:
+                try:
+                    answers.append(await source.fetch_at(when))
+                except Exception as exc:  # the windows stay this replica's own samples
+                    self.backfill_note = f"backfill from {source.name} failed: {_describe(exc)}"
+                    log.warning("%s; windows hold this replica's own samples", self.backfill_note)
+                    self.backfilled = keep
+                    return
+            added = self.history.backfill(answers)
+            self.backfill_note = f"filled from {source.name}'s history ({len(times)} answers)"
+            log.info("windows of %gs %s: %d points", keep, self.backfill_note, added)
+            self.backfilled = keep
+        finally:
+            self._backfill = None
 
     async def _learn(self, source: str, pods: asyncio.Task[PodUsage]) -> None:
         try:

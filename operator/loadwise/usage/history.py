@@ -2,18 +2,20 @@
 window (avg, p90, p95, max) rather than by the latest sample: a node that idles between bursts
 looks cool by its latest sample alone.
 
-It is the cache's own history, the same for every source (Prometheus or metrics-server) and
-without more queries: it holds what this replica fetched since it started (every replica
-refreshes, leader or not), so after a cold start a window covers what there is so far (a
-shorter window), never nothing. It is kept only for as long as the longest window a policy asks
-for (none asked: nothing is kept), at most one point per node every `step` seconds.
+It is the cache's own history, the same for every source: what this replica fetched since it
+started (every replica refreshes, leader or not), and, from a source that keeps history
+(Prometheus), what it answers for the times before that (`backfill`, once the window is known:
+cache.py), so a replica that just started judges a node over a full window. metrics-server keeps
+none: there a window covers what this replica has fetched so far (a shorter window), never
+nothing. It is kept only for as long as the longest window a policy asks for (none asked:
+nothing is kept), at most one point per node every `step` seconds.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
@@ -49,6 +51,32 @@ class SampleHistory:
         for node in [n for n in self._points if n not in samples]:
             del self._points[node]  # gone from the source: its history goes with it
         self._version += 1
+
+    def backfill(self, answers: Iterable[Mapping[str, NodeSample]]) -> int:
+        """Add older points (a source's answers for past times) before each node's first, a
+        `step` apart and within `keep` of its latest; only for nodes with history already (the
+        others are gone from the source). Returns how many points were added."""
+        older: dict[str, list[NodeSample]] = {}
+        for answer in answers:
+            for node, sample in answer.items():
+                points = self._points.get(node)
+                if points and sample.timestamp <= points[0].timestamp - self.step / 2:
+                    older.setdefault(node, []).append(sample)
+        added = 0
+        for node, samples in older.items():
+            points = self._points[node]
+            horizon = points[-1].timestamp - self.keep
+            kept: list[NodeSample] = []
+            for sample in sorted(samples, key=lambda s: s.timestamp):
+                if sample.timestamp >= horizon and (
+                    not kept or sample.timestamp >= kept[-1].timestamp + self.step / 2
+                ):
+                    kept.append(sample)
+            points.extendleft(reversed(kept))
+            added += len(kept)
+        if added:
+            self._version += 1
+        return added
 
     def aggregated(
         self, how: Aggregation, window: float, latest: Mapping[str, NodeSample]

@@ -148,9 +148,14 @@ class PrometheusSource:
         return window_for(self.interval(self.node_metrics))
 
     async def fetch(self) -> dict[str, NodeSample]:
+        return await self.fetch_at(None)
+
+    async def fetch_at(self, when: float | None) -> dict[str, NodeSample]:
+        """Every node's sample, now, or as the same query answers for the past time `when`
+        (what a window needs before this replica started: the cache's backfill)."""
         await self._discover()
         answer = NodeAnswer(self.node_label, self.lag, self.dimensions)
-        await self._feed(with_window(self.query, self.window), answer)
+        await self._feed(with_window(self.query, self.window), answer, when)
         if self.ready is not None:
             await self.ready.wait()
         known = self.known_nodes() if self.known_nodes is not None else ()
@@ -255,11 +260,14 @@ class PrometheusSource:
     async def _get(self, path: str, params: Mapping[str, str]) -> Any:
         return await self._request("GET", path, params=params)
 
-    async def _feed(self, query: str, answer: NodeAnswer | PodAnswer) -> None:
-        """Ask an instant query and give its series to `answer` a slice at a time, letting
-        the event loop run between slices (sliced_json.py: 150,000 pods' answer is tens of
-        MB)."""
-        body = await self._request_body("POST", "/api/v1/query", data={"query": query})
+    async def _feed(
+        self, query: str, answer: NodeAnswer | PodAnswer, when: float | None = None
+    ) -> None:
+        """Ask an instant query (at `when`, or now) and give its series to `answer` a slice at
+        a time, letting the event loop run between slices (sliced_json.py: 150,000 pods'
+        answer is tens of MB)."""
+        data = {"query": query} if when is None else {"query": query, "time": f"{when:.3f}"}
+        body = await self._request_body("POST", "/api/v1/query", data=data)
         try:
             pieces = sliced_json.slices(body, "result", "metric")
             answer.add(vector(next(pieces)))

@@ -121,3 +121,20 @@ def test_the_window_is_checked_by_the_model() -> None:
     with pytest.raises(ValueError, match="aggregation"):
         parse_spec({"metrics": {"aggregation": "median"}})
     assert Policy("p", parse_spec({})).spec.metrics.aggregation == "latest"
+
+
+def test_a_backfill_adds_only_older_points_a_step_apart_within_the_window() -> None:
+    history = SampleHistory(step=10)
+    history.keep = 300
+    points = bursts("a")  # 600 s of samples, one every 10 s
+    history.record({"a": points[-1]})  # a replica that just started: one point
+    latest = {"a": points[-1]}
+    before = history.aggregated("max", 300, latest)
+    assert before["a"].cpu == pytest.approx(0.1)  # idle now: a one-point window misses bursts
+    past = [{"a": p, "gone": p} for p in points[:-1]]  # "gone": no history here: ignored
+    added = history.backfill(past)
+    assert added == 30 and history.span("a") == 300  # within keep of the latest point
+    after = history.aggregated("max", 300, latest)
+    assert after is not before and after["a"].cpu == pytest.approx(0.9)
+    assert history.backfill(past) == 0  # nothing older than what it holds now
+    assert history.aggregated("max", 300, latest) is after
