@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -132,6 +133,8 @@ class MetricsCache:
         self.backfilled = 0.0
         self.backfill_note = ""
         self._backfill: asyncio.Task[None] | None = None
+        self._backfill_at = -math.inf  # monotonic time the last one started
+        self._unfilled: set[str] = set()
         self.ready = ready
         self._lock = asyncio.Lock()
         self._frozen = False  # a refresh's survivors were frozen once
@@ -185,13 +188,21 @@ class MetricsCache:
         # A new mapping, never mutated afterwards: readers detect a refresh by identity.
         self.samples = {**self.samples, **fresh}
         self.lag = max((s.timestamp - s.coverage for s in fresh.values()), default=self.lag)
+        if self.backfilled:  # nodes first seen (or back after a gap) since the last backfill
+            self._unfilled.update(n for n in fresh if not self.history.holds(n))
         self.history.record(self.samples)
         self.last_success = time.time()
         self.last_error = None
         self.refreshes += 1
-        if self.history.keep > self.backfilled and self._backfill is None:
+        if self._backfill is None and (
+            self.history.keep > self.backfilled
+            or (self._unfilled and time.monotonic() - self._backfill_at >= self.history.keep)
+        ):
             # in the background: a large cluster's past answers take a while, and the
-            # decisions meanwhile use what there is, as before
+            # decisions meanwhile use what there is, as before. Nodes first seen later are
+            # filled at most once a window (a backfill only adds points before a node's first).
+            self._unfilled.clear()
+            self._backfill_at = time.monotonic()
             self._backfill = asyncio.get_running_loop().create_task(self.backfill())
 
     @property

@@ -109,6 +109,9 @@ class SampleHistory:
         self._memo[key] = (self._version, out)
         return out
 
+    def holds(self, node: str) -> bool:
+        return node in self._points
+
     def span(self, node: str) -> float:
         """Seconds of history held for a node (0: one point or none)."""
         points = self._points.get(node)

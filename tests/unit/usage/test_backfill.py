@@ -81,3 +81,34 @@ async def test_no_history_or_a_failed_backfill_leaves_the_replicas_own_samples()
         "(backfill from prometheus failed: RuntimeError: HTTP 503: overloaded)"
     )
     assert broken.history.aggregated("max", 300, broken.samples)["n1"].cpu == pytest.approx(0.1)
+
+
+class Growing(Remembering):
+    """A second node shows up in the answers after the first backfill (a new node, or one back
+    after a gap in its series); Prometheus has its past too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both = False
+
+    async def fetch_at(self, when: float | None) -> dict[str, NodeSample]:
+        answer = await super().fetch_at(when)
+        if self.both:
+            at = NOW if when is None else when
+            answer["n2"] = NodeSample(0.9 if at < NOW - 50 else 0.2, 0.2, at)
+        return answer
+
+
+async def test_a_node_first_seen_later_is_filled_at_most_once_a_window() -> None:
+    source = Growing()
+    cache = await windowed(source)
+    source.both = True
+    await cache.refresh()
+    await cache.backfilled_windows()
+    assert cache.history.span("n2") == 0  # within a window of the last backfill: not yet
+    cache._backfill_at -= 300  # a window later
+    await cache.refresh()
+    await cache.backfilled_windows()
+    assert cache.history.span("n2") == 300
+    assert cache.history.aggregated("max", 300, cache.samples)["n2"].cpu == pytest.approx(0.9)
+    await cache.close()
