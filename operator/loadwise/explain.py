@@ -222,7 +222,7 @@ async def relief_lines(rebalancer: Rebalancer, node: str, now: float) -> list[st
     for policy in enabled:
         spec = policy.spec
         sample = scheduler.usage.samples_for(policy).get(node)
-        limits = thresholds_text(policy)
+        limits = thresholds_text(policy, scheduler.state.nodes.get(node))
         if sample is None:
             lines.append(f"node {node}, policy {policy.name}: no sample from its source")
             continue

@@ -4,7 +4,10 @@ policies' status and `explain` all apply.
 A node's load on a resource is a share of its allocatable (1.0: all of it): CPU, memory, and
 each extra dimension the policy declares, in the policy's order (a node its dimension's query
 did not return counts 0 there). The node is hot on a resource whose share is above the policy's
-hot threshold for it, and hot when it is hot on any. What a caller adds to the measured shares
+hot threshold for it, and hot when it is hot on any. The thresholds are the policy's, unless the
+node is in one of its pools (`spec.pools`: the first whose node selector matches) or carries its
+own (the annotation `loadwise.io/hot-thresholds`, node_thresholds.py), which override them per
+resource, the node's own first. What a caller adds to the measured shares
 (the scorer: estimates of pods placed since the sample and of the incoming pod) is its own; the
 rule is the same. A sample counts while it is at most `metrics.maxAgeSeconds` old.
 
@@ -15,9 +18,13 @@ by one (`RELIEVABLE`); the extra dimensions are node figures only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..policies.policy import Policy
 from ..usage.cache import NodeSample
+
+if TYPE_CHECKING:
+    from .types import NodeInfo
 
 RELIEVABLE = ("cpu", "memory")
 
@@ -45,57 +52,111 @@ def dimensions_of(policy: Policy, sample: NodeSample) -> tuple[float, ...]:
     return tuple(sample.extra.get(d.name, 0.0) for d in policy.spec.dimensions)
 
 
+def thresholds_for(policy: Policy, node: NodeInfo | None) -> tuple[float, float, list[float], str]:
+    """The node's hot thresholds under `policy`, percent: (cpu, memory, each dimension's in the
+    policy's order, where they come from: "" for the policy's own, else the pool or the node's
+    annotation)."""
+    spec = policy.spec
+    cpu, memory = spec.hot_thresholds.cpu, spec.hot_thresholds.memory
+    dims = [d.hot_threshold for d in spec.dimensions]
+    if node is None or not (spec.pools or node.hot_thresholds):
+        return cpu, memory, dims, ""
+    names = [d.name for d in spec.dimensions]
+    source = ""
+    pool = next((p for p in spec.pools if p.node_selector.matches(node.labels)), None)
+    if pool is not None:
+        given = pool.hot_thresholds
+        cpu = given.cpu if given.cpu is not None else cpu
+        memory = given.memory if given.memory is not None else memory
+        dims = [given.dimensions.get(n, t) for n, t in zip(names, dims, strict=True)]
+        source = f"pool {pool.name}"
+    own = node.hot_thresholds
+    if own:
+        cpu, memory = own.get("cpu", cpu), own.get("memory", memory)
+        dims = [own.get(n, t) for n, t in zip(names, dims, strict=True)]
+        source = f"node {node.name}'s annotation" + (f" over {source}" if source else "")
+    return cpu, memory, dims, source
+
+
 def headrooms(
-    policy: Policy, cpu: float, memory: float, dims: Sequence[float]
+    policy: Policy,
+    cpu: float,
+    memory: float,
+    dims: Sequence[float],
+    node: NodeInfo | None = None,
 ) -> list[tuple[str, float, float]]:
     """(resource, hot threshold minus load, weight in the score) for CPU, memory and the
     extra dimensions given (`dims` in the policy's order; a dimension without a figure, as in
-    a score by requests, is left out). Negative: hot on it."""
+    a score by requests, is left out), with `node`'s thresholds. Negative: hot on it."""
     spec = policy.spec
-    limits, weights = spec.hot_thresholds, spec.weights
+    weights = spec.weights
+    cpu_limit, memory_limit, dim_limits, _ = thresholds_for(policy, node)
     rooms = [
-        ("cpu", limits.cpu / 100 - cpu, weights.cpu),
-        ("memory", limits.memory / 100 - memory, weights.memory),
+        ("cpu", cpu_limit / 100 - cpu, weights.cpu),
+        ("memory", memory_limit / 100 - memory, weights.memory),
     ]
     rooms.extend(
-        (d.name, d.hot_threshold / 100 - value, d.weight)
-        for d, value in zip(spec.dimensions, dims, strict=False)
+        (d.name, limit / 100 - value, d.weight)
+        for d, limit, value in zip(spec.dimensions, dim_limits, dims, strict=False)
     )
     return rooms
 
 
 def over(
-    policy: Policy, cpu: float, memory: float, dims: Sequence[float], margin: float = 0.0
+    policy: Policy,
+    cpu: float,
+    memory: float,
+    dims: Sequence[float],
+    margin: float = 0.0,
+    node: NodeInfo | None = None,
 ) -> dict[str, float]:
-    """The resources whose load is above their hot threshold less `margin`, and by how much
-    (a share of allocatable); empty when none is."""
-    return {
-        r: margin - room for r, room, _ in headrooms(policy, cpu, memory, dims) if room < margin
-    }
+    """The resources whose load is above their hot threshold (`node`'s) less `margin`, and by
+    how much (a share of allocatable); empty when none is."""
+    rooms = headrooms(policy, cpu, memory, dims, node)
+    return {r: margin - room for r, room, _ in rooms if room < margin}
 
 
-def sample_over(policy: Policy, sample: NodeSample) -> dict[str, float]:
+def sample_over(
+    policy: Policy, sample: NodeSample, node: NodeInfo | None = None
+) -> dict[str, float]:
     """What the measured figures alone are over (no estimates: what a watcher of the node sees)."""
-    return over(policy, sample.cpu, sample.memory, dimensions_of(policy, sample))
+    return over(policy, sample.cpu, sample.memory, dimensions_of(policy, sample), node=node)
 
 
 def hot_nodes(
-    policy: Policy, samples: Mapping[str, NodeSample], nodes: Iterable[str], now: float
+    policy: Policy, samples: Mapping[str, NodeSample], nodes: Mapping[str, NodeInfo], now: float
 ) -> dict[str, dict[str, float]]:
-    """The nodes whose fresh sample is over a hot threshold, with what is over."""
+    """The nodes whose fresh sample is over a hot threshold (theirs), with what is over."""
     hot = {}
-    for name in nodes:
+    for name, node in nodes.items():
         sample = samples.get(name)
         if sample is not None and is_fresh(sample, policy, now):
-            excess = sample_over(policy, sample)
+            excess = sample_over(policy, sample, node)
             if excess:
                 hot[name] = excess
     return hot
 
 
-def thresholds_text(policy: Policy) -> str:
-    """The hot thresholds as people read them: `cpu 80%, memory 90%, gpu 85%`."""
-    spec = policy.spec
-    parts = [f"cpu {spec.hot_thresholds.cpu:g}%", f"memory {spec.hot_thresholds.memory:g}%"]
-    parts.extend(f"{d.name} {d.hot_threshold:g}%" for d in spec.dimensions)
-    return ", ".join(parts)
+def thresholds_text(policy: Policy, node: NodeInfo | None = None) -> str:
+    """The hot thresholds as people read them: `cpu 80%, memory 90%, gpu 85%`, and where
+    they come from when not the policy's own (`(pool gpu)`)."""
+    cpu, memory, dims, source = thresholds_for(policy, node)
+    parts = [f"cpu {cpu:g}%", f"memory {memory:g}%"]
+    parts.extend(f"{d.name} {t:g}%" for d, t in zip(policy.spec.dimensions, dims, strict=True))
+    return ", ".join(parts) + (f" ({source})" if source else "")
+
+
+def thresholds_problems(policy: Policy, nodes: Mapping[str, NodeInfo]) -> list[str]:
+    """What the status says of the thresholds by pool and by node: pools that select no node,
+    and nodes whose annotation is refused (they keep the policy's or their pool's)."""
+    problems = [
+        f"pool {pool.name} selects no node"
+        for pool in policy.spec.pools
+        if not any(pool.node_selector.matches(n.labels) for n in nodes.values())
+    ]
+    problems.extend(
+        f"node {name}: {node.hot_thresholds_error} (ignored)"
+        for name, node in sorted(nodes.items())
+        if node.hot_thresholds_error
+    )
+    return problems

@@ -167,7 +167,7 @@ def plan_relief(
     others cannot do it, and one big pod rather than many small ones. `basis`: the policy, its
     samples and learned usage every replacement is placed by."""
     policy, max_moves, held_back = basis.policy, limits.max_moves, limits.held_back
-    over = sample_over(policy, sample)
+    over = sample_over(policy, sample, view.nodes.get(node))
     if not over:
         return Relief(node, refused="not over its hot thresholds")
     relievable = {r: amount for r, amount in over.items() if r in RELIEVABLE}
@@ -235,7 +235,8 @@ class _Trial:
         chosen = decision.chosen
         if decision.all_hot or chosen.hot:
             return "every node it fits on would be hot"
-        if heat.over(self.policy, chosen.cpu, chosen.memory, chosen.extra, TARGET_HEADROOM):
+        target = self.view.nodes.get(chosen.node)
+        if heat.over(self.policy, chosen.cpu, chosen.memory, chosen.extra, TARGET_HEADROOM, target):
             dims = "".join(
                 f" {d.name} {v:.0%}"
                 for d, v in zip(self.policy.spec.dimensions, chosen.extra, strict=False)

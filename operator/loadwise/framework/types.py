@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from ..resources import PodRequests, parse_resource_list, placed_requests, pod_requests
+from .node_thresholds import parse_node_thresholds
 from .pod_groups import PodGroupKey, pod_group_of
 from .podaffinity import AffinityTerm, preferred_terms, required_terms
 from .resource_claims import NO_CLAIMS, PodClaims, parse_pod_claims
@@ -69,6 +70,9 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     valid: bool = True
     invalid_reason: str = ""
+    # its own hot thresholds, percent by resource (node_thresholds.py), or why they are refused
+    hot_thresholds: Mapping[str, float] = field(default_factory=dict)
+    hot_thresholds_error: str = ""
 
 
 @dataclass(slots=True)
@@ -139,6 +143,8 @@ def parse_node(raw: Mapping[str, Any]) -> NodeInfo:
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
     )
+    if meta.get("annotations"):
+        node.hot_thresholds, node.hot_thresholds_error = parse_node_thresholds(meta["annotations"])
     try:
         node.taints = parse_taints(spec.get("taints"))
         node.allocatable = parse_resource_list(status.get("allocatable") or status.get("capacity"))

@@ -8,13 +8,14 @@ objects with the same words.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from ..labels import requirement_matches
 from ..usage.sources import NAMES
+from .node_pools import NodePool
 from .rebalance_settings import Rebalance
+from .selector_model import LabelSelector
 from .spec_model import SpecModel as _Model
 
 GROUP = "loadwise.io"
@@ -50,59 +51,6 @@ class Weights(_Model):
         if self.cpu + self.memory <= 0:
             raise ValueError("at least one of weights.cpu and weights.memory must be above 0")
         return self
-
-
-class LabelSelectorRequirement(_Model):
-    """One label requirement, as in a Kubernetes LabelSelector."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.operator in ['In', 'NotIn']"
-                    " ? (has(self.values) && size(self.values) > 0)"
-                    " : (!has(self.values) || size(self.values) == 0)",
-                    "message": "In and NotIn need values; Exists and DoesNotExist take none",
-                }
-            ]
-        }
-    )
-
-    key: str = Field(min_length=1, max_length=317, description="The label key.")
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
-        description="How the key relates to the values."
-    )
-    values: list[Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=list, max_length=256, description="Values for In and NotIn."
-    )
-
-    @model_validator(mode="after")
-    def _values_fit_operator(self) -> LabelSelectorRequirement:
-        if (self.operator in ("In", "NotIn")) != bool(self.values):
-            raise ValueError("In and NotIn need values; Exists and DoesNotExist take none")
-        return self
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return requirement_matches(self.key, self.operator, self.values, labels)
-
-
-class LabelSelector(_Model):
-    """Selects objects by label (pods for podSelector, their namespaces for namespaceSelector);
-    an empty selector selects all."""
-
-    match_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict,
-        description="Labels the object (the pod, or for namespaceSelector its namespace) must "
-        "carry with exactly these values.",
-    )
-    match_expressions: list[LabelSelectorRequirement] = Field(
-        default_factory=list, max_length=64, description="Requirements that must all hold."
-    )
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
-            r.matches(labels) for r in self.match_expressions
-        )
 
 
 class MetricsSettings(_Model):
@@ -291,6 +239,14 @@ class SchedulingPolicySpec(_Model):
         "count in the load score and the hot test. A node without a value counts as 0.",
         json_schema_extra=_listed_once("name", "each dimension name may be listed once"),
     )
+    pools: list[NodePool] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Node pools with hot thresholds of their own (the first pool a node is in "
+        'applies); a node\'s annotation loadwise.io/hot-thresholds (e.g. "cpu=70,memory=85") '
+        "overrides them.",
+        json_schema_extra=_listed_once("name", "each pool name may be listed once"),
+    )
     rebalance: Rebalance = Field(
         default_factory=Rebalance,
         description="Moving pods off nodes that stay hot (off by default).",
@@ -316,6 +272,15 @@ class SchedulingPolicySpec(_Model):
     def _unique_lists(self) -> SchedulingPolicySpec:
         _unique([s.label_key for s in self.spread_by], "spreadBy labelKey")
         _unique([d.name for d in self.dimensions], "dimension")
+        _unique([p.name for p in self.pools], "pool")
+        declared = {d.name for d in self.dimensions}
+        for pool in self.pools:
+            for name in pool.hot_thresholds.dimensions:
+                if name not in declared:
+                    raise ValueError(
+                        f"pool {pool.name}: hotThresholds.dimensions names {name!r}, which "
+                        "spec.dimensions does not declare"
+                    )
         return self
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..framework import heat
+from ..framework.types import NodeInfo
 from ..kube.times import stamp
 from ..policies.policy import Policy
 from ..usage.cache import MetricsCache, NodeSample
@@ -79,7 +80,7 @@ def metrics_report(
 
 
 def hot_nodes(
-    policy: Policy, samples: Mapping[str, NodeSample], nodes: Iterable[str], now: float
+    policy: Policy, samples: Mapping[str, NodeSample], nodes: Mapping[str, NodeInfo], now: float
 ) -> int:
     """How many nodes are over one of the policy's hot thresholds (loadwise_policy_hot_nodes)."""
     return len(heat.hot_nodes(policy, samples, nodes, now))

@@ -10,6 +10,7 @@ whose answer was lost is then answered 409 AlreadyExists (written), never posted
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from typing import Any
 
 from .. import observability as obs
 from ..degradations import Degradations
+from ..framework.heat import thresholds_problems
 from ..kube.times import stamp
 from ..kube.transport import STRATEGIC_MERGE, Http
 from ..policies.policy import GROUP, VERSION
@@ -53,6 +55,7 @@ class Reporter:
         self._invalid_reported: set[tuple[str, int]] = set()  # (uid, generation)
         self._condition_generation = -1
         self._gauged: set[str] = set()  # policies with per-policy gauges set
+        self._threshold_problems: dict[str, list[str]] = {}  # per policy, as last logged
         # events not yet written, by what they report: retried under their first name
         self._unwritten: dict[tuple[str, ...], dict[str, Any]] = {}
         self._retried: set[tuple[str, ...]] = set()  # keys tried in this pass
@@ -164,6 +167,15 @@ class Reporter:
             return {"conditions": conditions}
         cache = scheduler.usage.cache_for(policy)
         report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
+        problems = thresholds_problems(policy, scheduler.state.nodes)
+        if problems:  # said in the status, and logged when they change
+            report = dataclasses.replace(
+                report, message=f"{report.message}; hot thresholds: {'; '.join(problems)}"
+            )
+        if self._threshold_problems.get(name, []) != problems:
+            if problems:
+                log.warning("SchedulingPolicy %s: hot thresholds: %s", name, "; ".join(problems))
+            self._threshold_problems[name] = problems
         fields = status_fields(
             report,
             conditions,

@@ -1,7 +1,8 @@
 """LoadAware: the load score (scoring.score_node) and the hot pass-over, as a plugin.
 
 It reads the pod's requests and controller (balance, and the anti-herding estimate: requests,
-or the usage learned for its workload), the node's allocatable, and the requests and
+or the usage learned for its workload), the node's allocatable and its hot thresholds (its
+pool's, by its labels, or its own annotation's: framework/heat.py), and the requests and
 controllers of pods placed there (requests share, and the estimates for pods a sample does not
 cover yet). Hot nodes get nothing while a cooler feasible node exists; when every feasible node
 is hot, the least loaded by measured load is taken, so no pod stays pending on load alone.
@@ -22,7 +23,11 @@ if TYPE_CHECKING:
 
 class LoadAware(LoadPlugin):
     name = "LoadAware"
-    inputs = Inputs(pod=("requests", "owner"), node=("allocatable",), placed=("requests", "owner"))
+    inputs = Inputs(
+        pod=("requests", "owner"),
+        node=("allocatable", "labels", "hot_thresholds"),  # labels: the policy's pools
+        placed=("requests", "owner"),
+    )
     node_local = True  # the node's sample and the pods on it
     weight = LOAD_WEIGHT
 
