@@ -42,6 +42,9 @@ def test_the_pending_gauge_follows_every_queue_change_without_a_timer() -> None:
     gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
     sched.on_pod_event("ADDED", gated)
     assert pending() == {"active": 3, "backoff": 0, "unschedulable": 0, "gated": 1}
+    assert sched.profile.why_held(uid(gated)) == (  # what explain says, in upstream's words
+        "SchedulingGates: Scheduling is blocked due to non-empty scheduling gates"
+    )
     ungated = {**gated, "spec": {**gated["spec"], "schedulingGates": []}}
     sched.on_pod_event("MODIFIED", ungated)
     assert pending() == {"active": 4, "backoff": 0, "unschedulable": 0, "gated": 0}

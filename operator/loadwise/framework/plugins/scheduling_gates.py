@@ -33,3 +33,11 @@ class SchedulingGates(PreEnqueuePlugin):
 
     def holding(self) -> int:
         return len(self._gated)
+
+    def why_held(self, uid: str) -> str | None:
+        # kube-scheduler's PodScheduled message for reason SchedulingGated
+        return (
+            "Scheduling is blocked due to non-empty scheduling gates"
+            if uid in self._gated
+            else None
+        )
