@@ -28,7 +28,7 @@ from .components import build
 from .config import Config
 from .framework.context import CycleContext
 from .framework.cycle import Decision, conclude, diagnose, prefilter
-from .framework.heat import thresholds_text
+from .framework.heat import thresholds_for, thresholds_text
 from .framework.plugin import NoPreemption
 from .framework.plugins.gang_scheduling.placement import member_order, what_if_pod_group
 from .framework.scoring import UsageProfiles, pod_estimate
@@ -76,6 +76,9 @@ def explain_rows(
             verdict = "chosen"
         elif name not in totals:  # feasible, but the load plugin passed it over
             verdict = "hot: passed over"
+            own = thresholds_for(policy, diagnosis.node)[3]  # a pool's or the node's own
+            if own:
+                verdict = f"{verdict}: {thresholds_text(policy, diagnosis.node)}"
         else:
             verdict = "feasible"
         rows.append(Row(name, verdict, totals.get(name), load.cpu, load.memory, basis))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from loadwise.explain import _explain
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube
@@ -44,6 +45,8 @@ async def test_a_pools_threshold_and_a_nodes_own_decide_where_pods_go(
         await kube.create(pods, manifests.pod("first", namespace=ns, cpu="10m"))
         # spot-1 at 60% is hot by its pool (50%): the 70% node, cool by the policy's 80%
         assert await wait_bound(kube, ns, ["first"]) == {"first": "steady"}
+        explained = await _explain(f"{ns}/first", local_cluster.operator_config())
+        assert "hot: passed over: cpu 50%, memory 90% (pool spot)" in explained, explained
         await kube.merge_patch(
             "/api/v1/nodes/spot-1", {"metadata": {"annotations": {ANNOTATION: "cpu=75"}}}
         )
