@@ -246,17 +246,20 @@ class MetricsCache:
                 return
             newest = max(s.timestamp for s in self.samples.values())
             step = max(self.history.step, keep / BACKFILL_POINTS)
-            times = [newest - k * step for k in range(int(keep // step), 0, -1)]
-            answers = []
-            for when in times:
+            # newest first, each answer added at once (before each node's first point), so no
+            # more than one answer is held: 15,000 nodes' 30 answers would be about 90 MB
+            times = [newest - k * step for k in range(1, int(keep // step) + 1)]
+            added = 0
+            for done, when in enumerate(times):
                 try:
-                    answers.append(await source.fetch_at(when))
-                except Exception as exc:  # the windows stay this replica's own samples
-                    self.backfill_note = f"backfill from {source.name} failed: {_describe(exc)}"
+                    added += self.history.backfill([await source.fetch_at(when)])
+                except Exception as exc:  # the windows keep what they hold
+                    self.backfill_note = (
+                        f"backfill from {source.name} failed after {done} answers: {_describe(exc)}"
+                    )
                     log.warning("%s; windows hold this replica's own samples", self.backfill_note)
                     self.backfilled = keep
                     return
-            added = self.history.backfill(answers)
             self.backfill_note = f"filled from {source.name}'s history ({len(times)} answers)"
             log.info("windows of %gs %s: %d points", keep, self.backfill_note, added)
             self.backfilled = keep

@@ -78,7 +78,7 @@ async def test_no_history_or_a_failed_backfill_leaves_the_replicas_own_samples()
     broken = await windowed(Remembering(broken=True))
     assert broken.window_note(300) == (
         "windows hold up to 0s of 300s "
-        "(backfill from prometheus failed: RuntimeError: HTTP 503: overloaded)"
+        "(backfill from prometheus failed after 0 answers: RuntimeError: HTTP 503: overloaded)"
     )
     assert broken.history.aggregated("max", 300, broken.samples)["n1"].cpu == pytest.approx(0.1)
 
