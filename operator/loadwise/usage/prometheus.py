@@ -165,7 +165,8 @@ class PrometheusSource:
         except NodeLabelMissing as exc:
             raise NodeLabelMissing(f"{exc}{await self._label_hint(known)}") from None
         samples = answer.samples
-        if samples and known and not any(name in known for name in samples):
+        # Only now: at a past time the cluster's nodes may not have existed yet (a backfill).
+        if when is None and samples and known and not any(name in known for name in samples):
             raise PrometheusError(
                 f"no series' {self.node_label!r} label names a node of the cluster "
                 f"(LOADWISE_PROMETHEUS_NODE_LABEL): it holds values such as "

@@ -124,6 +124,15 @@ async def test_a_label_naming_no_node_of_the_cluster_fails_the_refresh_saying_so
     assert cache.samples == {}
 
 
+async def test_a_past_answer_naming_none_of_todays_nodes_is_no_error() -> None:
+    """A backfill asks for times before the cluster's nodes existed: other nodes' series then
+    are history, not a wrong node label (that is judged on the current answer only)."""
+    source = Scripted(by_node("long-gone"), ["n1"])
+    assert set(await source.fetch_at(1_000_000.0)) == {"long-gone"}
+    with pytest.raises(PrometheusError, match="no series' 'node' label names a node"):
+        await source.fetch_at(None)
+
+
 @pytest.mark.parametrize("known", [["n1", "n9"], []], ids=["one-known", "no-nodes-yet"])
 async def test_samples_for_a_known_node_or_an_empty_cluster_are_fine(known: list[str]) -> None:
     cache = MetricsCache(Scripted(by_node("n1", "gone"), known), 10)
