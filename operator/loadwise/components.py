@@ -25,6 +25,7 @@ from .kube.transport import Http, Transport
 from .scheduler import device_classes
 from .scheduler.binding.binder import Binder
 from .scheduler.dynamic_resources import claims as resource_claims
+from .scheduler.dynamic_resources.objects import SLICES_PATH
 from .scheduler.pod_groups.members import PATHS as pod_group_paths
 from .scheduler.queue import SchedulingQueue
 from .scheduler.scheduler import Scheduler
@@ -250,6 +251,15 @@ def optional_informers(transport: Http, scheduler: Scheduler) -> tuple[OptionalI
                 transport, device_classes.PATH, classes.on_event, on_relisted=classes.relisted
             ),
             "pods requesting DRA-backed extended resources are not recognised as such",
+        ),
+        OptionalInformer(
+            Informer(
+                transport,
+                SLICES_PATH,
+                scheduler.devices.on_slice_event,
+                on_relisted=scheduler.devices.relisted_slices,
+            ),
+            "no devices are known: pods with resource claims to allocate find none",
         ),
         OptionalInformer(
             Informer(

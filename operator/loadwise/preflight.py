@@ -43,8 +43,9 @@ PERMISSIONS: tuple[Permission, ...] = (
             ("replicationcontrollers", ""),
             ("replicasets", "apps"),
             ("statefulsets", "apps"),
-            ("deviceclasses", "resource.k8s.io"),  # DRA-backed extended resources (refused)
-            ("resourceclaims", "resource.k8s.io"),  # pods wait for their claims (PreEnqueue)
+            ("deviceclasses", "resource.k8s.io"),  # devices (scheduler/dynamic_resources/)
+            ("resourceclaims", "resource.k8s.io"),
+            ("resourceslices", "resource.k8s.io"),
             ("podgroups", "scheduling.k8s.io"),  # scheduler/pod_groups/, both APIs
             ("podgroups", "scheduling.x-k8s.io"),
             ("persistentvolumeclaims", ""),  # the volume plugins (scheduler/volumes/)
@@ -65,6 +66,9 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("create", "", "pods", "binding"),  # binder
     Permission("patch", "", "persistentvolumes"),  # VolumeBinding's PreBind: claimRef
     Permission("patch", "", "persistentvolumeclaims"),  # ... and the selected-node annotation
+    Permission("update", "resource.k8s.io", "resourceclaims"),  # DynamicResources' PreBind
+    Permission("update", "resource.k8s.io", "resourceclaims", "status"),
+    Permission("patch", "resource.k8s.io", "resourceclaims", "status"),  # ... and Unreserve
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded
     Permission("patch", "scheduling.k8s.io", "podgroups", "status"),  # pod_groups/status.py
     Permission("patch", "scheduling.x-k8s.io", "podgroups", "status"),

@@ -261,6 +261,7 @@ class Runtime:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.scheduler.events.flush(), 5)
         await self.scheduler.events.stop()
+        await self.scheduler.close()
         for cache in self.scheduler.usage.caches.values():
             await cache.close()
         for server in self._servers:

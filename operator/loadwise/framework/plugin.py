@@ -22,6 +22,9 @@ implements by subclassing (the profile runs them in its order, never naming a pl
 - PreEnqueuePlugin: may a pending pod join the queue? A pod it holds waits outside the queue,
   never tried, counted as gated, until the plugin releases it (scheduling gates, a PodGroup
   short of its minimum).
+- PreparePlugin (loadwise's own point): what must be asked of another process before the cycle,
+  which never awaits; kube-scheduler's PreFilter does such work inline (DynamicResources runs
+  its device allocator there). The loop awaits it for a popped pod; Filter then reads it.
 - PostFilterPlugin: for a pod no node can take, a way to make room (DefaultPreemption).
 - ReservePlugin: Reserve when a node is chosen, before the next pod's cycle, and Unreserve (in
   reverse order, every Reserve plugin, even one whose Reserve failed or did not run) when the
@@ -239,6 +242,19 @@ class PreEnqueuePlugin(Plugin):
     def why_held(self, uid: str) -> str | None:
         """Why it holds the pod (for `explain`), or None when it does not say or hold it."""
         return None
+
+
+class PreparePlugin(Plugin):
+    """Prepare: the awaited half of a PreFilter (see the module doc). What it learns stays with
+    the plugin for that pod's cycle, which follows at once."""
+
+    def needs(self, pod: PodInfo) -> bool:
+        """Does the pod need this plugin's preparation before its cycle?"""
+        raise NotImplementedError
+
+    async def prepare(self, pod: PodInfo) -> str | None:
+        """An error (the attempt fails, the pod is told and backs off), or None."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)

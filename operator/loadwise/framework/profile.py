@@ -26,6 +26,7 @@ from .plugin import (
     PreBindPlugin,
     Preemption,
     PreEnqueuePlugin,
+    PreparePlugin,
     ReservePlugin,
     ScorePlugin,
 )
@@ -35,7 +36,14 @@ from .types import NodeInfo, PodInfo
 log = logging.getLogger(__name__)
 Shape = tuple[Any, ...]
 DECIDING = (FilterPlugin, ScorePlugin, LoadPlugin)  # the plugins a decision depends on
-POINTS = (*DECIDING, PreEnqueuePlugin, PostFilterPlugin, ReservePlugin, PreBindPlugin)
+POINTS = (
+    *DECIDING,
+    PreEnqueuePlugin,
+    PreparePlugin,
+    PostFilterPlugin,
+    ReservePlugin,
+    PreBindPlugin,
+)
 
 
 def _union(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
@@ -83,6 +91,7 @@ class Profile:
         self._not_local = tuple(p for p in deciding if not p.node_local)
         self._placement = tuple(p for p in self.plugins if p.helped_by_placement)
         self.pre_enqueuers = tuple(p for p in self.plugins if isinstance(p, PreEnqueuePlugin))
+        self.preparers = tuple(p for p in self.plugins if isinstance(p, PreparePlugin))
         self.post_filters = tuple(p for p in self.plugins if isinstance(p, PostFilterPlugin))
         self.reservers = tuple(p for p in self.plugins if isinstance(p, ReservePlugin))
         self.prebinders = tuple(p for p in self.plugins if isinstance(p, PreBindPlugin))
@@ -172,6 +181,19 @@ class Profile:
             why = plugin.why_held(uid)
             if why is not None:
                 return f"{plugin.name}: {why}"
+        return None
+
+    # --- before the cycle: Prepare ------------------------------------------------------------
+    def needs_prepare(self, pod: PodInfo) -> bool:
+        return any(plugin.needs(pod) for plugin in self.preparers)
+
+    async def prepare(self, pod: PodInfo) -> str | None:
+        """Every Prepare plugin the pod needs, in order: None, or the first error."""
+        for plugin in self.preparers:
+            if plugin.needs(pod):
+                error = await plugin.prepare(pod)
+                if error is not None:
+                    return f'running PreFilter plugin "{plugin.name}": {error}'
         return None
 
     # --- no node fits: PostFilter ------------------------------------------------------------

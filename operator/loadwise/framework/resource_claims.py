@@ -12,7 +12,7 @@ PodGroup-level claims (DRAWorkloadResourceClaims) are off by default in v1.37 an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CLAIM_NOT_CREATED = "ResourceClaim not created yet"  # resourceclaim.ErrClaimNotFound
@@ -51,6 +51,12 @@ class Claim:
     uid: str
     deleting: bool
     controller_uid: str  # the uid of its controlling owner ("" if none)
+    resource_version: str = ""
+    reserved_for: tuple[str, ...] = ()  # uids of the consumers in status.reservedFor
+    # status.allocation as written (None: not allocated) and the whole object as the informer
+    # gave it (the device allocator's input, PreBind's starting point)
+    allocation: Mapping[str, Any] | None = field(default=None, compare=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -98,12 +104,21 @@ def parse_claim(raw: Mapping[str, Any]) -> Claim:
         ),
         None,
     )
+    status = raw.get("status") or {}
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
     return Claim(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         controller_uid=str(controller.get("uid") or "") if controller is not None else "",
+        resource_version=str(meta.get("resourceVersion") or ""),
+        reserved_for=tuple(
+            str(r.get("uid") or "") for r in reserved or () if isinstance(r, Mapping)
+        ),
+        allocation=allocation if isinstance(allocation, Mapping) else None,
+        raw=raw,
     )
 
 

@@ -227,10 +227,6 @@ def _parse_placement(
         pod.spread = parse_constraints(spec, pod.labels)
     if spec.get("resourceClaims"):
         pod.claims = parse_pod_claims(pod.namespace, pod.name, spec, status)
-        pod.invalid_reason = (
-            "pod uses resourceClaims (dynamic resource allocation), which loadwise does not "
-            "support (use the default scheduler for this pod)"
-        )
 
 
 def controller_of(meta: Mapping[str, Any]) -> Owner | None:

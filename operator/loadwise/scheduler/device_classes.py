@@ -13,16 +13,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..framework.types import PodInfo
+from .dynamic_resources.objects import DeviceObjects
 
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 PATH = "/apis/resource.k8s.io/v1/deviceclasses"
 
 
 class DeviceClasses:
-    def __init__(self) -> None:
+    def __init__(self, devices: DeviceObjects | None = None) -> None:
+        """`devices`: the device allocator's copy, which gets every class too."""
         self.by_class: dict[str, str] = {}  # class name -> its explicit extendedResourceName
+        self.devices = devices
 
     def on_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        if self.devices is not None:
+            self.devices.on_class_event(event_type, raw)
         name = str((raw.get("metadata") or {}).get("name") or "")
         if not name:
             return
@@ -32,6 +37,8 @@ class DeviceClasses:
         self.by_class[name] = str((raw.get("spec") or {}).get("extendedResourceName") or "")
 
     def relisted(self, names: set[str]) -> None:
+        if self.devices is not None:
+            self.devices.relisted_classes(names)
         for name in set(self.by_class) - names:
             del self.by_class[name]
 

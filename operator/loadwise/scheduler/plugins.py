@@ -6,7 +6,7 @@ profile, which runs them; nothing else names them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..config import SchedulingSettings
@@ -14,6 +14,10 @@ from ..framework.plugin import Plugin
 from ..framework.plugins.scheduling_gates import SchedulingGates
 from ..framework.types import PodInfo
 from ..kube.transport import Http
+from .dynamic_resources.allocation import DeviceAllocation
+from .dynamic_resources.claim_binding import ClaimBinding
+from .dynamic_resources.helper import AllocatorProcess
+from .dynamic_resources.objects import DeviceObjects
 from .dynamic_resources.pre_enqueue import ClaimsExist
 from .state import ClusterState
 from .volumes.binder import VolumeBinder
@@ -27,9 +31,11 @@ class Handle:
     state: ClusterState
     settings: SchedulingSettings
     release: Callable[[PodInfo], None]  # a PreEnqueue plugin queues a pod it held with this
+    devices: DeviceObjects  # what the device allocator holds, and the allocations in flight
+    allocator: AllocatorProcess
 
 
-Factory = Callable[[Handle], Plugin]
+Factory = Callable[[Handle], Plugin | Sequence[Plugin]]  # several: one plugin's extension points
 
 
 def volume_binding(handle: Handle) -> Plugin:
@@ -47,8 +53,15 @@ def scheduling_gates(handle: Handle) -> Plugin:
     return SchedulingGates()
 
 
-def dynamic_resources(handle: Handle) -> Plugin:
-    return ClaimsExist(handle.state.claims, handle.release)
+def dynamic_resources(handle: Handle) -> Sequence[Plugin]:
+    """PreEnqueue (the claims exist), PreFilter and Filter (the allocator's verdicts), then
+    Reserve, PreBind and Unreserve (the claims written)."""
+    allocation = DeviceAllocation(handle.devices, handle.allocator, handle.state.nodes)
+    return (
+        ClaimsExist(handle.state.claims, handle.release),
+        allocation,
+        ClaimBinding(handle.transport, allocation),
+    )
 
 
 SCHEDULER_PLUGINS: tuple[Factory, ...] = (scheduling_gates, dynamic_resources, volume_binding)

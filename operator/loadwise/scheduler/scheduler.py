@@ -25,7 +25,7 @@ from ..config import SchedulingSettings
 from ..framework.context import Basis
 from ..framework.cycle import Decision, Nominated, Unschedulable, schedule_one
 from ..framework.index import ScoreIndex
-from ..framework.plugin import CycleState, NoPreemption, Preemption
+from ..framework.plugin import CycleState, NoPreemption, Plugin, Preemption
 from ..framework.profile import DEFAULT_PROFILE, Profile
 from ..framework.scoring import score_node, weighted_load
 from ..framework.types import PodInfo
@@ -38,6 +38,8 @@ from .binding.events import EventWriter
 from .binding.inflight import InFlight
 from .decisions import DecisionMetrics
 from .device_classes import DeviceClasses
+from .dynamic_resources.helper import AllocatorProcess
+from .dynamic_resources.objects import DeviceObjects
 from .event_handlers import ClusterEvents
 from .outcomes import Outcomes
 from .plugins import SCHEDULER_PLUGINS, Factory, Handle
@@ -82,7 +84,9 @@ class Scheduler:
         self.outcomes = Outcomes(
             scheduler_name, state, queue, binder, settings.failure_event_interval
         )
-        self.device_classes = DeviceClasses()  # DRA-backed extended resources: refused
+        self.devices = DeviceObjects(state.claims, queue.move_all_to_active)
+        self.allocator = AllocatorProcess(self.devices.snapshot)  # started on first use
+        self.device_classes = DeviceClasses(self.devices)  # DRA-backed extended resources: refused
         self.pod_groups = PodGroupMembers(
             scheduler_name, state, queue.add, queue.move_all_to_active
         )
@@ -96,8 +100,17 @@ class Scheduler:
     def _extended(self, profile: Profile, plugins: Sequence[Factory]) -> Profile:
         """`profile` and this scheduler's own plugins: `plugins` made with what they may use,
         then GangScheduling and (when on) DefaultPreemption."""
-        handle = Handle(self.binder.transport, self.state, self.settings, self.queue.add)
-        ours = [*(make(handle) for make in plugins), self.pod_groups]
+        handle = Handle(
+            self.binder.transport,
+            self.state,
+            self.settings,
+            self.queue.add,
+            self.devices,
+            self.allocator,
+        )
+        made = [make(handle) for make in plugins]
+        ours = [p for m in made for p in ((m,) if isinstance(m, Plugin) else m)]
+        ours.append(self.pod_groups)
         if self.settings.preemption:
             ours.append(self.preemption)
         return profile.with_plugins(ours)
@@ -181,6 +194,8 @@ class Scheduler:
                     return
                 handed_off = False
                 try:
+                    if self.profile.preparers and not await self._prepared(pod):
+                        continue  # the attempt failed: reported, backing off
                     handed_off = self.schedule_popped(pod)
                 except Exception:  # a bug must cost one attempt, never the loop
                     log.exception(
@@ -253,6 +268,18 @@ class Scheduler:
         if self.outcomes.should_report(pod.uid, message):
             self.inflight.spawn(self.outcomes.report(pod, message))
             return True
+        return False
+
+    async def _prepared(self, pod: PodInfo) -> bool:
+        """The Prepare plugins the pod needs (the device allocator's verdicts), awaited before
+        its cycle; False when one failed (the pod backs off and is told why)."""
+        if pod.uid in self.state.pods or not self.profile.needs_prepare(pod):
+            return True
+        error = await self.profile.prepare(pod)
+        if error is None:
+            return True
+        self.outcomes.failed(pod, None)
+        self.inflight.spawn(self.outcomes.report(pod, error))
         return False
 
     def basis_for(self, pod: PodInfo) -> Basis:
@@ -348,3 +375,7 @@ class Scheduler:
         """Wait for in-flight binds and reports (used at shutdown and by tests)."""
         await self.inflight.drain()
         await self.events.flush()
+
+    async def close(self) -> None:
+        """End what the scheduler started besides its tasks (the device allocator)."""
+        await self.allocator.close()

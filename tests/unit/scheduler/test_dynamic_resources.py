@@ -1,6 +1,6 @@
 """DynamicResources' PreEnqueue through the Scheduler: a pod naming ResourceClaims is held out
-of the queue, never tried and counted as gated, until its claims exist; then it is queued (and,
-until device allocation is built, refused by name)."""
+of the queue, never tried and counted as gated, until its claims exist; then it is queued and
+tried (allocation itself: test_device_allocation.py)."""
 
 from __future__ import annotations
 
@@ -63,10 +63,9 @@ async def test_a_pod_waits_for_its_claim_then_is_queued_when_it_exists() -> None
         sched.state.claims.on_event("MODIFIED", claim_event("trainer-gpu-abcde", uid(raw)))
         assert gated() == 0
         await until(lambda: bool(api.events("FailedScheduling")))
-    # queued and tried: refused by name until device allocation is built, never bound
-    assert (
-        "resourceClaims (dynamic resource allocation)"
-        in api.events("FailedScheduling")[0]["message"]
+    # queued and tried: the node has no devices
+    assert api.events("FailedScheduling")[0]["message"] == (
+        "0/1 nodes are available: 1 cannot allocate all claims."
     )
     assert not api.binds("trainer")
 

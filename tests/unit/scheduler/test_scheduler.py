@@ -108,6 +108,7 @@ async def running(sched: Scheduler) -> AsyncIterator[asyncio.Task[Any]]:
     finally:
         await sched.drain()
         await sched.events.stop()
+        await sched.close()
 
 
 def attempts(result: str) -> float:

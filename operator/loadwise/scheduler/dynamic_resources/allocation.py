@@ -1,0 +1,209 @@
+"""DynamicResources' PreFilter and Filter (kube-scheduler v1.37.2, with its wording): which nodes
+can give a pod the devices its ResourceClaims ask for.
+
+Prepare, awaited by the loop before the pod's cycle, resolves the pod's claims as PreFilter does:
+- an allocated claim (another pod's, shared) binds the pod to its `allocation.nodeSelector`;
+- a claim whose allocation loadwise has in flight makes the pod wait ("is in the process of
+  being allocated");
+- a request naming a DeviceClass that does not exist makes it wait for one;
+- the rest go to the device allocator (helper.py), with every allocation in flight, for the
+  nodes that have devices; its verdict per node is kept for the cycle that follows at once.
+Filter then reads that verdict per node: the allocator's reason, or none. A pod the cycle finds
+no verdict for (a node added since) is refused on that node with the allocator's own words for a
+node without devices. The verdicts never depend on other pods in the cycle, and a refusal here is
+one no preemption lifts (kube-scheduler's allocator state keeps the victims' devices too).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ...framework.context import CycleContext
+from ...framework.plugin import UNSIGNABLE, FilterPlugin, Inputs, PreparePlugin, Signature
+from ...framework.resource_claims import Claim
+from ...framework.selectors import NodeSelectorTerm, parse_node_selector_term
+from ...framework.types import NodeInfo, PodInfo
+from .helper import AllocatorProcess, AllocatorUnavailable, node_verdicts
+from .objects import DeviceObjects
+
+log = logging.getLogger(__name__)
+
+NO_DEVICES = "cannot allocate all claims"  # the allocator's verdict for a node without devices
+NOT_HERE = "resourceclaim not available on the node"
+
+
+@dataclass(slots=True)
+class Prepared:
+    """One pod's PreFilter result, for its cycle."""
+
+    uid: str
+    claims: tuple[Claim, ...] = ()
+    to_allocate: tuple[Claim, ...] = ()
+    # per allocated claim, the nodes its allocation is on (None: any node)
+    on_nodes: tuple[tuple[NodeSelectorTerm, ...] | None, ...] = ()
+    verdicts: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    unschedulable: str | None = None  # PreFilter's rejection: no node can take the pod
+
+    def allocations(self, node: str) -> list[Mapping[str, Any]] | None:
+        verdict = self.verdicts.get(node)
+        found = verdict.get("allocations") if verdict is not None else None
+        return list(found) if isinstance(found, list) else None
+
+
+class DeviceAllocation(PreparePlugin, FilterPlugin):
+    name: ClassVar[str] = "DynamicResources"
+    inputs: ClassVar[Inputs] = Inputs(pod=("claims",), node=("labels",))
+    node_local: ClassVar[bool] = False  # its verdicts are the pod's own (in-flight devices)
+    always_unresolvable: ClassVar[bool] = True
+
+    def __init__(
+        self, objects: DeviceObjects, allocator: AllocatorProcess, nodes: Mapping[str, NodeInfo]
+    ) -> None:
+        """`nodes`: the cluster's nodes, as the state keeps them."""
+        self.objects = objects
+        self.allocator = allocator
+        self.nodes = nodes
+        self.current: Prepared | None = None  # the last pod prepared (one pod at a time)
+
+    def sign(self, ctx: CycleContext) -> Signature:
+        return UNSIGNABLE if ctx.pod.claims.claims else ()
+
+    def needs(self, pod: PodInfo) -> bool:
+        return bool(pod.claims.claims) and not pod.claims.error
+
+    def prepared(self, pod: PodInfo) -> Prepared | None:
+        current = self.current
+        return current if current is not None and current.uid == pod.uid else None
+
+    async def prepare(self, pod: PodInfo) -> str | None:
+        self.current = None
+        prepared = self._resolve(pod)
+        if prepared.unschedulable is None and prepared.to_allocate:
+            try:
+                error = await self._allocate(prepared)
+            except AllocatorUnavailable as exc:
+                return f"the device allocator is unavailable: {exc}"
+            if error is not None:
+                return error
+        self.current = prepared
+        return None
+
+    def _resolve(self, pod: PodInfo) -> Prepared:
+        prepared = Prepared(pod.uid)
+        claims, to_allocate, on_nodes = [], [], []
+        known = self.objects.claims.by_key
+        for ref in pod.claims.claims:
+            if not ref.claim:
+                continue
+            key = f"{pod.namespace}/{ref.claim}"
+            claim = known.get(key)
+            if claim is None:  # deleted since PreEnqueue let the pod in
+                prepared.unschedulable = f'could not find ResourceClaim "{key}"'
+                return prepared
+            claims.append(claim)
+            if claim.allocation is not None:
+                on_nodes.append(_allocation_nodes(claim.allocation))
+                continue
+            if claim.uid in self.objects.inflight:
+                prepared.unschedulable = (
+                    f"resource claim {key} is in the process of being allocated"
+                )
+                return prepared
+            missing = self._missing_class(claim)
+            if missing is not None:
+                prepared.unschedulable = missing
+                return prepared
+            to_allocate.append(claim)
+        prepared.claims, prepared.to_allocate = tuple(claims), tuple(to_allocate)
+        prepared.on_nodes = tuple(on_nodes)
+        return prepared
+
+    def _missing_class(self, claim: Claim) -> str | None:
+        """validateDeviceClass for each request: a class that does not exist (yet)."""
+        devices = (claim.raw.get("spec") or {}).get("devices") or {}
+        for request in devices.get("requests") or ():
+            name = str(request.get("name") or "")
+            subs = (
+                [(name, request.get("exactly"))]
+                if request.get("exactly")
+                else [(f"{name}/{s.get('name')}", s) for s in request.get("firstAvailable") or ()]
+            )
+            for qualified, sub in subs:
+                cls = str((sub or {}).get("deviceClassName") or "")
+                if cls and cls not in self.objects.classes:
+                    return f"request {qualified}: device class {cls} does not exist"
+        return None
+
+    async def _allocate(self, prepared: Prepared) -> str | None:
+        """The allocator's verdict on every node that has devices: None, or an error that
+        aborts the attempt (kube-scheduler's Error status: a broken CEL expression, a
+        timeout)."""
+        nodes = self.nodes
+        with_devices = self.objects.nodes_with_devices()
+        names = [n for n in nodes if with_devices is None or n in with_devices]
+        changes = self.objects.take_changes((n, nodes[n].labels) for n in names)
+        if changes:
+            answer = await self.allocator.call("apply", changes=changes)
+            if answer.get("error"):
+                log.warning("dra-allocator refused some objects: %s", answer["error"])
+        answer = await self.allocator.call(
+            "filter",
+            claims=[c.raw for c in prepared.to_allocate],
+            nodes=names,
+            inflight=self.objects.inflight_allocations(),
+            memo=True,
+        )
+        if answer.get("error"):
+            return str(answer["error"])
+        verdicts = node_verdicts(answer)
+        for verdict in verdicts.values():
+            if verdict.get("error"):
+                return str(verdict["error"])
+        prepared.verdicts = verdicts
+        return None
+
+    # --- the cycle ---------------------------------------------------------------------------
+    def prefilter(self, ctx: CycleContext) -> str | None:
+        if not ctx.pod.claims.claims:
+            return None
+        prepared = self.prepared(ctx.pod)
+        return prepared.unschedulable if prepared is not None else None
+
+    def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
+        pod = ctx.pod
+        if not pod.claims.claims:
+            return None
+        prepared = self.prepared(pod)
+        if prepared is None:
+            return [NO_DEVICES]  # never prepared (explain's dry run, a pod group member)
+        if prepared.unschedulable is not None:
+            return [prepared.unschedulable]
+        for terms in prepared.on_nodes:
+            if terms is not None and not any(t.matches(node.name, node.labels) for t in terms):
+                return [NOT_HERE]
+        if prepared.to_allocate:
+            verdict = prepared.verdicts.get(node.name)
+            if verdict is None:
+                return [NO_DEVICES]
+            if verdict.get("reason"):
+                return [str(verdict["reason"])]
+        return None
+
+
+def _allocation_nodes(allocation: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...] | None:
+    selector = allocation.get("nodeSelector")
+    if not isinstance(selector, Mapping):
+        return None  # a network-attached device: any node
+    return tuple(parse_node_selector_term(t) for t in selector.get("nodeSelectorTerms") or ())
+
+
+def device_names(allocations: Sequence[Mapping[str, Any]]) -> list[str]:
+    """driver/pool/device of every device in `allocations` (for events and explain)."""
+    return [
+        f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+        for allocation in allocations
+        for r in (allocation.get("devices") or {}).get("results") or ()
+    ]

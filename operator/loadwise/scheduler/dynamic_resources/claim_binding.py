@@ -1,0 +1,225 @@
+"""DynamicResources' Reserve, PreBind and Unreserve (kube-scheduler v1.37.2): the devices the
+allocator chose on the pod's node are taken in memory before the next pod's cycle, then written
+into the claims before the Binding, and given back if the pod does not bind.
+
+- Reserve: the allocations of the chosen node become in-flight (objects.py), so the next pods'
+  filters see those devices as taken. Devices with binding conditions are refused here: waiting
+  for them (kube-scheduler's PreBind waits up to 600 s) is not built.
+- PreBind, for each claim not yet reserved for the pod, as `bindClaim` does: a claim being
+  deleted, or one allocated by someone else meanwhile, fails the attempt; else the finalizer
+  `resource.kubernetes.io/delete-protection` is added (an update), then `status.allocation`
+  and the pod in `status.reservedFor` (a status update), each conditional on the claim's
+  resourceVersion and retried from a fresh read on conflict (five tries, as RetryOnConflict).
+- Unreserve: the in-flight allocations are dropped; where PreBind already reserved the claim
+  for the pod, the pod is removed from `reservedFor` (kube-scheduler's strategic merge patch),
+  and the resourceclaim controller then clears the allocation: no claim stays allocated to a
+  pod that did not bind. Until the informer shows that, the devices stay in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import orjson
+
+from ...framework.plugin import CycleState, PreBindPlugin, ReservePlugin
+from ...framework.resource_claims import Claim
+from ...framework.types import PodInfo
+from ...kube.transport import Http
+from .allocation import DeviceAllocation, device_names
+from .objects import InFlight
+
+log = logging.getLogger(__name__)
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+STRATEGIC = "application/strategic-merge-patch+json"
+TRIES = 5  # retry.DefaultRetry's steps
+
+
+class ClaimBindError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Reserved:
+    claims: tuple[Claim, ...]
+    allocations: dict[str, Mapping[str, Any]]  # claim uid -> what Reserve allocated
+    written: dict[str, int] = field(default_factory=dict)  # claim uid -> resourceVersion
+    devices: list[str] = field(default_factory=list)
+
+
+def _path(claim: Claim) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{claim.namespace}/resourceclaims/{claim.name}"
+
+
+class ClaimBinding(ReservePlugin, PreBindPlugin):
+    name: ClassVar[str] = "DynamicResources"
+
+    def __init__(
+        self,
+        transport: Http,
+        allocation: DeviceAllocation,
+    ) -> None:
+        self.transport = transport
+        self.allocation = allocation
+        self.objects = allocation.objects
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- Reserve -----------------------------------------------------------------------------
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
+        if not pod.claims.claims:
+            return None
+        prepared = self.allocation.prepared(pod)
+        if prepared is None:
+            return "the pod's claims were not prepared for this cycle"
+        self.allocation.current = None  # used once
+        allocations: dict[str, Mapping[str, Any]] = {}
+        found: list[Mapping[str, Any]] | None = None
+        if prepared.to_allocate:
+            found = prepared.allocations(node)
+            if found is None or len(found) != len(prepared.to_allocate):
+                return "claim allocation not found for node"
+            for claim, allocation in zip(prepared.to_allocate, found, strict=True):
+                if _binding_conditions(allocation):
+                    return (
+                        f"resource claim {claim.key}: devices with binding conditions are not "
+                        "supported by loadwise yet"
+                    )
+                allocations[claim.uid] = allocation
+            for uid, allocation in allocations.items():
+                self.objects.inflight[uid] = InFlight(allocation)
+        reserved = Reserved(prepared.claims, allocations, devices=device_names(found or []))
+        state.write(self.name, reserved)
+        return None
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        reserved: Reserved | None = state.read(self.name)
+        if reserved is None:
+            return
+        for uid in reserved.allocations:
+            written = reserved.written.get(uid)
+            entry = self.objects.inflight.get(uid)
+            if entry is None:
+                continue
+            if written is None:
+                del self.objects.inflight[uid]
+            else:  # held until the informer shows the write that undoes it
+                entry.until_version = written + 1
+        undo = [c for c in reserved.claims if c.uid in reserved.written]
+        if undo:
+            task = asyncio.get_running_loop().create_task(self._unreserve(undo, pod))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self.objects.changed()
+
+    async def _unreserve(self, claims: list[Claim], pod: PodInfo) -> None:
+        for claim in claims:
+            patch = {"metadata": {"uid": claim.uid}, "status": {"reservedFor": [
+                {"$patch": "delete", "uid": pod.uid}
+            ]}}  # fmt: skip
+            try:
+                status, data = await self.transport.request(
+                    "PATCH", _path(claim) + "/status", patch, content_type=STRATEGIC
+                )
+                if status >= 300 and status != 404:
+                    log.error("unreserve %s for %s: HTTP %d %s", claim.key, pod.key, status, data)
+            except Exception as exc:
+                log.error("unreserve %s for %s: %r", claim.key, pod.key, exc)
+
+    # --- PreBind -----------------------------------------------------------------------------
+    def allowance(self, state: CycleState) -> float:
+        reserved: Reserved | None = state.read(self.name)
+        return 10.0 if reserved is not None and reserved.claims else 0.0
+
+    async def prebind(
+        self, state: CycleState, pod: PodInfo, node: str, waiting: Callable[[], None]
+    ) -> str | None:
+        reserved: Reserved | None = state.read(self.name)
+        if reserved is None:
+            return None
+        for claim in reserved.claims:
+            latest = self.objects.claims.by_key.get(claim.key, claim)
+            if pod.uid in latest.reserved_for:
+                continue
+            try:
+                version = await self._bind_claim(latest, reserved.allocations.get(claim.uid), pod)
+            except ClaimBindError as exc:
+                return str(exc)
+            except Exception as exc:  # the network: the pod retries after backoff
+                return f"updating claim {claim.key}: {exc!r}"
+            reserved.written[claim.uid] = version
+        return None
+
+    async def _bind_claim(
+        self, claim: Claim, allocation: Mapping[str, Any] | None, pod: PodInfo
+    ) -> int:
+        """bindClaim: the claim's resourceVersion after the pod was reserved in it."""
+        raw: dict[str, Any] = _copy(claim.raw)
+        for attempt in range(TRIES):
+            if attempt:
+                raw = await self._read(claim)
+            meta, status = raw.setdefault("metadata", {}), raw.setdefault("status", {})
+            if meta.get("deletionTimestamp"):
+                raise ClaimBindError(f"claim {claim.key} got deleted in the meantime")
+            if allocation is not None:
+                if status.get("allocation"):
+                    raise ClaimBindError(
+                        f"claim {claim.key} got allocated elsewhere in the meantime"
+                    )
+                finalizers = list(meta.get("finalizers") or ())
+                if FINALIZER not in finalizers:
+                    meta["finalizers"] = [*finalizers, FINALIZER]
+                    code, data = await self.transport.request("PUT", _path(claim), raw)
+                    if code == 409:
+                        continue
+                    if code >= 300:
+                        why = _message(data)
+                        raise ClaimBindError(f"add finalizer to claim {claim.key}: {why}")
+                    raw = orjson.loads(data)
+                    status = raw.setdefault("status", {})
+                status["allocation"] = dict(allocation)
+            if not status.get("allocation"):
+                raise ClaimBindError(f"claim {claim.key} got deallocated elsewhere in the meantime")
+            if not status["allocation"].get("allocationTimestamp"):
+                status["allocation"]["allocationTimestamp"] = time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+                )
+            consumer = {"resource": "pods", "name": pod.name, "uid": pod.uid}
+            status["reservedFor"] = [*(status.get("reservedFor") or ()), consumer]
+            code, data = await self.transport.request("PUT", _path(claim) + "/status", raw)
+            if code == 409:
+                continue
+            if code >= 300:
+                what = "allocation and reservation" if allocation is not None else "reservation"
+                raise ClaimBindError(f"add {what} to claim {claim.key}: {_message(data)}")
+            return int((orjson.loads(data).get("metadata") or {}).get("resourceVersion") or 0)
+        raise ClaimBindError(f"claim {claim.key}: still conflicting after {TRIES} tries")
+
+    async def _read(self, claim: Claim) -> dict[str, Any]:
+        code, data = await self.transport.request("GET", _path(claim))
+        if code >= 300:
+            raise ClaimBindError(f"get updated claim {claim.key} after conflict: {_message(data)}")
+        found: dict[str, Any] = orjson.loads(data)
+        return found
+
+
+def _copy(raw: Mapping[str, Any]) -> dict[str, Any]:
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))
+    return copied
+
+
+def _binding_conditions(allocation: Mapping[str, Any]) -> bool:
+    results = (allocation.get("devices") or {}).get("results") or ()
+    return any(r.get("bindingConditions") for r in results)
+
+
+def _message(data: bytes) -> str:
+    try:
+        return str(orjson.loads(data).get("message") or data[:300])
+    except (orjson.JSONDecodeError, AttributeError):
+        return data[:300].decode(errors="replace")

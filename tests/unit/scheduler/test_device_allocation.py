@@ -1,0 +1,234 @@
+"""DynamicResources through the Scheduler, with the real device allocator (dra-allocator, built by
+hack/ensure-tools): devices allocated as kube-scheduler's allocator allocates them, never twice
+while binds are in flight, written into the claims before the Binding, given back when the pod
+does not bind; a missing class, a missing allocator and a shared claim, with kube-scheduler's
+words."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from loadwise.scheduler.dynamic_resources.helper import COMMAND_ENV
+from loadwise.scheduler.scheduler import Scheduler
+from loadwise_dev import manifests
+
+from ...fakes import Reply, until
+from .test_scheduler import Api, raw_pod, running, scheduler, uid
+
+DRIVER = "gpu.example.com"
+
+
+@pytest.fixture(autouse=True)
+def allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = os.environ.get(COMMAND_ENV) or shutil.which("dra-allocator")
+    assert path, "dra-allocator is not on PATH: run hack/ensure-tools and use its --print-env"
+    monkeypatch.setenv(COMMAND_ENV, path)
+
+
+def device_class(name: str = DRIVER) -> dict[str, Any]:
+    expression = f'device.driver == "{DRIVER}"'
+    return {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+
+
+def node_slice(node: str, devices: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [
+                {"name": f"gpu-{i}", "attributes": {"model": {"string": "a100"}}}
+                for i in range(devices)
+            ],
+        },
+    }
+
+
+def claim(name: str, cls: str = DRIVER, version: int = 1) -> dict[str, Any]:
+    request = {"deviceClassName": cls, "allocationMode": "ExactCount", "count": 1}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "namespace": "default",
+            "name": name,
+            "uid": f"claim-{name}",
+            "resourceVersion": str(version),
+        },
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+    }
+
+
+def with_claim(raw: dict[str, Any], claim_name: str) -> dict[str, Any]:
+    raw["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    return raw
+
+
+class ClaimsApi(Api):
+    """The Api of test_scheduler, with ResourceClaims kept as an API server keeps them:
+    conditional updates, the status written only through /status, strategic merge patches of
+    reservedFor."""
+
+    def __init__(self, **scripts: Any) -> None:
+        super().__init__(**scripts)
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.version = 100
+
+    def add(self, raw: dict[str, Any]) -> None:
+        self.claims[raw["metadata"]["name"]] = copy.deepcopy(raw)
+
+    async def handle(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        params: Mapping[str, str] | None,
+    ) -> Reply:
+        if "/resourceclaims/" not in path:
+            return await super().handle(method, path, body, params)
+        name = path.split("/resourceclaims/")[1].split("/")[0]
+        stored = self.claims.get(name)
+        if stored is None:
+            return 404, {"message": "not found"}
+        if method == "GET":
+            return 200, copy.deepcopy(stored)
+        assert body is not None
+        if method == "PATCH":  # Unreserve's reservedFor deletion
+            gone = {r["uid"] for r in body["status"]["reservedFor"]}
+            reserved = stored["status"].get("reservedFor") or []
+            stored["status"]["reservedFor"] = [r for r in reserved if r["uid"] not in gone]
+        else:
+            if body["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
+                return 409, {"message": "the object has been modified"}
+            if path.endswith("/status"):
+                stored["status"] = copy.deepcopy(body.get("status") or {})
+            else:
+                stored["metadata"] = copy.deepcopy(body["metadata"])
+        self.version += 1
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        return 200, copy.deepcopy(stored)
+
+
+def cluster(api: ClaimsApi, devices: Mapping[str, int]) -> Scheduler:
+    sched = scheduler(api)
+    sched.device_classes.on_event("ADDED", device_class())
+    for node, count in devices.items():
+        sched.on_node_event("ADDED", manifests.node(node))
+        sched.devices.on_slice_event("ADDED", node_slice(node, count))
+    return sched
+
+
+def add_claim(sched: Scheduler, api: ClaimsApi, raw: dict[str, Any]) -> None:
+    api.add(raw)
+    sched.state.claims.on_event("ADDED", raw)
+
+
+def allocated_devices(api: ClaimsApi) -> list[str]:
+    return [
+        f"{r['pool']}/{r['device']}"
+        for c in api.claims.values()
+        for r in ((c.get("status") or {}).get("allocation") or {"devices": {}})["devices"].get(
+            "results", ()
+        )
+    ]
+
+
+async def test_devices_are_allocated_written_and_never_handed_out_twice() -> None:
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 2, "n2": 1, "n3": 0})
+    pods = []
+    for i in range(4):
+        add_claim(sched, api, claim(f"c{i}"))
+        pods.append(with_claim(raw_pod(f"trainer-{i}"), f"c{i}"))
+    async with running(sched):
+        for raw in pods:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.fake.requests("POST", "/binding")) == 3, timeout=10)
+        await until(lambda: bool(api.events("FailedScheduling")), timeout=10)
+    devices = allocated_devices(api)
+    assert sorted(devices) == ["n1/gpu-0", "n1/gpu-1", "n2/gpu-0"]  # each once, none on n3
+    failed = api.events("FailedScheduling")[0]["message"]
+    assert failed == "0/3 nodes are available: 3 cannot allocate all claims."
+    for name, stored in api.claims.items():
+        if stored.get("status", {}).get("allocation"):
+            assert stored["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+            (consumer,) = stored["status"]["reservedFor"]
+            assert consumer["resource"] == "pods" and consumer["name"].startswith("trainer-")
+            # the pod was bound where its devices are
+            pod = consumer["name"]
+            node = api.binds(pod)[0].body["target"]["name"]  # type: ignore[index]
+            pools = {r["pool"] for r in stored["status"]["allocation"]["devices"]["results"]}
+            assert pools == {node}, name
+
+
+async def test_the_informer_showing_the_allocation_frees_nothing_and_a_shared_claim_follows_it() -> (
+    None
+):
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 1, "n2": 1})
+    add_claim(sched, api, claim("shared"))
+    first = with_claim(raw_pod("first"), "shared")
+    async with running(sched):
+        sched.on_pod_event("ADDED", first)
+        await until(lambda: bool(api.binds("first")))
+        node = api.binds("first")[0].body["target"]["name"]  # type: ignore[index]
+        sched.state.claims.on_event("MODIFIED", copy.deepcopy(api.claims["shared"]))
+        assert not sched.devices.inflight  # the informer shows it: no longer in flight
+        second = with_claim(raw_pod("second"), "shared")
+        sched.on_pod_event("ADDED", second)
+        await until(lambda: bool(api.binds("second")))
+    assert api.binds("second")[0].body["target"]["name"] == node  # type: ignore[index]
+    reserved = [r["uid"] for r in api.claims["shared"]["status"]["reservedFor"]]
+    assert reserved == [uid(first), uid(second)]
+    assert len(allocated_devices(api)) == 1
+
+
+async def test_a_failed_bind_gives_the_devices_back_through_the_claim() -> None:
+    api = ClaimsApi(trainer=[(500, {"message": "etcd is down"})])
+    sched = cluster(api, {"n1": 1})
+    add_claim(sched, api, claim("c"))
+    raw = with_claim(raw_pod("trainer"), "c")
+    async with running(sched):
+        sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.binds("trainer")) >= 1)
+        await until(lambda: not api.claims["c"]["status"].get("reservedFor"), timeout=5)
+        # written, then undone: held in flight until the informer shows the undoing write
+        assert "claim-c" in sched.devices.inflight
+        sched.state.claims.on_event("MODIFIED", copy.deepcopy(api.claims["c"]))
+        assert "claim-c" not in sched.devices.inflight
+
+
+async def test_a_missing_class_and_a_missing_allocator_are_said_and_other_pods_bind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 1})
+    add_claim(sched, api, claim("c", cls="fpga.example.com"))
+    async with running(sched):
+        sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "c"))
+        await until(lambda: bool(api.events("FailedScheduling")))
+    assert api.events("FailedScheduling")[0]["message"] == (
+        "0/1 nodes are available: request gpu: device class fpga.example.com does not exist."
+    )
+    monkeypatch.setenv(COMMAND_ENV, "/nonexistent/dra-allocator")
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 1})
+    add_claim(sched, api, claim("c"))
+    async with running(sched):
+        sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "c"))
+        sched.on_pod_event("ADDED", raw_pod("web"))
+        await until(lambda: bool(api.binds("web")) and bool(api.events("FailedScheduling")))
+    message = api.events("FailedScheduling")[0]["message"]
+    assert message.startswith(
+        'running PreFilter plugin "DynamicResources": the device allocator is unavailable: '
+        "dra-allocator cannot be started (/nonexistent/dra-allocator)"
+    )
+    assert not api.binds("trainer")
+    await sched.close()
