@@ -226,12 +226,13 @@ async def test_a_dra_backed_extended_resource_is_refused_naming_the_resource_and
         await kube.delete(f"{path}/example-gpu")
 
 
-async def test_a_pod_naming_a_resource_claim_waits_for_it_then_is_refused_by_name(
+async def test_a_pod_naming_a_resource_claim_waits_for_it_then_for_its_device_class(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
 ) -> None:
     """DynamicResources' PreEnqueue, through the real informer: a pod naming a ResourceClaim
     that does not exist is held, never tried (no event), and `explain` says why; once the claim
-    exists it is queued, and refused by name until device allocation is built."""
+    exists it is queued, and waits for its DeviceClass with kube-scheduler's words (devices
+    themselves: test_devices.py)."""
     await local_cluster.add_node(kube, "plain", cpu="4", memory="8Gi")
     body = manifests.pod("trainer", namespace=ns)
     body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared-gpu"}]
@@ -254,4 +255,6 @@ async def test_a_pod_naming_a_resource_claim_waits_for_it_then_is_refused_by_nam
         }
         await kube.create(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", claim)
         event = await wait_event(kube, ns, "trainer", "FailedScheduling")
-        assert "pod uses resourceClaims (dynamic resource allocation)" in event["message"], event
+        assert event["message"] == (
+            "0/1 nodes are available: request gpu: device class gpu does not exist."
+        ), event

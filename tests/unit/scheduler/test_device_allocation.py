@@ -32,8 +32,8 @@ def allocator(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def device_class(name: str = DRIVER) -> dict[str, Any]:
-    expression = f'device.driver == "{DRIVER}"'
-    return {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+    selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
+    return {"metadata": {"name": name}, "spec": {"selectors": [selector]}}
 
 
 def node_slice(node: str, devices: int) -> dict[str, Any]:
@@ -168,9 +168,7 @@ async def test_devices_are_allocated_written_and_never_handed_out_twice() -> Non
             assert pools == {node}, name
 
 
-async def test_the_informer_showing_the_allocation_frees_nothing_and_a_shared_claim_follows_it() -> (
-    None
-):
+async def test_an_allocation_the_informer_shows_is_no_longer_in_flight_and_is_shared() -> None:
     api = ClaimsApi()
     sched = cluster(api, {"n1": 1, "n2": 1})
     add_claim(sched, api, claim("shared"))

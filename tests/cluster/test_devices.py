@@ -1,0 +1,146 @@
+"""Device pods on the local control plane (dynamic resource allocation, `resource.k8s.io/v1`):
+ResourceSlices written by hand as a DRA driver would publish them, a ResourceClaimTemplate whose
+claims kube-controller-manager's resourceclaim controller makes, and loadwise allocating the
+devices through its allocator helper, writing the claims and binding the pods; the controller
+then frees the devices of a deleted pod, and the pod that found none is placed."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from loadwise_dev import manifests
+from loadwise_dev.cluster import LocalCluster, wait_for
+from loadwise_dev.kube import Kube, KubeError
+
+from .conftest import OperatorFactory
+from .util import wait_event
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+DRIVER = "gpu.example.com"
+
+
+def device_slice(name: str, node: str, devices: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"model": {"string": "a100"}},
+                    "capacity": {"memory": {"value": "40Gi"}},
+                }
+                for i in range(devices)
+            ],
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def devices(kube: Kube, ns: str, per_node: dict[str, int]) -> AsyncIterator[str]:
+    """A DeviceClass and the nodes' slices, removed afterwards (they are cluster-wide)."""
+    cls = f"gpu-{ns}"
+    selector = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "a100"'
+    made = [f"{RESOURCE}/deviceclasses/{cls}"]
+    await kube.create(
+        f"{RESOURCE}/deviceclasses",
+        {"metadata": {"name": cls}, "spec": {"selectors": [{"cel": {"expression": selector}}]}},
+    )
+    try:
+        for node, count in per_node.items():
+            name = f"{ns}-{node}"
+            await kube.create(f"{RESOURCE}/resourceslices", device_slice(name, node, count))
+            made.append(f"{RESOURCE}/resourceslices/{name}")
+        yield cls
+    finally:
+        for path in made:
+            with contextlib.suppress(KubeError):
+                await kube.delete(path)
+
+
+def gpu_pod(name: str, ns: str) -> dict[str, Any]:
+    body = manifests.pod(name, namespace=ns)
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return body
+
+
+async def claim_of(kube: Kube, ns: str, pod: str) -> dict[str, Any] | None:
+    raw = await kube.get(f"/api/v1/namespaces/{ns}/pods/{pod}")
+    for status in raw.get("status", {}).get("resourceClaimStatuses") or ():
+        found: dict[str, Any] = await kube.get(
+            f"{RESOURCE}/namespaces/{ns}/resourceclaims/{status['resourceClaimName']}"
+        )
+        return found
+    return None
+
+
+async def test_device_pods_get_devices_written_into_their_claims_and_freed_on_delete(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    for node in ("gpu-a", "gpu-b", "plain"):
+        await local_cluster.add_node(kube, node, cpu="8", memory="16Gi")
+    async with devices(kube, ns, {"gpu-a": 1, "gpu-b": 1}) as cls, operator():
+        template = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one-gpu", "namespace": ns},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": cls,
+                                    "selectors": [
+                                        {
+                                            "cel": {
+                                                "expression": f'device.capacity["{DRIVER}"]'
+                                                '.memory.compareTo(quantity("32Gi")) >= 0'
+                                            }
+                                        }
+                                    ],
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+        await kube.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", template)
+        for name in ("trainer-0", "trainer-1", "trainer-2"):
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod(name, ns))
+
+        async def bound(name: str) -> str | None:
+            raw = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            return raw["spec"].get("nodeName") or None
+
+        nodes = {}
+        for name in ("trainer-0", "trainer-1"):
+            nodes[name] = await wait_for(lambda n=name: bound(n), 30, what=f"{name} bound")
+        assert sorted(nodes.values()) == ["gpu-a", "gpu-b"]
+        for name, node in nodes.items():
+            claim = await claim_of(kube, ns, name)
+            assert claim is not None
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert (result["driver"], result["pool"], result["device"]) == (DRIVER, node, "gpu-0")
+            pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+            assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+        event = await wait_event(kube, ns, "trainer-2", "FailedScheduling", timeout=30)
+        assert event["message"] == "0/3 nodes are available: 3 cannot allocate all claims.", event
+        assert not await bound("trainer-2")
+
+        # The controller deletes a deleted pod's claim; its device is free for trainer-2.
+        await kube.delete_pod_now(ns, "trainer-0")
+        node = await wait_for(lambda: bound("trainer-2"), 60, what="trainer-2 bound")
+        assert node == nodes["trainer-0"]
+        claim = await claim_of(kube, ns, "trainer-2")
+        assert claim is not None and claim["status"]["allocation"]
