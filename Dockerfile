@@ -6,7 +6,19 @@
 #                                # bookworm base with mmdebstrap and passes it as BASE (podman)
 #
 # BASE: any Debian-like image with python3 >= 3.11, its venv module, groupadd and useradd.
+# GO_BASE: where the device allocator (hack/dra-allocator, kube-scheduler's DRA allocator that
+# loadwise runs beside itself) is built, with Go >= 1.26; hack/build-image builds it on the host
+# instead (hack/ensure-tools) and puts it in build/dra-allocator, which this build then copies.
 ARG BASE=python:3.11-slim
+ARG GO_BASE=golang:1.26-bookworm
+
+FROM ${GO_BASE} AS allocator
+WORKDIR /src
+# go.mod always matches, so the copy works whether or not a prebuilt binary is in build/.
+COPY hack/dra-allocator/go.mod build/dra-allocator* /prebuilt/
+COPY hack/dra-allocator/ ./
+RUN if [ -x /prebuilt/dra-allocator ]; then cp /prebuilt/dra-allocator /dra-allocator; \
+    else CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /dra-allocator .; fi
 
 FROM ${BASE} AS build
 # A CA bundle file for pip, for builds behind a TLS-intercepting proxy (hack/build-image mounts
@@ -41,6 +53,7 @@ RUN groupadd --gid 10001 loadwise \
       --shell /usr/sbin/nologin loadwise
 # Byte code was compiled by pip at install: nothing is written at run time.
 COPY --from=build /opt/loadwise /opt/loadwise
+COPY --from=allocator /dra-allocator /opt/loadwise/bin/dra-allocator
 ENV PATH=/opt/loadwise/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

@@ -105,6 +105,14 @@ async def test_image_runs_as_the_chart_runs_it_and_schedules(
         "{{json .Config.Entrypoint}} {{json .Config.Cmd}} {{.Config.User}}", image,
     )  # fmt: skip
     assert out.split() == ['["loadwise"]', '["run"]', f"{UID}:{UID}"]
+    # The device allocator ships in the image, on the PATH loadwise finds it by, and answers.
+    ping = (
+        "echo '{\"id\":1,\"op\":\"ping\"}' | dra-allocator && command -v dra-allocator"
+    )
+    _, out, _ = await podman(
+        "run", "--rm", *LIMITS, "--network", "none", "--entrypoint", "/bin/sh", image, "-c", ping
+    )
+    assert out.split() == ['{"id":1}', "/opt/loadwise/bin/dra-allocator"], out
 
     await local_cluster.add_node(kube, "n1", cpu_usage=0.7)
     await local_cluster.add_node(kube, "n2", cpu_usage=0.2)
