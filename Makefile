@@ -19,9 +19,12 @@ REAL_NODES ?= 0
 cluster:
 	@$(ENV) && loadwise-dev up --real-nodes $(REAL_NODES)
 
+# The device allocator's own Go tests (hack/dra-allocator: the memo checked against the plain
+# allocator, first fit by score, in-flight devices) run first: a few seconds.
 test:
 	@$(ENV) && ruff check operator dev tests bench && ruff format --check operator dev tests bench && mypy \
-	  && lint-imports && python -m pytest -p no:cacheprovider -ra
+	  && lint-imports && (cd hack/dra-allocator && go vet . && go test -count=1 .) \
+	  && python -m pytest -p no:cacheprovider -ra
 
 unit:
 	@$(ENV) && python -m pytest -p no:cacheprovider tests/unit
