@@ -8,6 +8,9 @@ loadwise's PromQL runs unchanged against a real Prometheus scraping it:
   `node_memory_MemTotal_bytes`, `node_memory_MemAvailable_bytes`, and for a node given a "disk"
   dimension `node_disk_io_time_seconds_total{device="sda"}` (busy seconds, a counter);
 - DCGM's exporter, for a node given a "gpu" dimension: `DCGM_FI_DEV_GPU_UTIL{gpu="0"}` (0..100);
+  for each device set with `set_device`, the same series with the labels DCGM's exporter names a
+  GPU by (`gpu` its index, `UUID`, `Hostname` and `node`): per-device load for DRA devices, since
+  this machine has no GPU for the real exporter to read;
 - cAdvisor through the kubelet, per pod placed: `container_cpu_usage_seconds_total` (a counter
   integrating the pod's usage since it was placed) and `container_memory_working_set_bytes`,
   with `namespace`, `pod` and `container="main"`: what learned per-workload estimates read.
@@ -98,6 +101,7 @@ class UsageExporter:
         self._host = host
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, _Pod] = {}  # by uid
+        self._devices: dict[tuple[str, str], tuple[int, float]] = {}  # (node, UUID) -> index, %
         self._lock = threading.Lock()
         self._http = ThreadedServer(
             lambda _: (200, "text/plain; version=0.0.4", self.render().encode()), host, port
@@ -148,6 +152,14 @@ class UsageExporter:
                 self._nodes[node] = target
             self._advance(target, now)
             target.dimensions[name] = fraction
+
+    def set_device(self, node: str, uuid: str, index: int, percent: float | None) -> None:
+        """One GPU's utilisation in percent from now on (None: the device is gone)."""
+        with self._lock:
+            if percent is None:
+                self._devices.pop((node, uuid), None)
+            else:
+                self._devices[(node, uuid)] = (index, percent)
 
     def clear_dimension(self, node: str, name: str) -> None:
         """A node no longer has this dimension: its series disappear (and go stale in
@@ -278,6 +290,12 @@ class UsageExporter:
                         f'DCGM_FI_DEV_GPU_UTIL{{node={label},gpu="0"}} '
                         f"{node.dimensions['gpu'] * 100:.3f}"
                     )
+            for (node_name, uuid), (index, percent) in self._devices.items():
+                labels = (
+                    f'gpu="{index}",UUID={_quoted(uuid)},Hostname={_quoted(node_name)},'
+                    f"node={_quoted(node_name)}"
+                )
+                gpu.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {percent:.3f}")
             for pod in self._pods.values():
                 if pod.node not in self._nodes:
                     continue  # its node is gone, and with it the kubelet that reported it

@@ -6,6 +6,7 @@ then frees the devices of a deleted pod, and the pod that found none is placed."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,7 +34,10 @@ def device_slice(name: str, node: str, devices: int) -> dict[str, Any]:
             "devices": [
                 {
                     "name": f"gpu-{i}",
-                    "attributes": {"model": {"string": "a100"}},
+                    "attributes": {
+                        "model": {"string": "a100"},
+                        "uuid": {"string": f"GPU-{node}-{i}"},
+                    },
                     "capacity": {"memory": {"value": "40Gi"}},
                 }
                 for i in range(devices)
@@ -64,9 +68,9 @@ async def devices(kube: Kube, ns: str, per_node: dict[str, int]) -> AsyncIterato
                 await kube.delete(path)
 
 
-def gpu_pod(name: str, ns: str) -> dict[str, Any]:
+def gpu_pod(name: str, ns: str, template: str = "one-gpu") -> dict[str, Any]:
     body = manifests.pod(name, namespace=ns)
-    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
     body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     return body
 
@@ -144,3 +148,56 @@ async def test_device_pods_get_devices_written_into_their_claims_and_freed_on_de
         assert node == nodes["trainer-0"]
         claim = await claim_of(kube, ns, "trainer-2")
         assert claim is not None and claim["status"]["allocation"]
+
+
+def plain_template(cls: str, ns: str) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": cls}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "any-gpu", "namespace": ns},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
+async def test_the_coolest_device_on_the_coolest_node_is_chosen_by_its_measured_load(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    """Per-device utilisation in DCGM's exporter's format (the dev exporter's stand-in: no GPU
+    here), through the real Prometheus: of four devices kube-scheduler's allocator would take
+    the first in slice order; loadwise takes the coolest, then the coolest left."""
+    busy = {("gpu-a", 0): 90.0, ("gpu-a", 1): 80.0, ("gpu-b", 0): 70.0, ("gpu-b", 1): 5.0}
+    exporter, prometheus = local_cluster.exporter, local_cluster.prometheus
+    assert prometheus is not None
+    for node in ("gpu-a", "gpu-b"):
+        await local_cluster.add_node(kube, node, cpu="8", memory="16Gi")
+    try:
+        for (node, index), percent in busy.items():
+            exporter.set_device(node, f"GPU-{node}-{index}", index, percent)
+
+        async def scraped() -> bool:
+            answer = await asyncio.to_thread(prometheus.query, 'DCGM_FI_DEV_GPU_UTIL{UUID!=""}')
+            return len(answer["data"]["result"]) == len(busy)
+
+        await wait_for(scraped, 30, what="Prometheus to scrape the devices")
+        async with devices(kube, ns, {"gpu-a": 2, "gpu-b": 2}) as cls, operator():
+            await kube.create(
+                f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", plain_template(cls, ns)
+            )
+            chosen = []
+            for name in ("first", "second"):
+                await kube.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod(name, ns, "any-gpu"))
+
+                async def allocated(pod: str = name) -> tuple[str, str] | None:
+                    claim = await claim_of(kube, ns, pod)
+                    allocation = (claim or {}).get("status", {}).get("allocation")
+                    if not allocation:
+                        return None
+                    (result,) = allocation["devices"]["results"]
+                    return result["pool"], result["device"]
+
+                chosen.append(await wait_for(allocated, 30, what=f"{name}'s device"))
+            assert chosen == [("gpu-b", "gpu-1"), ("gpu-b", "gpu-0")]
+    finally:
+        for node, index in busy:
+            exporter.set_device(node, f"GPU-{node}-{index}", index, None)

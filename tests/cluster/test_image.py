@@ -106,9 +106,7 @@ async def test_image_runs_as_the_chart_runs_it_and_schedules(
     )  # fmt: skip
     assert out.split() == ['["loadwise"]', '["run"]', f"{UID}:{UID}"]
     # The device allocator ships in the image, on the PATH loadwise finds it by, and answers.
-    ping = (
-        "echo '{\"id\":1,\"op\":\"ping\"}' | dra-allocator && command -v dra-allocator"
-    )
+    ping = 'echo \'{"id":1,"op":"ping"}\' | dra-allocator && command -v dra-allocator'
     _, out, _ = await podman(
         "run", "--rm", *LIMITS, "--network", "none", "--entrypoint", "/bin/sh", image, "-c", ping
     )

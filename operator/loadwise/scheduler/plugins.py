@@ -14,8 +14,9 @@ from ..framework.plugin import Plugin
 from ..framework.plugins.scheduling_gates import SchedulingGates
 from ..framework.types import PodInfo
 from ..kube.transport import Http
-from .dynamic_resources.allocation import DeviceAllocation
+from .dynamic_resources.allocation import DeviceAllocation, DeviceScore
 from .dynamic_resources.claim_binding import ClaimBinding
+from .dynamic_resources.device_load import DeviceLoad
 from .dynamic_resources.helper import AllocatorProcess
 from .dynamic_resources.objects import DeviceObjects
 from .dynamic_resources.pre_enqueue import ClaimsExist
@@ -33,6 +34,7 @@ class Handle:
     release: Callable[[PodInfo], None]  # a PreEnqueue plugin queues a pod it held with this
     devices: DeviceObjects  # what the device allocator holds, and the allocations in flight
     allocator: AllocatorProcess
+    device_load: DeviceLoad | None = None  # devices' measured utilisation
 
 
 Factory = Callable[[Handle], Plugin | Sequence[Plugin]]  # several: one plugin's extension points
@@ -56,10 +58,13 @@ def scheduling_gates(handle: Handle) -> Plugin:
 def dynamic_resources(handle: Handle) -> Sequence[Plugin]:
     """PreEnqueue (the claims exist), PreFilter and Filter (the allocator's verdicts), then
     Reserve, PreBind and Unreserve (the claims written)."""
-    allocation = DeviceAllocation(handle.devices, handle.allocator, handle.state.nodes)
+    allocation = DeviceAllocation(
+        handle.devices, handle.allocator, handle.state.nodes, handle.device_load
+    )
     return (
         ClaimsExist(handle.state.claims, handle.release),
         allocation,
+        DeviceScore(allocation),
         ClaimBinding(handle.transport, allocation),
     )
 

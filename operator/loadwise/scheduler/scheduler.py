@@ -38,6 +38,7 @@ from .binding.events import EventWriter
 from .binding.inflight import InFlight
 from .decisions import DecisionMetrics
 from .device_classes import DeviceClasses
+from .dynamic_resources.device_load import DeviceLoad
 from .dynamic_resources.helper import AllocatorProcess
 from .dynamic_resources.objects import DeviceObjects
 from .event_handlers import ClusterEvents
@@ -107,6 +108,10 @@ class Scheduler:
             self.queue.add,
             self.devices,
             self.allocator,
+            DeviceLoad(
+                [c.source for c in self.usage.caches.values()],
+                min((c.interval for c in self.usage.caches.values()), default=15.0),
+            ),
         )
         made = [make(handle) for make in plugins]
         ours = [p for m in made for p in ((m,) if isinstance(m, Plugin) else m)]

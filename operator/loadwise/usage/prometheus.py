@@ -126,6 +126,8 @@ class PrometheusSource:
         self._next_discovery = -math.inf
         self._discovery = asyncio.Lock()
         self.node_label = settings.node_label
+        self.device_query = settings.device_query
+        self.device_label, self.device_attribute = settings.device_label, settings.device_attribute
         self.timeout = aiohttp.ClientTimeout(total=settings.timeout)
         self._session: aiohttp.ClientSession | None = None
         self.known_nodes = known_nodes
@@ -254,6 +256,17 @@ class PrometheusSource:
                     self.window,
                     self.lag,
                 )
+
+    async def instant(self, query: str) -> list[tuple[dict[str, str], float]]:
+        """An instant query's series: (labels, value) each (devices' utilisation)."""
+        series = []
+        for item in vector(await self._query(query)):
+            try:
+                labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+                series.append((labels, float(item["value"][1])))
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+                continue  # a malformed series is one device without a figure
+        return series
 
     async def _query(self, query: str) -> Any:
         return await self._request("POST", "/api/v1/query", data={"query": query})

@@ -126,6 +126,23 @@ class PrometheusSettings(SourceSettings):
         min_length=1,
         description="PromQL giving each pod's memory use in bytes, labelled namespace and pod",
     )
+    device_query: str = Field(
+        "DCGM_FI_DEV_GPU_UTIL",
+        description="PromQL giving each device's utilisation in percent (NVIDIA's DCGM "
+        "exporter by default), one series per device; empty: devices are chosen first-fit, as "
+        "kube-scheduler does",
+    )
+    device_label: str = Field(
+        "UUID",
+        min_length=1,
+        description="the label in the device query's results that names the device",
+    )
+    device_attribute: str = Field(
+        "uuid",
+        min_length=1,
+        description="the ResourceSlice device attribute (in any domain) holding the same "
+        "name, matching a series to a device",
+    )
     timeout: float = Field(5.0, gt=0, description="seconds before a Prometheus query is given up")
     ca_file: str = Field(
         "", description="PEM file of the CA(s) that sign an https Prometheus URL's certificate"

@@ -22,10 +22,19 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...framework.context import CycleContext
-from ...framework.plugin import UNSIGNABLE, FilterPlugin, Inputs, PreparePlugin, Signature
+from ...framework.plugin import (
+    UNSIGNABLE,
+    FilterPlugin,
+    Inputs,
+    PreparePlugin,
+    ScorePlugin,
+    Signature,
+)
 from ...framework.resource_claims import Claim
+from ...framework.scoring import LOAD_WEIGHT, MAX_SCORE
 from ...framework.selectors import NodeSelectorTerm, parse_node_selector_term
 from ...framework.types import NodeInfo, PodInfo
+from .device_load import DeviceLoad
 from .helper import AllocatorProcess, AllocatorUnavailable, node_verdicts
 from .objects import DeviceObjects
 
@@ -60,12 +69,18 @@ class DeviceAllocation(PreparePlugin, FilterPlugin):
     always_unresolvable: ClassVar[bool] = True
 
     def __init__(
-        self, objects: DeviceObjects, allocator: AllocatorProcess, nodes: Mapping[str, NodeInfo]
+        self,
+        objects: DeviceObjects,
+        allocator: AllocatorProcess,
+        nodes: Mapping[str, NodeInfo],
+        load: DeviceLoad | None = None,
     ) -> None:
-        """`nodes`: the cluster's nodes, as the state keeps them."""
+        """`nodes`: the cluster's nodes, as the state keeps them. `load`: the devices'
+        measured utilisation (device_load.py), or None: first fit, as kube-scheduler."""
         self.objects = objects
         self.allocator = allocator
         self.nodes = nodes
+        self.load = load
         self.current: Prepared | None = None  # the last pod prepared (one pod at a time)
 
     def sign(self, ctx: CycleContext) -> Signature:
@@ -149,6 +164,8 @@ class DeviceAllocation(PreparePlugin, FilterPlugin):
             answer = await self.allocator.call("apply", changes=changes)
             if answer.get("error"):
                 log.warning("dra-allocator refused some objects: %s", answer["error"])
+        if self.load is not None:
+            await self.load.refresh_if_due(self.objects, self.allocator)
         answer = await self.allocator.call(
             "filter",
             claims=[c.raw for c in prepared.to_allocate],
@@ -191,6 +208,36 @@ class DeviceAllocation(PreparePlugin, FilterPlugin):
             if verdict.get("reason"):
                 return [str(verdict["reason"])]
         return None
+
+
+class DeviceScore(ScorePlugin):
+    """Nodes whose devices are cooler first: each feasible node scores by the measured
+    utilisation of the devices the allocator chose there (already its coolest that fit), as
+    the load score does for CPU and memory, and with its weight."""
+
+    name: ClassVar[str] = "DeviceLoad"
+    weight: ClassVar[int] = LOAD_WEIGHT
+
+    def __init__(self, allocation: DeviceAllocation) -> None:
+        self.allocation = allocation
+
+    def sign(self, ctx: CycleContext) -> Signature:
+        return UNSIGNABLE if ctx.pod.claims.claims else ()
+
+    def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
+        load = self.allocation.load
+        prepared = self.allocation.prepared(ctx.pod)
+        if load is None or not load.scores or prepared is None or not prepared.to_allocate:
+            return None
+        scores = []
+        for node in nodes:
+            figures = [
+                u for d in device_names(prepared.allocations(node.name) or ())
+                if (u := load.of(d)) is not None
+            ]  # fmt: skip
+            busy = sum(figures) / len(figures) if figures else 50.0  # unmeasured: neutral
+            scores.append(max(0.0, MAX_SCORE - min(busy, 100.0) * MAX_SCORE / 100.0))
+        return scores
 
 
 def _allocation_nodes(allocation: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...] | None:
