@@ -62,8 +62,9 @@ def explain_rows(
         pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
     )
     ctx = CycleContext(pod, state, scheduler.usage.basis(policy, now, random.Random(0)))
-    diagnoses = diagnose(ctx)
-    result = prefilter(ctx) or conclude(ctx, diagnoses)
+    profile = scheduler.profile  # with the scheduler's own plugins (devices, volumes, gates)
+    diagnoses = diagnose(ctx, profile)
+    result = prefilter(ctx, profile) or conclude(ctx, diagnoses, profile)
     totals = {s.node: total for total, s in result.ranked} if isinstance(result, Decision) else {}
     rows = []
     for diagnosis in diagnoses:
@@ -336,10 +337,18 @@ async def _explain(target: str, config: Config) -> str:
             return "\n".join([*lines, settings_line(config)])
         pod = parse_pod(found[0])
         scheduler.state.remove_pod(pod.uid)  # explain it as if it were being placed now
-        return (
-            f"{render(*explain_rows(scheduler, config, pod, time.time()))}\n{settings_line(config)}"
+        prepared = (
+            await scheduler.profile.prepare(pod) if scheduler.profile.needs_prepare(pod) else None
         )
+        rows, summary = explain_rows(scheduler, config, pod, time.time())
+        if prepared is not None:
+            summary = f"{summary}\n{prepared}"
+        chosen = next((r.node for r in rows if r.verdict == "chosen"), None)
+        if chosen is not None:
+            summary = "\n".join([summary, *scheduler.profile.describe_prepared(pod, chosen)])
+        return f"{render(rows, summary)}\n{settings_line(config)}"
     finally:
+        await scheduler.close()
         for cache in scheduler.usage.caches.values():
             await cache.close()
         await transport.close()

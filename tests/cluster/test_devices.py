@@ -11,6 +11,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
+from loadwise.explain import _explain
 from loadwise_dev import manifests
 from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube, KubeError
@@ -126,10 +129,16 @@ async def test_device_pods_get_devices_written_into_their_claims_and_freed_on_de
             raw = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
             return raw["spec"].get("nodeName") or None
 
-        nodes = {}
-        for name in ("trainer-0", "trainer-1"):
-            nodes[name] = await wait_for(lambda n=name: bound(n), 30, what=f"{name} bound")
+        names = ("trainer-0", "trainer-1", "trainer-2")
+
+        async def two_bound() -> dict[str, str] | None:
+            # which two get the devices depends on the order the controller makes the claims
+            found = {n: node for n in names if (node := await bound(n))}
+            return found if len(found) == 2 else None
+
+        nodes = await wait_for(two_bound, 30, what="two pods bound")
         assert sorted(nodes.values()) == ["gpu-a", "gpu-b"]
+        (waiting,) = set(names) - set(nodes)
         for name, node in nodes.items():
             claim = await claim_of(kube, ns, name)
             assert claim is not None
@@ -138,15 +147,16 @@ async def test_device_pods_get_devices_written_into_their_claims_and_freed_on_de
             pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
             assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
             assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
-        event = await wait_event(kube, ns, "trainer-2", "FailedScheduling", timeout=30)
+        event = await wait_event(kube, ns, waiting, "FailedScheduling", timeout=30)
         assert event["message"] == "0/3 nodes are available: 3 cannot allocate all claims.", event
-        assert not await bound("trainer-2")
+        assert not await bound(waiting)
 
-        # The controller deletes a deleted pod's claim; its device is free for trainer-2.
-        await kube.delete_pod_now(ns, "trainer-0")
-        node = await wait_for(lambda: bound("trainer-2"), 60, what="trainer-2 bound")
-        assert node == nodes["trainer-0"]
-        claim = await claim_of(kube, ns, "trainer-2")
+        # The controller deletes a deleted pod's claim; its device is free for the third.
+        gone = sorted(nodes)[0]
+        await kube.delete_pod_now(ns, gone)
+        node = await wait_for(lambda: bound(waiting), 60, what=f"{waiting} bound")
+        assert node == nodes[gone]
+        claim = await claim_of(kube, ns, waiting)
         assert claim is not None and claim["status"]["allocation"]
 
 
@@ -161,7 +171,11 @@ def plain_template(cls: str, ns: str) -> dict[str, Any]:
 
 
 async def test_the_coolest_device_on_the_coolest_node_is_chosen_by_its_measured_load(
-    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+    kube: Kube,
+    local_cluster: LocalCluster,
+    ns: str,
+    operator: OperatorFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Per-device utilisation in DCGM's exporter's format (the dev exporter's stand-in: no GPU
     here), through the real Prometheus: of four devices kube-scheduler's allocator would take
@@ -180,24 +194,38 @@ async def test_the_coolest_device_on_the_coolest_node_is_chosen_by_its_measured_
             return len(answer["data"]["result"]) == len(busy)
 
         await wait_for(scraped, 30, what="Prometheus to scrape the devices")
-        async with devices(kube, ns, {"gpu-a": 2, "gpu-b": 2}) as cls, operator():
+        async with devices(kube, ns, {"gpu-a": 2, "gpu-b": 2}) as cls:
             await kube.create(
                 f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", plain_template(cls, ns)
             )
-            chosen = []
-            for name in ("first", "second"):
-                await kube.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod(name, ns, "any-gpu"))
-
-                async def allocated(pod: str = name) -> tuple[str, str] | None:
-                    claim = await claim_of(kube, ns, pod)
-                    allocation = (claim or {}).get("status", {}).get("allocation")
-                    if not allocation:
-                        return None
-                    (result,) = allocation["devices"]["results"]
-                    return result["pool"], result["device"]
-
-                chosen.append(await wait_for(allocated, 30, what=f"{name}'s device"))
-            assert chosen == [("gpu-b", "gpu-1"), ("gpu-b", "gpu-0")]
+            await kube.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod("first", ns, "any-gpu"))
+            await wait_for(lambda: claim_of(kube, ns, "first"), 30, what="the claim made")
+            monkeypatch.setenv("KUBECONFIG", str(local_cluster.cp.kubeconfig))
+            explained = await _explain(f"{ns}/first", local_cluster.operator_config())
+            assert f"{ns}/first -> gpu-b" in explained, explained
+            assert (
+                f"devices on gpu-b: {DRIVER}/gpu-b/gpu-1 (5% busy) (coolest that fit)" in explained
+            ), explained
+            await run_to_placement(kube, ns, operator)
     finally:
         for node, index in busy:
             exporter.set_device(node, f"GPU-{node}-{index}", index, None)
+
+
+async def run_to_placement(kube: Kube, ns: str, operator: OperatorFactory) -> None:
+    """With the operator running: "first" (made already) and then "second" get the coolest
+    devices left, in turn."""
+
+    async def allocated(pod: str) -> tuple[str, str] | None:
+        claim = await claim_of(kube, ns, pod)
+        allocation = (claim or {}).get("status", {}).get("allocation")
+        if not allocation:
+            return None
+        (result,) = allocation["devices"]["results"]
+        return result["pool"], result["device"]
+
+    async with operator():
+        first = await wait_for(lambda: allocated("first"), 30, what="first's device")
+        await kube.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod("second", ns, "any-gpu"))
+        second = await wait_for(lambda: allocated("second"), 30, what="second's device")
+    assert [first, second] == [("gpu-b", "gpu-1"), ("gpu-b", "gpu-0")]

@@ -256,6 +256,10 @@ class PreparePlugin(Plugin):
         """An error (the attempt fails, the pod is told and backs off), or None."""
         raise NotImplementedError
 
+    def describe(self, pod: PodInfo, node: str) -> str | None:
+        """What it prepared gives the pod on `node`, in a line for `explain`, or None."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Preemption:

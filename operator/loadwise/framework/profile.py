@@ -196,6 +196,11 @@ class Profile:
                     return f'running PreFilter plugin "{plugin.name}": {error}'
         return None
 
+    def describe_prepared(self, pod: PodInfo, node: str) -> list[str]:
+        """What the Prepare plugins give the pod on `node` (explain's lines)."""
+        lines = (p.describe(pod, node) for p in self.preparers if p.needs(pod))
+        return [line for line in lines if line]
+
     # --- no node fits: PostFilter ------------------------------------------------------------
     def post_filter(
         self,

@@ -182,6 +182,21 @@ class DeviceAllocation(PreparePlugin, FilterPlugin):
         prepared.verdicts = verdicts
         return None
 
+    def describe(self, pod: PodInfo, node: str) -> str | None:
+        prepared = self.prepared(pod)
+        if prepared is None or not prepared.to_allocate:
+            return None
+        found = device_names(prepared.allocations(node) or ())
+        if not found:
+            return None
+        load = self.load
+        shown = []
+        for device in found:
+            busy = load.of(device) if load is not None else None
+            shown.append(f"{device} ({busy:.0f}% busy)" if busy is not None else device)
+        how = "coolest that fit" if load is not None and load.scores else "first fit: no figures"
+        return f"devices on {node}: {', '.join(shown)} ({how})"
+
     # --- the cycle ---------------------------------------------------------------------------
     def prefilter(self, ctx: CycleContext) -> str | None:
         if not ctx.pod.claims.claims:
