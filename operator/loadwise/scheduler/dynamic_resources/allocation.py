@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 NO_DEVICES = "cannot allocate all claims"  # the allocator's verdict for a node without devices
 NOT_HERE = "resourceclaim not available on the node"
+# The pod group cycle decides and reserves members one after another without awaiting, so the
+# allocator cannot be asked for each member with its siblings' devices in flight: not built.
+IN_GROUP = "loadwise does not allocate devices to pod group members yet"
 
 
 @dataclass(slots=True)
@@ -202,15 +205,17 @@ class DeviceAllocation(PreparePlugin, FilterPlugin):
         if not ctx.pod.claims.claims:
             return None
         prepared = self.prepared(ctx.pod)
-        return prepared.unschedulable if prepared is not None else None
+        if prepared is None:
+            return IN_GROUP if ctx.pod.group is not None else None
+        return prepared.unschedulable
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         pod = ctx.pod
         if not pod.claims.claims:
             return None
         prepared = self.prepared(pod)
-        if prepared is None:
-            return [NO_DEVICES]  # never prepared (explain's dry run, a pod group member)
+        if prepared is None:  # never prepared: a pod group member
+            return [IN_GROUP if pod.group is not None else NO_DEVICES]
         if prepared.unschedulable is not None:
             return [prepared.unschedulable]
         for terms in prepared.on_nodes:
