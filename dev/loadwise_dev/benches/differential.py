@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import manifests
+from ..engines import differential_devices as devices
 from ..engines import differential_volumes as volumes
 from ..kube import Kube, KubeError
 
@@ -303,17 +304,30 @@ async def create_nominated(
         await kube.merge_patch(path, {"spec": {"schedulingGates": None}})
 
 
-async def decide(kube: Kube, body: dict[str, Any], nominated: str | None) -> str | None:
-    """Create `body` (nominated to `nominated`, if given), read its outcome, delete it."""
+async def decide(
+    kube: Kube,
+    body: dict[str, Any],
+    nominated: str | None,
+    inspect: Any = None,
+    world: devices.World | None = None,
+) -> str | None:
+    """Create `body` (nominated to `nominated`, if given), read its outcome, delete it.
+    `inspect(pod, node)`: awaited with the bound pod before it is deleted. With a device
+    `world`, waits afterwards until its claims are gone (their devices free again)."""
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
     if nominated is None:
         await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
     else:
         await create_nominated(kube, body, nominated)
     try:
-        return await outcome(kube, ns, name)
+        node = await outcome(kube, ns, name)
+        if inspect is not None and node not in (None, VANISHED):
+            await inspect(await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}"), node)
+        return node
     finally:
         await kube.delete_pod_now(ns, name)
+        if world is not None and body["spec"].get("resourceClaims"):
+            await devices.settle(kube, world, name)
 
 
 def _doubled(amount: str) -> str:
@@ -440,6 +454,10 @@ class Report:
     with_volumes: int = 0  # incoming pods with claims or ephemeral volumes
     volumes_placed: int = 0  # ... that loadwise placed (their claims bound)
     in_tree: int = 0  # ... mounting the bound in-tree EBS disk (migrated to CSI on some nodes)
+    device_scenarios: int = 0  # scenarios with devices (differential_devices.py)
+    with_devices: int = 0  # incoming pods with resource claims
+    devices_placed: int = 0  # ... that loadwise placed (their claims allocated)
+    allocation_problems: int = 0  # ... whose allocation the independent check refused
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -464,6 +482,10 @@ class Report:
             "pods_with_volumes": self.with_volumes,
             "pods_with_volumes_placed": self.volumes_placed,
             "pods_with_an_in_tree_disk": self.in_tree,
+            "device_scenarios": self.device_scenarios,
+            "pods_with_devices": self.with_devices,
+            "pods_with_devices_placed": self.devices_placed,
+            "allocations_refused_by_the_check": self.allocation_problems,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
         }
@@ -489,7 +511,12 @@ async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str 
         if manifests.marked_unschedulable(pod) and not _waits_for_ephemeral_claim(pod):
             return None
         await asyncio.sleep(0.02)
-    raise TimeoutError(f"{ns}/{name} neither bound nor marked Unschedulable in {timeout}s")
+    conditions = (pod.get("status") or {}).get("conditions")
+    raise TimeoutError(
+        f"{ns}/{name} neither bound nor marked Unschedulable in {timeout}s: conditions "
+        f"{conditions}, claims {pod['spec'].get('resourceClaims')}, "
+        f"claim statuses {(pod.get('status') or {}).get('resourceClaimStatuses')}"
+    )
 
 
 def _waits_for_ephemeral_claim(pod: dict[str, Any]) -> bool:
@@ -520,6 +547,7 @@ async def reset(kube: Kube) -> None:
         with contextlib.suppress(KubeError):
             await kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
     await volumes.reset(kube, (NS, NS_B))
+    await devices.reset(kube, (NS, NS_B))
     for node in await kube.list("/api/v1/nodes"):
         await kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
 
@@ -538,11 +566,14 @@ async def run(
     resize_rng = random.Random(seed ^ RESIZE_STREAM)
     nomination_rng = random.Random(seed ^ NOMINATION_STREAM)
     volume_rng = random.Random(seed ^ volumes.VOLUME_STREAM)
+    device_rng = random.Random(seed ^ devices.DEVICE_STREAM)
     report = Report()
     started = time.monotonic()
     async with volumes.Provisioner(kube, (NS,)):
         for s in range(scenarios):
-            streams = (rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng)
+            streams = (
+                rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng, device_rng
+            )  # fmt: skip
             await _scenario(
                 kube, s, pods_per_scenario, scheduler_name, wait_namespace, report, streams
             )
@@ -560,7 +591,7 @@ async def _scenario(
     report: Report,
     streams: tuple[random.Random, ...],
 ) -> None:
-    rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng = streams
+    rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng, device_rng = streams
     await reset(kube)
     if wait_namespace is not None:
         await wait_namespace(NS)
@@ -594,6 +625,11 @@ async def _scenario(
         world = volumes.gen_world(volume_rng, nodes, s, NS)
         await volumes.create_world(kube, world)
         report.volume_scenarios += 1
+    device_world = None
+    if device_rng.random() < devices.DEVICE_SHARE:
+        device_world = devices.gen_world(device_rng, nodes, s, NS)
+        await devices.create_world(kube, device_world)
+        report.device_scenarios += 1
     await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
     for i in range(pods_per_scenario):
         template = vary_resources(resource_rng, gen_pod(rng, "x"))
@@ -617,10 +653,37 @@ async def _scenario(
                     )
             report.with_volumes += 1
             report.in_tree += volumes.mounts_in_tree_disk(template)
+        wants_devices = device_rng.random() < devices.DEVICE_SHARE
+        if (
+            device_world is not None
+            and wants_devices
+            and nominated is None
+            and "volumes" not in template["spec"]
+        ):
+            claims, claim_template = devices.gen_claims(device_rng, device_world, i)
+            if claim_template is not None:
+                await kube.create(
+                    f"{devices.RESOURCE}/namespaces/{NS}/resourceclaimtemplates", claim_template
+                )
+            template["spec"]["resourceClaims"] = claims
+            report.with_devices += 1
         ours = volumes.sided(template, "lw")
         ours["metadata"]["name"] = f"lw-{s}-{i}"
         ours["spec"]["schedulerName"] = scheduler_name
-        chosen = await decide(kube, ours, nominated)
+        problems: list[str] = []
+
+        async def inspect(
+            pod: dict[str, Any],
+            node: str,
+            world: Any = device_world,
+            problems: list[str] = problems,
+        ) -> None:
+            if world is not None and pod["spec"].get("resourceClaims"):
+                problems.extend(devices.check(world, pod, node, await devices.claims_of(kube, pod)))
+
+        chosen = await decide(kube, ours, nominated, inspect, device_world)
+        report.devices_placed += chosen not in (None, VANISHED) and "resourceClaims" in ours["spec"]
+        report.allocation_problems += bool(problems)
 
         async def oracle(
             node: str | None,
@@ -631,7 +694,7 @@ async def _scenario(
             body = volumes.sided(pin(template, node) if node else template, "ks")
             body["metadata"]["name"] = name
             body["spec"]["schedulerName"] = "default-scheduler"
-            return await decide(kube, body, nominated)
+            return await decide(kube, body, nominated, world=device_world)
 
         accepted: str | None = "(not asked)"
         agree = False
@@ -652,7 +715,7 @@ async def _scenario(
         report.placed += chosen is not None
         report.volumes_placed += chosen is not None and "volumes" in template["spec"]
         report.refused += chosen is None
-        if agree:
+        if agree and not problems:
             report.agree += 1
         else:
             report.disagreements.append(
@@ -666,6 +729,7 @@ async def _scenario(
                     "spec": template["spec"],
                     "nodes": [_node_summary(n) for n in nodes],
                     "storage": _storage_summary(world),
+                    "allocation_problems": problems,
                 }
             )
 
@@ -743,6 +807,9 @@ def main() -> int:
         f"{result['volume_scenarios']} scenarios with storage, {result['pods_with_volumes']} pods "
         f"with volumes ({result['pods_with_volumes_placed']} placed, "
         f"{result['pods_with_an_in_tree_disk']} with an in-tree disk); "
+        f"{result['device_scenarios']} scenarios with devices, {result['pods_with_devices']} "
+        f"pods with claims ({result['pods_with_devices_placed']} placed, "
+        f"{result['allocations_refused_by_the_check']} allocations refused by the check); "
         f"{result['seconds']}s; seed {args.seed}"
     )
     for d in report.disagreements:

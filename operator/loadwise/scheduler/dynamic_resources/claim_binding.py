@@ -185,7 +185,9 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
                 status["allocation"] = dict(allocation)
             if not status.get("allocation"):
                 raise ClaimBindError(f"claim {claim.key} got deallocated elsewhere in the meantime")
-            if not status["allocation"].get("allocationTimestamp"):
+            if allocation is not None and not status["allocation"].get("allocationTimestamp"):
+                # only on an allocation of ours: an allocation once written is immutable
+                # (kube-scheduler adds it to any claim lacking it, and then fails its update)
                 status["allocation"]["allocationTimestamp"] = time.strftime(
                     "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
                 )
