@@ -208,15 +208,17 @@ class Profile:
         held: Mapping[str, list[PodInfo]],
         load_of: Callable[[str], float],
     ) -> Preemption | NoPreemption | None:
-        """RunPostFilterPlugins: the first plugin's room for the pod; else the first reason
-        one gave why it found none (None when none applies)."""
-        refused: NoPreemption | None = None
+        """RunPostFilterPlugins: the first plugin's room for the pod; else the reasons they
+        gave why they found none, joined as kube-scheduler joins them (None when none
+        applies)."""
+        reasons: list[str] = []
         for plugin in self.post_filters:
             outcome = plugin.post_filter(pod, held, load_of)
             if isinstance(outcome, Preemption):
                 return outcome
-            refused = refused or outcome
-        return refused
+            if outcome is not None:
+                reasons.append(outcome.message)
+        return NoPreemption(", ".join(reasons)) if reasons else None
 
     # --- after Filter: Reserve, Unreserve, PreBind -------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:

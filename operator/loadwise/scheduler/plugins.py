@@ -6,6 +6,7 @@ profile, which runs them; nothing else names them."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from ..framework.plugins.scheduling_gates import SchedulingGates
 from ..framework.types import PodInfo
 from ..kube.transport import Http
 from .dynamic_resources.allocation import DeviceAllocation, DeviceScore
-from .dynamic_resources.claim_binding import ClaimBinding
+from .dynamic_resources.claim_binding import ClaimBinding, deallocate
 from .dynamic_resources.device_load import DeviceLoad
 from .dynamic_resources.helper import AllocatorProcess
 from .dynamic_resources.objects import DeviceObjects
@@ -59,7 +60,11 @@ def dynamic_resources(handle: Handle) -> Sequence[Plugin]:
     """PreEnqueue (the claims exist), PreFilter and Filter (the allocator's verdicts), then
     Reserve, PreBind and Unreserve (the claims written)."""
     allocation = DeviceAllocation(
-        handle.devices, handle.allocator, handle.state.nodes, handle.device_load
+        handle.devices,
+        handle.allocator,
+        handle.state.nodes,
+        handle.device_load,
+        functools.partial(deallocate, handle.transport),
     )
     return (
         ClaimsExist(handle.state.claims, handle.release),

@@ -251,7 +251,7 @@ class Scheduler:
         message = result.message
         outcome = (
             self.post_filter(pod, policy, held)
-            if self.preempts and not (pod.invalid_reason or refused)
+            if self.profile.post_filters and not (pod.invalid_reason or refused)
             else None
         )
         if isinstance(outcome, NoPreemption):

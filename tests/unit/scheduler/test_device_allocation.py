@@ -230,3 +230,41 @@ async def test_a_missing_class_and_a_missing_allocator_are_said_and_other_pods_b
     )
     assert not api.binds("trainer")
     await sched.close()
+
+
+async def test_an_idle_claim_allocated_elsewhere_is_deallocated_then_allocated_anew() -> None:
+    """PostFilter, before preemption: a claim allocated on a node the pod cannot use, and
+    reserved for no pod, is deallocated; the claim's event brings the pod back, and it gets
+    devices on a node it can use."""
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 1, "n2": 1})
+    idle = claim("idle")
+    idle["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "n2", "device": "gpu-0"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
+                ]
+            },
+        }
+    }
+    add_claim(sched, api, idle)
+    raw = with_claim(raw_pod("trainer"), "idle")
+    raw["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    async with running(sched):
+        sched.on_pod_event("ADDED", raw)
+        await until(lambda: bool(api.events("FailedScheduling")))
+        message = api.events("FailedScheduling")[0]["message"]
+        assert message.startswith(
+            "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+            "1 resourceclaim not available on the node. preemption: deallocation of "
+            "ResourceClaim completed"
+        ), message
+        await until(lambda: not api.claims["idle"]["status"].get("allocation"))
+        sched.state.claims.on_event("MODIFIED", copy.deepcopy(api.claims["idle"]))
+        await until(lambda: bool(api.binds("trainer")), timeout=5)
+    assert api.binds("trainer")[0].body["target"]["name"] == "n1"  # type: ignore[index]
+    assert allocated_devices(api) == ["n1/gpu-0"]

@@ -16,8 +16,9 @@ one no preemption lifts (kube-scheduler's allocator state keeps the victims' dev
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,6 +27,9 @@ from ...framework.plugin import (
     UNSIGNABLE,
     FilterPlugin,
     Inputs,
+    NoPreemption,
+    PostFilterPlugin,
+    Preemption,
     PreparePlugin,
     ScorePlugin,
     Signature,
@@ -58,6 +62,7 @@ class Prepared:
     on_nodes: tuple[tuple[NodeSelectorTerm, ...] | None, ...] = ()
     verdicts: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     unschedulable: str | None = None  # PreFilter's rejection: no node can take the pod
+    unavailable: set[int] = field(default_factory=set)  # allocated claims a node refused
 
     def allocations(self, node: str) -> list[Mapping[str, Any]] | None:
         verdict = self.verdicts.get(node)
@@ -65,7 +70,7 @@ class Prepared:
         return list(found) if isinstance(found, list) else None
 
 
-class DeviceAllocation(PreparePlugin, FilterPlugin):
+class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
     name: ClassVar[str] = "DynamicResources"
     inputs: ClassVar[Inputs] = Inputs(pod=("claims",), node=("labels",))
     node_local: ClassVar[bool] = False  # its verdicts are the pod's own (in-flight devices)
@@ -77,13 +82,17 @@ class DeviceAllocation(PreparePlugin, FilterPlugin):
         allocator: AllocatorProcess,
         nodes: Mapping[str, NodeInfo],
         load: DeviceLoad | None = None,
+        deallocate: Callable[[Claim], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         """`nodes`: the cluster's nodes, as the state keeps them. `load`: the devices'
-        measured utilisation (device_load.py), or None: first fit, as kube-scheduler."""
+        measured utilisation (device_load.py), or None: first fit, as kube-scheduler.
+        `deallocate`: PostFilter's write (claim_binding.py), run in a task of its own."""
         self.objects = objects
         self.allocator = allocator
         self.nodes = nodes
         self.load = load
+        self.deallocate = deallocate
+        self._tasks: set[asyncio.Task[None]] = set()
         self.current: Prepared | None = None  # the last pod prepared (one pod at a time)
 
     def sign(self, ctx: CycleContext) -> Signature:
@@ -218,15 +227,44 @@ class DeviceAllocation(PreparePlugin, FilterPlugin):
             return [IN_GROUP if pod.group is not None else NO_DEVICES]
         if prepared.unschedulable is not None:
             return [prepared.unschedulable]
-        for terms in prepared.on_nodes:
-            if terms is not None and not any(t.matches(node.name, node.labels) for t in terms):
-                return [NOT_HERE]
+        elsewhere = [
+            i
+            for i, terms in enumerate(prepared.on_nodes)
+            if terms is not None and not any(t.matches(node.name, node.labels) for t in terms)
+        ]
+        if elsewhere:
+            prepared.unavailable.update(elsewhere)  # PostFilter may deallocate one
+            return [NOT_HERE]
         if prepared.to_allocate:
             verdict = prepared.verdicts.get(node.name)
             if verdict is None:
                 return [NO_DEVICES]
             if verdict.get("reason"):
                 return [str(verdict["reason"])]
+        return None
+
+    # --- PostFilter --------------------------------------------------------------------------
+    def post_filter(
+        self,
+        pod: PodInfo,
+        held: Mapping[str, list[PodInfo]],
+        load_of: Callable[[str], float],
+    ) -> Preemption | NoPreemption | None:
+        """kube-scheduler's DynamicResources PostFilter, before DefaultPreemption (an idle
+        claim is better freed than a pod evicted): an allocated claim that kept the pod off a
+        node and is reserved for no other pod is deallocated, so the next attempt may
+        allocate it anew anywhere."""
+        prepared = self.prepared(pod)
+        if prepared is None or not prepared.unavailable or self.deallocate is None:
+            return None
+        allocated = [c for c in prepared.claims if c.allocation is not None]
+        for index in sorted(prepared.unavailable):
+            claim = allocated[index]
+            if not claim.reserved_for or claim.reserved_for == (pod.uid,):
+                task = asyncio.get_running_loop().create_task(self.deallocate(claim))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return NoPreemption("deallocation of ResourceClaim completed")
         return None
 
 

@@ -210,6 +210,24 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
         return found
 
 
+async def deallocate(transport: Http, claim: Claim) -> None:
+    """DynamicResources' PostFilter write: the claim's allocation, reservations and device
+    statuses cleared, conditional on the version the cycle saw (a newer one: left alone)."""
+    raw = _copy(claim.raw)
+    status = raw.setdefault("status", {})
+    for key in ("reservedFor", "allocation", "devices"):
+        status.pop(key, None)
+    try:
+        code, data = await transport.request("PUT", _path(claim) + "/status", raw)
+    except Exception as exc:
+        log.error("deallocating %s: %r", claim.key, exc)
+        return
+    if code >= 300:
+        log.warning("deallocating %s: HTTP %d %s", claim.key, code, _message(data))
+    else:
+        log.info("deallocated %s, reserved for no pod, for a pod it kept off nodes", claim.key)
+
+
 def _copy(raw: Mapping[str, Any]) -> dict[str, Any]:
     copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))
     return copied
