@@ -523,10 +523,14 @@ def _waits_for_ephemeral_claim(pod: dict[str, Any]) -> bool:
     """Refused only until the ephemeral-volume controller makes the pod's claim (both
     schedulers say so at first, and place it once the claim exists): no verdict yet. A verdict
     read then, and the pod deleted, raced the scheduler's next attempt, whose PreBind could
-    bind a volume of one world and not of its twin."""
+    bind a volume of one world and not of its twin. Likewise refused only until the idle
+    ResourceClaim its PostFilter deallocated is seen deallocated: the next attempt decides."""
     return any(
         c.get("type") == "PodScheduled"
-        and "waiting for ephemeral volume controller" in str(c.get("message"))
+        and (
+            "waiting for ephemeral volume controller" in str(c.get("message"))
+            or "deallocation of ResourceClaim completed" in str(c.get("message"))
+        )
         for c in (pod.get("status") or {}).get("conditions") or ()
     )
 
