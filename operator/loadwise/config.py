@@ -129,6 +129,15 @@ class SchedulingSettings(SettingsGroup):
         ge=0,
         description="seconds between repeated identical FailedScheduling events for one pod",
     )
+    device_settle: float = Field(
+        1.0,
+        ge=0,
+        le=30,
+        description="seconds PreBind waits, after writing devices on a pool where another "
+        "scheduler allocated devices in the last 10 minutes, before checking that none of them "
+        "went to another claim meanwhile (then it undoes its own and retries the pod); 0: no "
+        "check after writing",
+    )
     gang_wait_timeout: float = Field(
         60.0,
         gt=0,

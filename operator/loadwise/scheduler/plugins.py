@@ -70,7 +70,7 @@ def dynamic_resources(handle: Handle) -> Sequence[Plugin]:
         ClaimsExist(handle.state.claims, handle.release),
         allocation,
         DeviceScore(allocation),
-        ClaimBinding(handle.transport, allocation),
+        ClaimBinding(handle.transport, allocation, handle.settings.device_settle),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -80,6 +80,7 @@ class ClaimsApi(Api):
         super().__init__(**scripts)
         self.claims: dict[str, dict[str, Any]] = {}
         self.version = 100
+        self.on_status: Callable[[str], None] = lambda name: None  # a status was written
 
     def add(self, raw: dict[str, Any]) -> None:
         self.claims[raw["metadata"]["name"]] = copy.deepcopy(raw)
@@ -109,6 +110,7 @@ class ClaimsApi(Api):
                 return 409, {"message": "the object has been modified"}
             if path.endswith("/status"):
                 stored["status"] = copy.deepcopy(body.get("status") or {})
+                self.on_status(name)
             else:
                 stored["metadata"] = copy.deepcopy(body["metadata"])
         self.version += 1
@@ -116,8 +118,17 @@ class ClaimsApi(Api):
         return 200, copy.deepcopy(stored)
 
 
-def cluster(api: ClaimsApi, devices: Mapping[str, int]) -> Scheduler:
+def cluster(api: ClaimsApi, devices: Mapping[str, int], settle: float = 1.0) -> Scheduler:
     sched = scheduler(api)
+    if settle != 1.0:
+        sched = Scheduler(
+            sched.name,
+            sched.binder,
+            sched.usage.caches,
+            sched.queue,
+            sched.settings.model_copy(update={"device_settle": settle}),
+            rng=sched.rng,
+        )
     sched.device_classes.on_event("ADDED", device_class())
     for node, count in devices.items():
         sched.on_node_event("ADDED", manifests.node(node))
@@ -268,3 +279,57 @@ async def test_an_idle_claim_allocated_elsewhere_is_deallocated_then_allocated_a
         await until(lambda: bool(api.binds("trainer")), timeout=5)
     assert api.binds("trainer")[0].body["target"]["name"] == "n1"  # type: ignore[index]
     assert allocated_devices(api) == ["n1/gpu-0"]
+
+
+def allocated_to(name: str, node: str, device: str) -> dict[str, Any]:
+    raw = claim(name)
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    raw["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": device}]
+            },
+            "nodeSelector": {"nodeSelectorTerms": [term]},
+        }
+    }
+    return raw
+
+
+async def test_a_device_another_scheduler_allocated_at_the_same_time_is_given_back() -> None:
+    """Two schedulers on one node's devices (DRA assumes one owner per node): kube-scheduler's
+    write for the same device lands while ours does. After the settle, loadwise sees it,
+    gives its own back (Unreserve) and does not bind; the pod is retried."""
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 1}, settle=0.05)
+    add_claim(sched, api, claim("ours"))
+    # another scheduler allocated on this pool before: it is shared
+    sched.state.claims.on_event("ADDED", allocated_to("earlier", "n1", "gpu-9"))
+    sched.state.claims.on_event("DELETED", allocated_to("earlier", "n1", "gpu-9"))
+    raced: list[str] = []
+
+    def race(name: str) -> None:
+        if name == "ours" and not raced:
+            raced.append(name)
+            sched.state.claims.on_event("ADDED", allocated_to("theirs", "n1", "gpu-0"))
+
+    api.on_status = race
+    raw = with_claim(raw_pod("trainer"), "ours")
+    async with running(sched):
+        sched.on_pod_event("ADDED", raw)
+        await until(lambda: bool(api.events("FailedScheduling")), timeout=5)
+        await until(lambda: not api.claims["ours"]["status"].get("reservedFor"), timeout=5)
+    message = api.events("FailedScheduling")[0]["message"]
+    assert message == (
+        'running PreBind plugin "DynamicResources": device gpu.example.com/n1/gpu-0 (claim '
+        "default/theirs) was allocated twice, by another scheduler too: undone"
+    ), message
+    assert not api.binds("trainer")
+
+
+async def test_a_pool_no_other_scheduler_allocates_on_binds_without_waiting() -> None:
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 1}, settle=30.0)
+    add_claim(sched, api, claim("ours"))
+    async with running(sched):
+        sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "ours"))
+        await until(lambda: bool(api.binds("trainer")), timeout=5)  # not 30 s

@@ -32,7 +32,7 @@ from ...framework.resource_claims import Claim
 from ...framework.types import PodInfo
 from ...kube.transport import Http
 from .allocation import DeviceAllocation, device_names
-from .objects import InFlight
+from .objects import InFlight, exclusive_devices
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +60,13 @@ def _path(claim: Claim) -> str:
 class ClaimBinding(ReservePlugin, PreBindPlugin):
     name: ClassVar[str] = "DynamicResources"
 
-    def __init__(
-        self,
-        transport: Http,
-        allocation: DeviceAllocation,
-    ) -> None:
+    def __init__(self, transport: Http, allocation: DeviceAllocation, settle: float = 1.0) -> None:
+        """`settle`: seconds to wait after writing devices on a pool another scheduler
+        allocates on too, before checking none went to another claim meanwhile."""
         self.transport = transport
         self.allocation = allocation
         self.objects = allocation.objects
+        self.settle = settle
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- Reserve -----------------------------------------------------------------------------
@@ -134,7 +133,7 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
     # --- PreBind -----------------------------------------------------------------------------
     def allowance(self, state: CycleState) -> float:
         reserved: Reserved | None = state.read(self.name)
-        return 10.0 if reserved is not None and reserved.claims else 0.0
+        return 10.0 + self.settle if reserved is not None and reserved.claims else 0.0
 
     async def prebind(
         self, state: CycleState, pod: PodInfo, node: str, waiting: Callable[[], None]
@@ -142,17 +141,45 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
         reserved: Reserved | None = state.read(self.name)
         if reserved is None:
             return None
+        objects = self.objects
         for claim in reserved.claims:
-            latest = self.objects.claims.by_key.get(claim.key, claim)
+            latest = objects.claims.by_key.get(claim.key, claim)
             if pod.uid in latest.reserved_for:
                 continue
+            allocation = reserved.allocations.get(claim.uid)
+            if allocation is not None:
+                other = objects.taken_by_other(exclusive_devices(allocation), claim.key)
+                if other is not None:  # another scheduler took it since the filter
+                    return f"device {other} was allocated meanwhile"
+                objects.ours[claim.key] = claim.uid
             try:
-                version = await self._bind_claim(latest, reserved.allocations.get(claim.uid), pod)
+                version = await self._bind_claim(latest, allocation, pod)
             except ClaimBindError as exc:
                 return str(exc)
             except Exception as exc:  # the network: the pod retries after backoff
                 return f"updating claim {claim.key}: {exc!r}"
             reserved.written[claim.uid] = version
+        return await self._settled(reserved, waiting)
+
+    async def _settled(self, reserved: Reserved, waiting: Callable[[], None]) -> str | None:
+        """On pools another scheduler allocates on too, two can hand out one device at once
+        (DRA assumes one owner per node): after a moment for its writes to show, a device of
+        ours that another claim holds is given back (Unreserve) and the pod retried."""
+        mine = {
+            c.key: exclusive_devices(a)
+            for c in reserved.claims
+            if (a := reserved.allocations.get(c.uid)) is not None and c.uid in reserved.written
+        }
+        devices = [d for v in mine.values() for d in v]
+        if not self.settle or not self.objects.shared_with_others(devices):
+            return None
+        waiting()
+        await asyncio.sleep(self.settle)
+        for key, devices in mine.items():
+            other = self.objects.taken_by_other(devices, key)
+            if other is not None:
+                log.warning("device %s was allocated twice; giving ours back (%s)", other, key)
+                return f"device {other} was allocated twice, by another scheduler too: undone"
         return None
 
     async def _bind_claim(

@@ -10,6 +10,7 @@ while a bind is on its way.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from ...framework.resource_claims import Claim
 from .claims import ResourceClaims
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+FOREIGN_WINDOW = 600.0  # seconds a pool counts as shared with another scheduler after its last
 
 
 @dataclass(slots=True)
@@ -46,6 +48,12 @@ class DeviceObjects:
         self.inflight: dict[str, InFlight] = {}  # claim uid -> its allocation
         self._pending: list[dict[str, Any]] = []
         self._claims_sent: dict[str, str] = {}  # claim key -> resourceVersion sent
+        # Who holds which device, as the informer shows it (two schedulers on one node's
+        # devices can hand one out twice: claim_binding.py checks this before it binds).
+        self.holder: dict[str, str] = {}  # driver/pool/device -> claim key
+        self._held: dict[str, list[str]] = {}  # claim key -> its devices
+        self.ours: dict[str, str] = {}  # claim key -> uid, of the claims loadwise allocated
+        self.foreign: dict[str, float] = {}  # driver/pool -> when another allocated there
         self._labels_sent: dict[str, Mapping[str, str]] = {}
         claims.on_change(self._claim_changed)
 
@@ -101,6 +109,7 @@ class DeviceObjects:
                 )
             ):
                 del self.inflight[claim.uid]  # the informer shows what was written
+            self._hold(k, claim)
             sent = self._claims_sent.get(k)
             if claim is not None and claim.allocation is not None:
                 if sent != claim.resource_version:
@@ -115,6 +124,38 @@ class DeviceObjects:
                     {"op": "delete", "kind": "ResourceClaim", "namespace": namespace, "name": name}
                 )
         self.changed()
+
+    def _hold(self, key: str, claim: Claim | None) -> None:
+        for device in self._held.pop(key, ()):
+            if self.holder.get(device) == key:
+                del self.holder[device]
+        if claim is None or claim.allocation is None:
+            self.ours.pop(key, None)
+            return
+        devices = exclusive_devices(claim.allocation)
+        self._held[key] = devices
+        for device in devices:
+            self.holder[device] = key
+        if self.ours.get(key) != claim.uid:  # another scheduler's: its pools are shared
+            now = time.monotonic()
+            for device in devices:
+                self.foreign[device.rsplit("/", 1)[0]] = now
+
+    def taken_by_other(self, devices: Iterable[str], key: str) -> str | None:
+        """`device (claim)` for the first of `devices` another claim holds, or None."""
+        for device in devices:
+            holder = self.holder.get(device)
+            if holder is not None and holder != key:
+                return f"{device} (claim {holder})"
+        return None
+
+    def shared_with_others(self, devices: Iterable[str]) -> bool:
+        """Did another scheduler allocate on any of these devices' pools lately?"""
+        now = time.monotonic()
+        return any(
+            now - self.foreign.get(d.rsplit("/", 1)[0], -FOREIGN_WINDOW) < FOREIGN_WINDOW
+            for d in devices
+        )
 
     # --- out to the allocator ----------------------------------------------------------------
     def take_changes(self, nodes: Iterable[tuple[str, Mapping[str, str]]]) -> list[dict[str, Any]]:
@@ -158,3 +199,14 @@ class DeviceObjects:
 
     def inflight_allocations(self) -> list[Mapping[str, Any]]:
         return [entry.allocation for entry in self.inflight.values()]
+
+
+def exclusive_devices(allocation: Mapping[str, Any]) -> list[str]:
+    """driver/pool/device of the allocation's devices that no other claim may hold (not
+    admin access, not a share of a device allowing several allocations)."""
+    results = (allocation.get("devices") or {}).get("results") or ()
+    return [
+        f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+        for r in results
+        if isinstance(r, Mapping) and not r.get("adminAccess") and not r.get("shareID")
+    ]
