@@ -27,6 +27,7 @@ WORKLOADS = (
     "mixed",
     "volumes",
     "gangs",
+    "devices",
 )
 ZONE_KEY = "topology.kubernetes.io/zone"
 HOST_KEY = "kubernetes.io/hostname"
@@ -63,6 +64,14 @@ VOLUME_CLASS = "bench-local"
 # minCount GANG, made before the pods (as a Spark or training job's operator makes it): both
 # schedulers bind a group's pods all or none.
 GANG = 10
+# `devices`: every pod asks for one GPU through a ResourceClaimTemplate (dynamic resource
+# allocation); every node publishes a ResourceSlice of DEVICES GPUs (as a DRA driver would, by
+# hand: KWOK runs no kubelet plugin). kube-controller-manager makes each pod's claim; both
+# schedulers allocate and write it (PreBind) before the pod is bound.
+DEVICES = 8
+DEVICE_DRIVER = "gpu.bench.loadwise.io"
+DEVICE_CLASS = "bench-gpu"
+DEVICE_TEMPLATE = "one-gpu"
 
 
 def zone(i: int) -> str:
@@ -127,7 +136,7 @@ def _anchor_term() -> dict[str, Any]:
 def pod(workload: str, i: int, name: str, namespace: str, scheduler: str) -> dict[str, Any]:
     """Pod i of the workload, for `scheduler`."""
     shape = kind(workload, i)
-    if shape in ("basic", "gangs", "volumes"):  # the pod bench/throughput always created
+    if shape in ("basic", "gangs", "volumes", "devices"):  # the pod bench/throughput created
         body = manifests.pod(
             name, namespace=namespace, scheduler_name=scheduler, cpu="100m", memory="128Mi"
         )
@@ -135,6 +144,12 @@ def pod(workload: str, i: int, name: str, namespace: str, scheduler: str) -> dic
         return body
     if shape == "gangs":
         return manifests.in_group(body, gang_name(i, name))
+    if shape == "devices":
+        body["spec"]["resourceClaims"] = [
+            {"name": "gpu", "resourceClaimTemplateName": DEVICE_TEMPLATE}
+        ]
+        body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        return body
     if shape == "volumes":
         body["spec"]["volumes"] = [
             {"name": "data", "persistentVolumeClaim": {"claimName": claim_name(name)}}
@@ -240,6 +255,33 @@ def claim(pod_name: str, namespace: str) -> dict[str, Any]:
             "storageClassName": VOLUME_CLASS,
             "resources": {"requests": {"storage": "1Gi"}},
         },
+    }
+
+
+def device_class() -> dict[str, Any]:
+    selector = {"cel": {"expression": f'device.driver == "{DEVICE_DRIVER}"'}}
+    return {"metadata": {"name": DEVICE_CLASS}, "spec": {"selectors": [selector]}}
+
+
+def device_slice(node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DEVICE_DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [
+                {"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(DEVICES)
+            ],
+        },
+    }
+
+
+def device_template(namespace: str) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}
+    return {
+        "metadata": {"name": DEVICE_TEMPLATE, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
     }
 
 

@@ -30,8 +30,10 @@ Workloads (`--workload`, loadwise_dev.workloads), after kube-scheduler's schedul
 DoNotSchedule or ScheduleAnyway), anti-affinity (required, by hostname: pods <= nodes), affinity
 and preferred-affinity (to anchor pods bound in 3 of the 10 zones), node-affinity (required, a
 label 40% of the nodes carry), mixed (all of them by pod index, 4 in 10 plain), volumes (a
-WaitForFirstConsumer claim per pod against a local PV made for it) and gangs (PodGroups of 10
-pods, minCount 10: bound all or none; a group partly bound is a violation). Other than basic,
+WaitForFirstConsumer claim per pod against a local PV made for it), gangs (PodGroups of 10
+pods, minCount 10: bound all or none; a group partly bound is a violation) and devices (a claim
+for one of each node's 8 GPUs per pod, from a template: dynamic resource allocation; checked for
+devices allocated twice and pods bound away from their device). Other than basic,
 nodes carry zone-0..9 round-robin, shifted so that no zone is cooler than another. After each
 runner the placements are checked: `violations` counts pods that break a required constraint (the
 ceiling ignores them all, on purpose); `checks` also reports the preferred ones' outcome.
@@ -57,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -461,6 +464,9 @@ async def run_one(
     if args.workload == "volumes":
         ours = {n: node for n, node in placed.items() if n in index}  # not the relist's probes
         result["checks"].update(await volume_checks(kube, ours, runner == "ceiling"))
+    if args.workload == "devices" and runner != "ceiling":  # the ceiling allocates nothing
+        ours = {n: node for n, node in placed.items() if n in index}
+        result["checks"].update(await device_checks(kube, ours))
     await watch.stop()
     await delete_all(kube)
     return result
@@ -544,6 +550,44 @@ async def make_storage(kube: Kube, names: list[str], nodes: list[str]) -> None:
     await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
 
 
+async def make_devices(kube: Kube, nodes: list[str], sem: asyncio.Semaphore) -> None:
+    resource = "/apis/resource.k8s.io/v1"
+    with contextlib.suppress(KubeError):
+        await kube.create(f"{resource}/deviceclasses", workloads.device_class())
+
+    async def one(node: str) -> None:
+        async with sem:
+            with contextlib.suppress(KubeError):
+                await kube.create(f"{resource}/resourceslices", workloads.device_slice(node))
+
+    await asyncio.gather(*(one(n) for n in nodes))
+    with contextlib.suppress(KubeError):
+        await kube.create(
+            f"{resource}/namespaces/{NS}/resourceclaimtemplates", workloads.device_template(NS)
+        )
+
+
+async def device_checks(kube: Kube, placed: dict[str, str | None]) -> dict[str, Any]:
+    """Devices held by two claims; bound pods whose claim is not allocated on their node."""
+    claims = await kube.list(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims")
+    holders: Counter[str] = Counter()
+    on_node: dict[str, str] = {}  # pod name -> the pool (node) of its device
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            continue
+        for r in allocation["devices"]["results"]:
+            holders[f"{r['pool']}/{r['device']}"] += 1
+            for consumer in claim["status"].get("reservedFor") or ():
+                on_node[consumer["name"]] = r["pool"]
+    return {
+        "devices_allocated_twice": sum(1 for n in holders.values() if n > 1),
+        "bound_without_their_device": sum(
+            1 for pod, node in placed.items() if node and on_node.get(pod) != node
+        ),
+    }
+
+
 async def volume_checks(kube: Kube, placed: dict[str, str | None], ceiling: bool) -> dict[str, Any]:
     """Each bound pod's claim bound, to a PV on the pod's node (the ceiling binds no PV)."""
     claims = {
@@ -594,6 +638,11 @@ async def delete_all(kube: Kube) -> None:
 
     await wait_for(empty, 120, interval=0.5, what="pods deleted")
 
+    async def no_claims() -> bool:  # the resourceclaim controller deletes the pods' claims
+        return not await kube.list(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims")
+
+    await wait_for(no_claims, 300, interval=0.5, what="claims deleted")
+
 
 async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
     async with cluster.kube(pool=128) as kube:
@@ -631,6 +680,8 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
 
         await cluster.wait_namespace(kube, "default")
         await asyncio.gather(*(existing(i) for i in range(args.existing_pods)))
+        if args.workload == "devices":  # a class, a slice per node, the pods' template
+            await make_devices(kube, nodes, sem)
         for anchor in workloads.anchors(args.workload, nodes):
             await kube.create(f"/api/v1/namespaces/{workloads.ANCHOR_NAMESPACE}/pods", anchor)
         results = {}
