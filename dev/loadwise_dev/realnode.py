@@ -58,6 +58,9 @@ def _answers(path: Path) -> bool:
     return True
 
 
+DRA_DRIVER = "gpu.loadwise.dev"  # the real nodes' DRA driver's name (hack/dra-driver)
+
+
 def _which(name: str) -> str:
     found = shutil.which(name)
     if found is None:
@@ -73,6 +76,8 @@ class RealNode:
     labels: dict[str, str] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="loadwise-node-")))
     kubelet_port: int = field(default_factory=free_port)
+    # Simulated GPUs its DRA driver (hack/dra-driver, a kubelet plugin) publishes; 0: no driver
+    devices: int = 2
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _cgroups: set[str] = field(default_factory=set)  # container ids seen (their cgroups)
 
@@ -93,6 +98,8 @@ class RealNode:
                 self.ctr("images", "import", str(archive))
             self._start_kubelet()
             self._check_cadvisor()
+            if self.devices:
+                self._start_driver()
         except BaseException:
             self.stop()
             raise
@@ -239,6 +246,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 "--cloud-provider=external",
                 f"--node-labels={labels}",
                 "--v=1",
+            ],
+        )
+
+    def _start_driver(self) -> None:
+        """The DRA driver (kubelet plugin): registers with the kubelet through its
+        plugins_registry, publishes the node's ResourceSlice of `devices` GPUs (driver
+        DRA_DRIVER, attributes index and uuid), prepares claims. With the admin's kubeconfig,
+        where a DaemonSet would have its ServiceAccount's."""
+        self._spawn(
+            "dra-driver",
+            [
+                _which("dra-driver"),
+                f"--kubeconfig={self.cp.kubeconfig}",
+                f"--node={self.name}",
+                f"--driver={DRA_DRIVER}",
+                f"--devices={self.devices}",
+                f"--kubelet-root={self.root_dir}",
             ],
         )
 

@@ -29,7 +29,7 @@ from loadwise_dev.images import BURN
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.prometheus_server import SIM_CPU_QUERY, Prometheus
 from loadwise_dev.real_metrics_server import MetricsServer
-from loadwise_dev.realnode import STACKS, RealNode, stack_scrape_configs
+from loadwise_dev.realnode import DRA_DRIVER, STACKS, RealNode, stack_scrape_configs
 
 from .conftest import POLICIES
 from .util import real_node_cluster, wait_bound, wait_event
@@ -232,6 +232,53 @@ async def test_a_gang_runs_whole_on_the_real_node(
                        for c in conditions)  # fmt: skip
 
         await wait_for(scheduled, 15, what="PodGroupInitiallyScheduled=True")
+
+
+async def test_a_pod_with_a_resource_claim_runs_on_the_real_node_with_its_device(
+    rkube: Kube, real_cluster: LocalCluster, rns: str
+) -> None:
+    """Dynamic resource allocation end to end on a real kubelet: the node's DRA driver (a
+    kubelet plugin, hack/dra-driver) publishes its GPUs, the resourceclaim controller makes the
+    pod's claim from a template, loadwise allocates a device and writes the claim, and the
+    kubelet, which refuses a pod its claim is not reserved for, prepares it through the driver
+    and runs the pod."""
+    resource = "/apis/resource.k8s.io/v1"
+    cls = f"real-gpu-{rns}"
+
+    async def published() -> list[Any]:
+        slices = await rkube.list(f"{resource}/resourceslices")
+        return [s for s in slices if s["spec"].get("nodeName") == REAL]
+
+    (slice_,) = await wait_for(published, 60, what="the real node's ResourceSlice")
+    assert len(slice_["spec"]["devices"]) == 2
+    selector = {"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}
+    await rkube.create(
+        f"{resource}/deviceclasses", {"metadata": {"name": cls}, "spec": {"selectors": [selector]}}
+    )
+    try:
+        request = {"name": "gpu", "exactly": {"deviceClassName": cls}}
+        template = {
+            "metadata": {"name": "one-gpu", "namespace": rns},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        }
+        await rkube.create(f"{resource}/namespaces/{rns}/resourceclaimtemplates", template)
+        body = burner("trainer")
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        async with loadwise(real_cluster):
+            await create_pod(rkube, rns, body)
+            pod = await wait_running(rkube, rns, "trainer")
+        assert pod["spec"]["nodeName"] == REAL
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = await rkube.get(
+            f"{resource}/namespaces/{rns}/resourceclaims/{status['resourceClaimName']}"
+        )
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (DRA_DRIVER, REAL)
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+    finally:
+        with contextlib.suppress(KubeError):
+            await rkube.delete(f"{resource}/deviceclasses/{cls}")
 
 
 # --- real load ---------------------------------------------------------------------------------
