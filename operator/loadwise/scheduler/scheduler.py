@@ -199,8 +199,14 @@ class Scheduler:
                     return
                 handed_off = False
                 try:
-                    if self.profile.preparers and not await self._prepared(pod):
-                        continue  # the attempt failed: reported, backing off
+                    if self.profile.preparers and pod.uid not in self.state.pods:
+                        if self.pod_groups.applies(pod):  # each member prepared in turn
+                            handed_off = await self.pod_group_cycle.schedule_prepared(
+                                pod, self._prepare_member
+                            )
+                            continue
+                        if not await self._prepared(pod):
+                            continue  # the attempt failed: reported, backing off
                     handed_off = self.schedule_popped(pod)
                 except Exception:  # a bug must cost one attempt, never the loop
                     log.exception(
@@ -286,6 +292,9 @@ class Scheduler:
         self.outcomes.failed(pod, None)
         self.inflight.spawn(self.outcomes.report(pod, error))
         return False
+
+    async def _prepare_member(self, pod: PodInfo) -> str | None:
+        return await self.profile.prepare(pod) if self.profile.needs_prepare(pod) else None
 
     def basis_for(self, pod: PodInfo) -> Basis:
         """What the pod's decision is judged against now: its policy, that policy's samples."""

@@ -131,8 +131,10 @@ def test_mixed_is_a_deterministic_blend() -> None:
     counts = Counter(kinds)
     assert counts["basic"] == 400
     assert {k: v for k, v in counts.items() if k != "basic"} == {
-        k: 100 for k in workloads.WORKLOADS if k not in ("basic", "mixed", "volumes", "gangs")
-    }  # volumes, gangs: workloads of their own (claims, PVs, PodGroups are made per runner)
+        k: 100
+        for k in workloads.WORKLOADS
+        if k not in ("basic", "mixed", "volumes", "gangs", "devices")
+    }  # volumes, gangs, devices: workloads of their own (their objects are made per runner)
     for i in (1, 3, 4, 6, 7, 9):  # each pod is built as its kind says
         assert _pod("mixed", i) == _pod(kinds[i], i)
     assert _pod("mixed", 0) == _pod("basic", 0)

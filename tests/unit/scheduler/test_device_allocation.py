@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
+from loadwise.framework.pod_groups import UPSTREAM
 from loadwise.scheduler.dynamic_resources.helper import COMMAND_ENV
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise_dev import manifests
 
 from ...fakes import Reply, until
+from .test_pod_groups import member, pod_group
 from .test_scheduler import Api, raw_pod, running, scheduler, uid
 
 DRIVER = "gpu.example.com"
@@ -333,3 +335,34 @@ async def test_a_pool_no_other_scheduler_allocates_on_binds_without_waiting() ->
     async with running(sched):
         sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "ours"))
         await until(lambda: bool(api.binds("trainer")), timeout=5)  # not 30 s
+
+
+async def test_a_gang_whose_members_claim_devices_gets_one_device_each_all_or_nothing() -> None:
+    """Each member is prepared just before it is tried, so it sees the devices of the members
+    before it in flight: three members, three devices on two nodes, none given twice. A
+    fourth member's group of four cannot be placed: nothing is written or held."""
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 2, "n2": 1})
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("train", 3))
+    members = []
+    for i in range(3):
+        add_claim(sched, api, claim(f"c{i}"))
+        raw = with_claim(member(f"w{i}", "train", cpu="100m"), f"c{i}")
+        members.append(raw)
+    async with running(sched):
+        for raw in members:
+            sched.on_pod_event("ADDED", raw)
+        await until(lambda: len(api.fake.requests("POST", "/binding")) == 3, timeout=5)
+    assert sorted(allocated_devices(api)) == ["n1/gpu-0", "n1/gpu-1", "n2/gpu-0"]
+
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 2, "n2": 1})
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("big", 4))
+    for i in range(4):
+        add_claim(sched, api, claim(f"c{i}"))
+    async with running(sched):
+        for i in range(4):
+            sched.on_pod_event("ADDED", with_claim(member(f"b{i}", "big", cpu="100m"), f"c{i}"))
+        await until(lambda: bool(api.events("FailedScheduling")), timeout=5)
+    assert not api.fake.requests("POST", "/binding")
+    assert allocated_devices(api) == [] and not sched.devices.inflight

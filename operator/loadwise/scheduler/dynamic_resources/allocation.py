@@ -46,9 +46,9 @@ log = logging.getLogger(__name__)
 
 NO_DEVICES = "cannot allocate all claims"  # the allocator's verdict for a node without devices
 NOT_HERE = "resourceclaim not available on the node"
-# The pod group cycle decides and reserves members one after another without awaiting, so the
-# allocator cannot be asked for each member with its siblings' devices in flight: not built.
-IN_GROUP = "loadwise does not allocate devices to pod group members yet"
+# A pod group member tried without its Prepare (the scheduler's group cycle awaits each
+# member's; a dry run of a whole group, as explain's, does not).
+IN_GROUP = "devices are not evaluated for pod group members in a dry run"
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from typing import Any
 
 from ... import observability as obs
@@ -29,6 +29,7 @@ from ...framework.plugins.gang_scheduling.placement import (
     PodGroupDecision,
     member_order,
     place_pod_group,
+    pod_group_steps,
 )
 from ...framework.plugins.gang_scheduling.preemption import PodGroupPreemption, preempt_pod_group
 from ...framework.pod_groups import PodGroup, PodGroupKey
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 Decide = Callable[[PodInfo, Basis, Collection[str]], Decision | Unschedulable]
 # (pod, decision, attempt started, what its Reserve plugins kept) -> its binding cycle
 BindTask = Callable[[PodInfo, Decision, float, CycleState], Coroutine[Any, Any, None]]
+# A member's Prepare points (Profile.prepare): None, or the error that fails its try
+Prepare = Callable[[PodInfo], Awaitable[str | None]]
 
 
 class PodGroupCycle:
@@ -119,6 +122,26 @@ class PodGroupCycle:
     def schedule(self, pod: PodInfo) -> bool:
         """The group of a popped member (Scheduler.schedule_popped's contract: True when the
         loop's bind slot was handed to a task)."""
+        opened = self._open(pod)
+        if isinstance(opened, bool):
+            return opened
+        group, members, started = opened
+        decision, cycles, basis = self._decide(group, members)
+        return self._close(group, members, started, decision, cycles, basis)
+
+    async def schedule_prepared(self, pod: PodInfo, prepare: Prepare) -> bool:
+        """`schedule`, for a group whose members need preparing (their devices): each member's
+        Prepare is awaited just before it is tried, so it sees the members before it in flight."""
+        opened = self._open(pod)
+        if isinstance(opened, bool):
+            return opened
+        group, members, started = opened
+        decision, cycles, basis = await self._decide_prepared(group, members, prepare)
+        return self._close(group, members, started, decision, cycles, basis)
+
+    def _open(self, pod: PodInfo) -> tuple[PodGroup, list[PodInfo], float] | bool:
+        """The group and its members taken from the queue, or the schedule's answer when the
+        group cannot be decided now."""
         pod_groups = self.pod_groups
         key = pod.group
         assert key is not None
@@ -144,7 +167,18 @@ class PodGroupCycle:
                 self.queue.park(member.uid)
             self._report(group, members, {}, gap, "Unschedulable")
             return True
-        decision, cycles, basis = self._decide(group, members)
+        return group, members, started
+
+    def _close(
+        self,
+        group: PodGroup,
+        members: list[PodInfo],
+        started: float,
+        decision: PodGroupDecision,
+        cycles: dict[str, CycleState],
+        basis: Basis,
+    ) -> bool:
+        key = group.key
         done = time.perf_counter()
         obs.ALGORITHM_SECONDS.observe(done - started)
         waits = self._hot_wait(group, decision, basis) if decision.reached else ""
@@ -273,7 +307,32 @@ class PodGroupCycle:
         self, group: PodGroup, members: list[PodInfo]
     ) -> tuple[PodGroupDecision, dict[str, CycleState], Basis]:
         """Members in kube-scheduler's order, each reserved (the Reserve plugins) and assumed
-        when it fits; the group's policy is its first member'self."""
+        when it fits; the group's policy is its first member's."""
+        attempt, cycles, basis = self._attempts(members)
+        scheduled = self.state.pod_group_members[group.key]  # before this cycle assumes any
+        return place_pod_group(members, group.minimum, attempt, scheduled), cycles, basis
+
+    async def _decide_prepared(
+        self, group: PodGroup, members: list[PodInfo], prepare: Prepare
+    ) -> tuple[PodGroupDecision, dict[str, CycleState], Basis]:
+        """`_decide`, awaiting each member's preparation before it is tried (a failed one
+        fails that member's try with its error)."""
+        attempt, cycles, basis = self._attempts(members)
+        scheduled = self.state.pod_group_members[group.key]
+        steps = pod_group_steps(members, group.minimum, scheduled)
+        try:
+            member = next(steps)
+            while True:
+                error = await prepare(member)
+                result = attempt(member) if error is None else Unschedulable(error, {})
+                member = steps.send(result)
+        except StopIteration as done:
+            decision: PodGroupDecision = done.value
+            return decision, cycles, basis
+
+    def _attempts(
+        self, members: list[PodInfo]
+    ) -> tuple[Callable[[PodInfo], Decision | Unschedulable], dict[str, CycleState], Basis]:
         first = min(members, key=member_order)
         basis = self.basis_for(first)
         cycles: dict[str, CycleState] = {}
@@ -290,8 +349,7 @@ class PodGroupCycle:
                 self.state.assume(member, result.node)
             return result
 
-        scheduled = self.state.pod_group_members[group.key]  # before this cycle assumes any
-        return place_pod_group(members, group.minimum, attempt, scheduled), cycles, basis
+        return attempt, cycles, basis
 
     def _bind(
         self,

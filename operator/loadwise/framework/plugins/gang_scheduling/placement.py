@@ -11,7 +11,7 @@ scheduler holds members by assuming them (with their volumes), a dry run in a vi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 
 from ...context import Basis
@@ -57,12 +57,14 @@ def member_order(pod: PodInfo) -> tuple[int, float, str]:
 Attempt = Callable[[PodInfo], "Decision | Unschedulable"]
 
 
-def place_pod_group(
-    members: Sequence[PodInfo], minimum: int, attempt: Attempt, scheduled: int = 0
-) -> PodGroupDecision:
-    """Each member in `member_order` through `attempt`; `scheduled`: members already assumed
-    or bound (they count toward `minimum`). The caller undoes what `attempt` held when the
-    decision is not `reached`."""
+Steps = Generator[PodInfo, "Decision | Unschedulable", PodGroupDecision]
+
+
+def pod_group_steps(members: Sequence[PodInfo], minimum: int, scheduled: int = 0) -> Steps:
+    """The group's decision as steps: yields each member to try, in `member_order`, and is
+    sent its result; returns the decision. `scheduled`: members already assumed or bound (they
+    count toward `minimum`). One algorithm for the synchronous driver below and for the
+    scheduler's, which awaits each member's preparation (its devices) before trying it."""
     ordered = sorted(members, key=member_order)
     placed: list[tuple[PodInfo, Decision]] = []
     refused: list[tuple[PodInfo, Unschedulable]] = []
@@ -70,12 +72,27 @@ def place_pod_group(
         if scheduled + len(placed) + len(ordered) - index < minimum:
             untried = tuple(ordered[index:])
             return PodGroupDecision(tuple(placed), tuple(refused), untried, minimum, scheduled)
-        result = attempt(pod)
+        result = yield pod
         if isinstance(result, Decision):
             placed.append((pod, result))
         else:
             refused.append((pod, result))
     return PodGroupDecision(tuple(placed), tuple(refused), (), minimum, scheduled)
+
+
+def place_pod_group(
+    members: Sequence[PodInfo], minimum: int, attempt: Attempt, scheduled: int = 0
+) -> PodGroupDecision:
+    """Each member in `member_order` through `attempt` (pod_group_steps). The caller undoes
+    what `attempt` held when the decision is not `reached`."""
+    steps = pod_group_steps(members, minimum, scheduled)
+    try:
+        pod = next(steps)
+        while True:
+            pod = steps.send(attempt(pod))
+    except StopIteration as done:
+        decision: PodGroupDecision = done.value
+        return decision
 
 
 def what_if_pod_group(
