@@ -50,7 +50,7 @@ class DeviceObjects:
         self._claims_sent: dict[str, str] = {}  # claim key -> resourceVersion sent
         # Who holds which device, as the informer shows it (two schedulers on one node's
         # devices can hand one out twice: claim_binding.py checks this before it binds).
-        self.holder: dict[str, str] = {}  # driver/pool/device -> claim key
+        self.holders: dict[str, set[str]] = {}  # driver/pool/device -> claim keys (one, or a bug)
         self._held: dict[str, list[str]] = {}  # claim key -> its devices
         self.ours: dict[str, str] = {}  # claim key -> uid, of the claims loadwise allocated
         self.foreign: dict[str, float] = {}  # driver/pool -> when another allocated there
@@ -127,15 +127,18 @@ class DeviceObjects:
 
     def _hold(self, key: str, claim: Claim | None) -> None:
         for device in self._held.pop(key, ()):
-            if self.holder.get(device) == key:
-                del self.holder[device]
+            keys = self.holders.get(device)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.holders[device]
         if claim is None or claim.allocation is None:
             self.ours.pop(key, None)
             return
         devices = exclusive_devices(claim.allocation)
         self._held[key] = devices
         for device in devices:
-            self.holder[device] = key
+            self.holders.setdefault(device, set()).add(key)
         if self.ours.get(key) != claim.uid:  # another scheduler's: its pools are shared
             now = time.monotonic()
             for device in devices:
@@ -144,9 +147,9 @@ class DeviceObjects:
     def taken_by_other(self, devices: Iterable[str], key: str) -> str | None:
         """`device (claim)` for the first of `devices` another claim holds, or None."""
         for device in devices:
-            holder = self.holder.get(device)
-            if holder is not None and holder != key:
-                return f"{device} (claim {holder})"
+            others = sorted(self.holders.get(device, set()) - {key})
+            if others:
+                return f"{device} (claim {others[0]})"
         return None
 
     def shared_with_others(self, devices: Iterable[str]) -> bool:
