@@ -326,6 +326,10 @@ async def test_a_device_another_scheduler_allocated_at_the_same_time_is_given_ba
         "default/theirs) was allocated twice, by another scheduler too: undone"
     ), message
     assert not api.binds("trainer")
+    # cleared at once: a retry must not find the claim still allocated to that device
+    assert not api.claims["ours"]["status"].get("allocation")
+    sched.state.claims.on_event("MODIFIED", copy.deepcopy(api.claims["ours"]))
+    assert "claim-ours" not in sched.devices.inflight
 
 
 async def test_a_pool_no_other_scheduler_allocates_on_binds_without_waiting() -> None:

@@ -50,6 +50,7 @@ class Reserved:
     claims: tuple[Claim, ...]
     allocations: dict[str, Mapping[str, Any]]  # claim uid -> what Reserve allocated
     written: dict[str, int] = field(default_factory=dict)  # claim uid -> resourceVersion
+    as_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # claim uid -> object
     devices: list[str] = field(default_factory=list)
 
 
@@ -108,7 +109,7 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
             if written is None:
                 del self.objects.inflight[uid]
             else:  # held until the informer shows the write that undoes it
-                entry.until_version = written + 1
+                entry.until_version = written
         undo = [c for c in reserved.claims if c.uid in reserved.written]
         if undo:
             task = asyncio.get_running_loop().create_task(self._unreserve(undo, pod))
@@ -153,12 +154,13 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
                     return f"device {other} was allocated meanwhile"
                 objects.ours[claim.key] = claim.uid
             try:
-                version = await self._bind_claim(latest, allocation, pod)
+                written = await self._bind_claim(latest, allocation, pod)
             except ClaimBindError as exc:
                 return str(exc)
             except Exception as exc:  # the network: the pod retries after backoff
                 return f"updating claim {claim.key}: {exc!r}"
-            reserved.written[claim.uid] = version
+            version = int((written.get("metadata") or {}).get("resourceVersion") or 0)
+            reserved.written[claim.uid], reserved.as_written[claim.uid] = version, written
         return await self._settled(reserved, waiting)
 
     async def _settled(self, reserved: Reserved, waiting: Callable[[], None]) -> str | None:
@@ -179,13 +181,36 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
             other = self.objects.taken_by_other(devices, key)
             if other is not None:
                 log.warning("device %s was allocated twice; giving ours back (%s)", other, key)
+                await self._undo(reserved)
                 return f"device {other} was allocated twice, by another scheduler too: undone"
         return None
 
+    async def _undo(self, reserved: Reserved) -> None:
+        """Our allocations cleared at once (Unreserve only takes the pod out of `reservedFor`
+        and leaves the rest to the resourceclaim controller: the retry would find the claim
+        still allocated to the device given twice, and use it)."""
+        for claim in reserved.claims:
+            raw = reserved.as_written.get(claim.uid)
+            if raw is None or claim.uid not in reserved.allocations:
+                continue
+            status = raw.get("status") or {}
+            for key in ("reservedFor", "allocation", "devices"):
+                status.pop(key, None)
+            try:
+                code, data = await self.transport.request("PUT", _path(claim) + "/status", raw)
+            except Exception as exc:
+                log.error("undoing %s: %r", claim.key, exc)
+                continue
+            if code < 300:
+                version = orjson.loads(data).get("metadata", {}).get("resourceVersion")
+                reserved.written[claim.uid] = int(version or reserved.written[claim.uid])
+            else:
+                log.warning("undoing %s: HTTP %d %s", claim.key, code, _message(data))
+
     async def _bind_claim(
         self, claim: Claim, allocation: Mapping[str, Any] | None, pod: PodInfo
-    ) -> int:
-        """bindClaim: the claim's resourceVersion after the pod was reserved in it."""
+    ) -> dict[str, Any]:
+        """bindClaim: the claim as the API server answered, the pod reserved in it."""
         raw: dict[str, Any] = _copy(claim.raw)
         for attempt in range(TRIES):
             if attempt:
@@ -226,7 +251,8 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
             if code >= 300:
                 what = "allocation and reservation" if allocation is not None else "reservation"
                 raise ClaimBindError(f"add {what} to claim {claim.key}: {_message(data)}")
-            return int((orjson.loads(data).get("metadata") or {}).get("resourceVersion") or 0)
+            answered: dict[str, Any] = orjson.loads(data)
+            return answered
         raise ClaimBindError(f"claim {claim.key}: still conflicting after {TRIES} tries")
 
     async def _read(self, claim: Claim) -> dict[str, Any]:
