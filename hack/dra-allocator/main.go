@@ -81,6 +81,10 @@ type request struct {
 	// {"op":"allocation","filterId":ID,"node":N}. A 1000-node answer
 	// shrinks from 254 to 63 KiB and Python's decoding from 2.8 to 0.7 ms.
 	Compact bool `json:"compact,omitempty"`
+	// Lazy: answer each node with its device names and its allocations as one JSON string
+	// (`raw`), which loadwise decodes only for the node it picks: decoding every node's
+	// allocations as objects was a fifth of loadwise's CPU per device pod at 1000 nodes.
+	Lazy bool `json:"lazy,omitempty"`
 	// Memo: reuse a node's verdict while nothing it depends on changed (memo.go).
 	Memo      bool  `json:"memo,omitempty"`
 	FilterID  int64 `json:"filterId,omitempty"`
@@ -93,6 +97,7 @@ type request struct {
 type nodeResult struct {
 	Allocations []resourceapi.AllocationResult `json:"allocations,omitempty"`
 	Devices     [][]string                     `json:"devices,omitempty"` // compact: per claim, "driver/pool/device"
+	Raw         string                         `json:"raw,omitempty"`     // lazy: the allocations, as JSON
 	Reason      string                         `json:"reason,omitempty"`
 	Error       string                         `json:"error,omitempty"`
 }
@@ -284,7 +289,24 @@ func (h *helper) filter(ctx context.Context, req *request) response {
 	for i, n := range req.Nodes {
 		out.Nodes[n] = results[i]
 	}
-	if req.Compact {
+	if req.Lazy {
+		lazy := make(map[string]nodeResult, len(out.Nodes))
+		for n, r := range out.Nodes {
+			l := nodeResult{Reason: r.Reason, Error: r.Error}
+			if r.Allocations != nil {
+				raw, err := json.Marshal(r.Allocations)
+				if err != nil {
+					return response{ID: req.ID, Error: err.Error()}
+				}
+				l.Raw = string(raw)
+				for _, al := range r.Allocations {
+					l.Devices = append(l.Devices, devicesOf(al))
+				}
+			}
+			lazy[n] = l
+		}
+		out.Nodes = lazy
+	} else if req.Compact {
 		h.lastID, h.lastResults = req.ID, out.Nodes
 		compact := make(map[string]nodeResult, len(out.Nodes))
 		for n, r := range out.Nodes {

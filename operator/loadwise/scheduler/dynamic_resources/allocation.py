@@ -22,6 +22,8 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import orjson
+
 from ...framework.context import CycleContext
 from ...framework.plugin import (
     UNSIGNABLE,
@@ -65,9 +67,17 @@ class Prepared:
     unavailable: set[int] = field(default_factory=set)  # allocated claims a node refused
 
     def allocations(self, node: str) -> list[Mapping[str, Any]] | None:
+        """The allocator's AllocationResults on `node` (one per claim to allocate), or None."""
         verdict = self.verdicts.get(node)
-        found = verdict.get("allocations") if verdict is not None else None
+        raw = verdict.get("raw") if verdict is not None else None
+        found = orjson.loads(raw) if isinstance(raw, str) else None  # decoded for this node only
         return list(found) if isinstance(found, list) else None
+
+    def devices(self, node: str) -> list[str]:
+        """driver/pool/device of every device the allocator chose on `node`."""
+        verdict = self.verdicts.get(node)
+        per_claim = verdict.get("devices") if verdict is not None else None
+        return [d for claim in per_claim or () for d in claim]
 
 
 class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
@@ -184,6 +194,7 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
             nodes=names,
             inflight=self.objects.inflight_allocations(),
             memo=True,
+            lazy=True,
         )
         if answer.get("error"):
             return str(answer["error"])
@@ -198,7 +209,7 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
         prepared = self.prepared(pod)
         if prepared is None or not prepared.to_allocate:
             return None
-        found = device_names(prepared.allocations(node) or ())
+        found = prepared.devices(node)
         if not found:
             return None
         load = self.load
@@ -289,10 +300,7 @@ class DeviceScore(ScorePlugin):
             return None
         scores = []
         for node in nodes:
-            figures = [
-                u for d in device_names(prepared.allocations(node.name) or ())
-                if (u := load.of(d)) is not None
-            ]  # fmt: skip
+            figures = [u for d in prepared.devices(node.name) if (u := load.of(d)) is not None]
             busy = sum(figures) / len(figures) if figures else 50.0  # unmeasured: neutral
             scores.append(max(0.0, MAX_SCORE - min(busy, 100.0) * MAX_SCORE / 100.0))
         return scores
