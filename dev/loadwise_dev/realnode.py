@@ -322,6 +322,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     # --- stop ----------------------------------------------------------------------------------
     def stop(self) -> None:
         """Containers, kubelet, containerd, shims, mounts, cgroups, the directory: all gone."""
+        driver = self.processes.pop("dra-driver", None)  # first: it is the kubelet's plugin
+        if driver is not None:
+            terminate(driver)
         kubelet = self.processes.pop("kubelet", None)
         if kubelet is not None:
             terminate(kubelet)

@@ -6,6 +6,7 @@ words."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 import shutil
@@ -370,3 +371,69 @@ async def test_a_gang_whose_members_claim_devices_gets_one_device_each_all_or_no
         await until(lambda: bool(api.events("FailedScheduling")), timeout=5)
     assert not api.fake.requests("POST", "/binding")
     assert allocated_devices(api) == [] and not sched.devices.inflight
+
+
+def with_binding_condition(raw: dict[str, Any], node: str) -> dict[str, Any]:
+    """The node's GPUs need a driver's condition ("attached") before a pod may bind."""
+    for device in raw["spec"]["devices"]:
+        device["bindingConditions"] = ["attached"]
+        device["bindingFailureConditions"] = ["attach-failed"]
+    return raw
+
+
+def device_status(condition: str, status: str = "True") -> list[dict[str, Any]]:
+    return [
+        {
+            "driver": DRIVER,
+            "pool": "n1",
+            "device": "gpu-0",
+            "conditions": [
+                {
+                    "type": condition,
+                    "status": status,
+                    "reason": "Driver",
+                    "message": "said so",
+                    "lastTransitionTime": "2026-11-29T00:00:00Z",
+                }
+            ],
+        }
+    ]
+
+
+async def test_devices_with_binding_conditions_bind_once_ready_and_fail_when_the_driver_says() -> (
+    None
+):
+    """PreBind waits until the driver reports each binding condition True in the claim's
+    status.devices; a failure condition fails the attempt with kube-scheduler's words."""
+    api = ClaimsApi()
+    sched = cluster(api, {})
+    sched.on_node_event("ADDED", manifests.node("n1"))
+    sched.devices.on_slice_event("ADDED", with_binding_condition(node_slice("n1", 1), "n1"))
+    add_claim(sched, api, claim("ready"))
+    async with running(sched):
+        sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "ready"))
+        await until(lambda: bool(api.claims["ready"].get("status", {}).get("reservedFor")), timeout=5)
+        await asyncio.sleep(0.3)
+        assert not api.binds("trainer")  # waiting for the driver
+        ready = copy.deepcopy(api.claims["ready"])
+        ready["status"]["devices"] = device_status("attached")
+        sched.state.claims.on_event("MODIFIED", ready)
+        await until(lambda: bool(api.binds("trainer")), timeout=5)
+
+    api = ClaimsApi()
+    sched = cluster(api, {})
+    sched.on_node_event("ADDED", manifests.node("n1"))
+    sched.devices.on_slice_event("ADDED", with_binding_condition(node_slice("n1", 1), "n1"))
+    add_claim(sched, api, claim("doomed"))
+    async with running(sched):
+        sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "doomed"))
+        await until(lambda: bool(api.claims["doomed"].get("status", {}).get("reservedFor")), timeout=5)
+        failed = copy.deepcopy(api.claims["doomed"])
+        failed["status"]["devices"] = device_status("attach-failed")
+        sched.state.claims.on_event("MODIFIED", failed)
+        await until(lambda: bool(api.events("FailedScheduling")), timeout=5)
+    assert api.events("FailedScheduling")[0]["message"] == (
+        'running PreBind plugin "DynamicResources": device binding failed: claim=doomed, '
+        "reason=Driver, message='said so'"
+    )
+    assert not api.binds("trainer")

@@ -40,6 +40,7 @@ from ...framework.resource_claims import Claim
 from ...framework.scoring import LOAD_WEIGHT, MAX_SCORE
 from ...framework.selectors import NodeSelectorTerm, parse_node_selector_term
 from ...framework.types import NodeInfo, PodInfo
+from .binding_conditions import ready_for_binding, timed_out
 from .device_load import DeviceLoad
 from .helper import AllocatorProcess, AllocatorUnavailable, node_verdicts
 from .objects import DeviceObjects
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 NO_DEVICES = "cannot allocate all claims"  # the allocator's verdict for a node without devices
 NOT_HERE = "resourceclaim not available on the node"
+BINDING_TIMEOUT = 600.0  # DynamicResourcesArgs.bindingTimeout's default
 # A pod group member tried without its Prepare (the scheduler's group cycle awaits each
 # member's; a dry run of a whole group, as explain's, does not).
 IN_GROUP = "devices are not evaluated for pod group members in a dry run"
@@ -65,6 +67,7 @@ class Prepared:
     verdicts: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     unschedulable: str | None = None  # PreFilter's rejection: no node can take the pod
     unavailable: set[int] = field(default_factory=set)  # allocated claims a node refused
+    not_ready: frozenset[int] = frozenset()  # allocated claims whose binding failed or timed out
 
     def allocations(self, node: str) -> list[Mapping[str, Any]] | None:
         """The allocator's AllocationResults on `node` (one per claim to allocate), or None."""
@@ -156,6 +159,13 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
             to_allocate.append(claim)
         prepared.claims, prepared.to_allocate = tuple(claims), tuple(to_allocate)
         prepared.on_nodes = tuple(on_nodes)
+        allocated = [c for c in claims if c.allocation is not None]
+        prepared.not_ready = frozenset(
+            i
+            for i, c in enumerate(allocated)
+            if isinstance(ready_for_binding(c), str)
+            or (ready_for_binding(c) is False and timed_out(c, BINDING_TIMEOUT))
+        )
         return prepared
 
     def _missing_class(self, claim: Claim) -> str | None:
@@ -241,7 +251,8 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
         elsewhere = [
             i
             for i, terms in enumerate(prepared.on_nodes)
-            if terms is not None and not any(t.matches(node.name, node.labels) for t in terms)
+            if (terms is not None and not any(t.matches(node.name, node.labels) for t in terms))
+            or i in prepared.not_ready
         ]
         if elsewhere:
             prepared.unavailable.update(elsewhere)  # PostFilter may deallocate one

@@ -31,7 +31,9 @@ from ...framework.plugin import CycleState, PreBindPlugin, ReservePlugin
 from ...framework.resource_claims import Claim
 from ...framework.types import PodInfo
 from ...kube.transport import Http
-from .allocation import DeviceAllocation, device_names
+from .allocation import BINDING_TIMEOUT, DeviceAllocation, device_names
+from .binding_conditions import binding_conditions as _binding_conditions
+from .binding_conditions import ready_for_binding as _ready_for_binding
 from .objects import InFlight, exclusive_devices
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 FINALIZER = "resource.kubernetes.io/delete-protection"
 STRATEGIC = "application/strategic-merge-patch+json"
 TRIES = 5  # retry.DefaultRetry's steps
+POLL = 1.0  # how often the informer's claims are checked for binding conditions
 
 
 class ClaimBindError(Exception):
@@ -61,13 +64,21 @@ def _path(claim: Claim) -> str:
 class ClaimBinding(ReservePlugin, PreBindPlugin):
     name: ClassVar[str] = "DynamicResources"
 
-    def __init__(self, transport: Http, allocation: DeviceAllocation, settle: float = 1.0) -> None:
+    def __init__(
+        self,
+        transport: Http,
+        allocation: DeviceAllocation,
+        settle: float = 1.0,
+        binding_timeout: float = BINDING_TIMEOUT,
+    ) -> None:
         """`settle`: seconds to wait after writing devices on a pool another scheduler
-        allocates on too, before checking none went to another claim meanwhile."""
+        allocates on too, before checking none went to another claim meanwhile.
+        `binding_timeout`: how long devices with binding conditions may take to be ready."""
         self.transport = transport
         self.allocation = allocation
         self.objects = allocation.objects
         self.settle = settle
+        self.binding_timeout = binding_timeout
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- Reserve -----------------------------------------------------------------------------
@@ -85,11 +96,6 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
             if found is None or len(found) != len(prepared.to_allocate):
                 return "claim allocation not found for node"
             for claim, allocation in zip(prepared.to_allocate, found, strict=True):
-                if _binding_conditions(allocation):
-                    return (
-                        f"resource claim {claim.key}: devices with binding conditions are not "
-                        "supported by loadwise yet"
-                    )
                 allocations[claim.uid] = allocation
             for uid, allocation in allocations.items():
                 self.objects.inflight[uid] = InFlight(allocation)
@@ -134,7 +140,12 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
     # --- PreBind -----------------------------------------------------------------------------
     def allowance(self, state: CycleState) -> float:
         reserved: Reserved | None = state.read(self.name)
-        return 10.0 + self.settle if reserved is not None and reserved.claims else 0.0
+        if reserved is None or not reserved.claims:
+            return 0.0
+        waits = any(_binding_conditions(a) for a in reserved.allocations.values()) or any(
+            c.allocation is not None and _binding_conditions(c.allocation) for c in reserved.claims
+        )
+        return 10.0 + self.settle + (self.binding_timeout if waits else 0.0)
 
     async def prebind(
         self, state: CycleState, pod: PodInfo, node: str, waiting: Callable[[], None]
@@ -161,7 +172,45 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
                 return f"updating claim {claim.key}: {exc!r}"
             version = int((written.get("metadata") or {}).get("resourceVersion") or 0)
             reserved.written[claim.uid], reserved.as_written[claim.uid] = version, written
-        return await self._settled(reserved, waiting)
+        error = await self._settled(reserved, waiting)
+        if error is None and self.binding_timeout:
+            error = await self._conditions_met(reserved, waiting)
+        return error
+
+    async def _conditions_met(self, reserved: Reserved, waiting: Callable[[], None]) -> str | None:
+        """kube-scheduler's wait for binding conditions: devices whose driver must make them
+        ready first (an attached accelerator, a fabric) bind the pod only once each of their
+        `bindingConditions` is True in the claim's `status.devices`; a True
+        `bindingFailureConditions` entry, or the binding timeout since the allocation, fails
+        the attempt (the pod is retried). Read from the informer, checked every POLL s."""
+        known = self.objects.claims.by_key
+        keys = [
+            c.key
+            for c in reserved.claims
+            if _binding_conditions(
+                reserved.allocations.get(c.uid)
+                or getattr(known.get(c.key), "allocation", None)
+                or {}
+            )
+        ]
+        if not keys:
+            return None
+        waiting()
+        deadline = time.monotonic() + self.binding_timeout
+        while True:
+            waiting_for = None
+            for key in keys:
+                claim = self.objects.claims.by_key.get(key)
+                ready = _ready_for_binding(claim)
+                if isinstance(ready, str):
+                    return f"device binding failed: {ready}"
+                if not ready:
+                    waiting_for = key
+            if waiting_for is None:
+                return None
+            if time.monotonic() >= deadline:
+                return f"device binding timeout: claim={waiting_for.partition('/')[2]}"
+            await asyncio.sleep(POLL)
 
     async def _settled(self, reserved: Reserved, waiting: Callable[[], None]) -> str | None:
         """On pools another scheduler allocates on too, two can hand out one device at once
@@ -284,11 +333,6 @@ async def deallocate(transport: Http, claim: Claim) -> None:
 def _copy(raw: Mapping[str, Any]) -> dict[str, Any]:
     copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))
     return copied
-
-
-def _binding_conditions(allocation: Mapping[str, Any]) -> bool:
-    results = (allocation.get("devices") or {}).get("results") or ()
-    return any(r.get("bindingConditions") for r in results)
 
 
 def _message(data: bytes) -> str:
