@@ -381,6 +381,10 @@ def with_binding_condition(raw: dict[str, Any], node: str) -> dict[str, Any]:
     return raw
 
 
+def reserved(api: ClaimsApi, name: str) -> bool:
+    return bool(api.claims[name].get("status", {}).get("reservedFor"))
+
+
 def device_status(condition: str, status: str = "True") -> list[dict[str, Any]]:
     return [
         {
@@ -412,7 +416,7 @@ async def test_devices_with_binding_conditions_bind_once_ready_and_fail_when_the
     add_claim(sched, api, claim("ready"))
     async with running(sched):
         sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "ready"))
-        await until(lambda: bool(api.claims["ready"].get("status", {}).get("reservedFor")), timeout=5)
+        await until(lambda: reserved(api, "ready"), timeout=5)
         await asyncio.sleep(0.3)
         assert not api.binds("trainer")  # waiting for the driver
         ready = copy.deepcopy(api.claims["ready"])
@@ -427,7 +431,7 @@ async def test_devices_with_binding_conditions_bind_once_ready_and_fail_when_the
     add_claim(sched, api, claim("doomed"))
     async with running(sched):
         sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "doomed"))
-        await until(lambda: bool(api.claims["doomed"].get("status", {}).get("reservedFor")), timeout=5)
+        await until(lambda: reserved(api, "doomed"), timeout=5)
         failed = copy.deepcopy(api.claims["doomed"])
         failed["status"]["devices"] = device_status("attach-failed")
         sched.state.claims.on_event("MODIFIED", failed)
