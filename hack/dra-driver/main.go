@@ -89,14 +89,19 @@ func run(kubeconfig, node, name string, count int, root string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	pluginDir := filepath.Join(root, "plugins", name)
-	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
-		return err
+	registry := filepath.Join(root, "plugins_registry")
+	// Both may not exist yet: the kubelet makes them as it starts, and watches the registry
+	// for our socket whether it made the directory or found it.
+	for _, dir := range []string{pluginDir, registry} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
 	}
 	helper, err := kubeletplugin.Start(ctx, &driver{name},
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(node),
 		kubeletplugin.DriverName(name),
-		kubeletplugin.RegistrarDirectoryPath(filepath.Join(root, "plugins_registry")),
+		kubeletplugin.RegistrarDirectoryPath(registry),
 		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 	)
 	if err != nil {

@@ -63,8 +63,21 @@ EXPECTED_RULES = [
         "verbs": ["list", "watch"],
     },
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["deviceclasses", "resourceslices"],
+        "verbs": ["list", "watch"],
+    },
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims"],
+        "verbs": ["list", "watch", "update"],
+    },
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims/status"],
+        "verbs": ["update", "patch"],
+    },
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups"], "verbs": ["list", "watch"]},
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups/status"], "verbs": ["patch"]},
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["list", "watch"]},
