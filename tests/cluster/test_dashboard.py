@@ -56,8 +56,15 @@ async def test_every_panel_returns_data_from_prometheus_scraping_loadwise(
     prometheus = Prometheus([f"127.0.0.1:{port}"]).start()
     try:
         # Started before any policy exists: no_policy is raised and then cleared (Degradations).
-        async with operator(http_port=port):
+        async with operator(http_port=port) as runtime:
             await kube.create(POLICIES, manifests.policy("board"))
+            # Every decision must be the policy's: wait until the operator has it (a pod
+            # decided before its watch event is judged by the built-in default instead).
+            await wait_for(
+                lambda: asyncio.sleep(0, "board" in runtime.scheduler.policies.names()),
+                30,
+                what="the policy applied",
+            )
             pods = [f"p{i}" for i in range(6)]
             for name in pods:
                 await kube.create(
