@@ -160,11 +160,11 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
         prepared.claims, prepared.to_allocate = tuple(claims), tuple(to_allocate)
         prepared.on_nodes = tuple(on_nodes)
         allocated = [c for c in claims if c.allocation is not None]
+        readiness = [ready_for_binding(c) for c in allocated]
         prepared.not_ready = frozenset(
             i
-            for i, c in enumerate(allocated)
-            if isinstance(ready_for_binding(c), str)
-            or (ready_for_binding(c) is False and timed_out(c, BINDING_TIMEOUT))
+            for i, (c, ready) in enumerate(zip(allocated, readiness, strict=True))
+            if isinstance(ready, str) or (ready is False and timed_out(c, BINDING_TIMEOUT))
         )
         return prepared
 
@@ -322,12 +322,3 @@ def _allocation_nodes(allocation: Mapping[str, Any]) -> tuple[NodeSelectorTerm, 
     if not isinstance(selector, Mapping):
         return None  # a network-attached device: any node
     return tuple(parse_node_selector_term(t) for t in selector.get("nodeSelectorTerms") or ())
-
-
-def device_names(allocations: Sequence[Mapping[str, Any]]) -> list[str]:
-    """driver/pool/device of every device in `allocations` (for events and explain)."""
-    return [
-        f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"
-        for allocation in allocations
-        for r in (allocation.get("devices") or {}).get("results") or ()
-    ]

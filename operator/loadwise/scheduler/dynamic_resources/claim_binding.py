@@ -31,7 +31,7 @@ from ...framework.plugin import CycleState, PreBindPlugin, ReservePlugin
 from ...framework.resource_claims import Claim
 from ...framework.types import PodInfo
 from ...kube.transport import Http
-from .allocation import BINDING_TIMEOUT, DeviceAllocation, device_names
+from .allocation import BINDING_TIMEOUT, DeviceAllocation
 from .binding_conditions import binding_conditions as _binding_conditions
 from .binding_conditions import ready_for_binding as _ready_for_binding
 from .objects import InFlight, exclusive_devices
@@ -54,7 +54,6 @@ class Reserved:
     allocations: dict[str, Mapping[str, Any]]  # claim uid -> what Reserve allocated
     written: dict[str, int] = field(default_factory=dict)  # claim uid -> resourceVersion
     as_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # claim uid -> object
-    devices: list[str] = field(default_factory=list)
 
 
 def _path(claim: Claim) -> str:
@@ -90,7 +89,6 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
             return "the pod's claims were not prepared for this cycle"
         self.allocation.current = None  # used once
         allocations: dict[str, Mapping[str, Any]] = {}
-        found: list[Mapping[str, Any]] | None = None
         if prepared.to_allocate:
             found = prepared.allocations(node)
             if found is None or len(found) != len(prepared.to_allocate):
@@ -99,7 +97,7 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
                 allocations[claim.uid] = allocation
             for uid, allocation in allocations.items():
                 self.objects.inflight[uid] = InFlight(allocation)
-        reserved = Reserved(prepared.claims, allocations, devices=device_names(found or []))
+        reserved = Reserved(prepared.claims, allocations)
         state.write(self.name, reserved)
         return None
 
