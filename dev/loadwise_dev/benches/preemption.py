@@ -60,7 +60,7 @@ DEDICATED = {"key": "loadwise.bench/dedicated", "value": "x", "effect": "NoSched
 EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z: start times are this plus a per-pod offset
 APPS, TEAMS = ("web", "db", "cache"), ("a", "b")
 VICTIM_GRACE = 30  # seconds: a deleted victim stays Terminating (no kubelet) and is seen
-SETTLE = 1.0  # seconds for both schedulers' informers to see a case before its preemptor
+SETTLE = 1.0  # seconds for the schedulers' other informers (nodes, budgets) after `synced`
 NO_PREEMPTION_GRACE = 2.0  # after Unschedulable, seconds without a nomination: none
 STABLE = 1.0  # seconds a nominated preemptor's victim set must stay unchanged
 
@@ -800,12 +800,31 @@ async def teardown_copy(env: Env, case: Case, tag: str) -> None:
         await kube.delete(f"/api/v1/namespaces/{ns}")
 
 
+async def synced(kube: Kube, case: Case, tag: str, scheduler: str, timeout: float = 60.0) -> None:
+    """Wait until `scheduler` has seen the copy's pods: a pod it cannot place, created after
+    them, is marked Unschedulable by it only once its pod informer delivered every earlier pod
+    and pod status (one ordered watch stream). On a loaded machine a fixed pause was not
+    always enough: kube-scheduler once judged a case before it saw the victims ("Preemption is
+    not helpful"), where loadwise preempted."""
+    ns = namespace(case, tag)
+    body = manifests.pod("sync", namespace=ns, scheduler_name=scheduler, cpu="1m", memory="1Mi")
+    body["spec"]["nodeSelector"] = {CASE_LABEL: "no-such-copy"}  # no node: nothing to preempt
+    await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+    deadline = time.monotonic() + timeout
+    while not manifests.marked_unschedulable(await kube.get(f"/api/v1/namespaces/{ns}/pods/sync")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{ns}: {scheduler} never judged the sync pod")
+        await asyncio.sleep(0.1)
+    await kube.delete_pod_now(ns, "sync")
+
+
 async def run_copies(
     env: Env, case: Case, copies: Sequence[tuple[str, str]], pin: int | None = None
 ) -> list[Outcome]:
     """Build each (tag, schedulerName) copy, then create their preemptors together."""
     try:
         await _gather(setup_copy(env, case, tag, scheduler, pin) for tag, scheduler in copies)
+        await _gather(synced(env.kube, case, tag, scheduler) for tag, scheduler in copies)
         await asyncio.sleep(SETTLE)
         await _gather(
             env.kube.create(
