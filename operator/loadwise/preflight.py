@@ -67,6 +67,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("patch", "", "persistentvolumes"),  # VolumeBinding's PreBind: claimRef
     Permission("patch", "", "persistentvolumeclaims"),  # ... and the selected-node annotation
     Permission("update", "resource.k8s.io", "resourceclaims"),  # DynamicResources' PreBind
+    Permission("create", "resource.k8s.io", "resourceclaims"),  # ... extended resources' claim
+    Permission("delete", "resource.k8s.io", "resourceclaims"),  # ... and Unreserve, PostFilter
     Permission("update", "resource.k8s.io", "resourceclaims", "status"),
     Permission("patch", "resource.k8s.io", "resourceclaims", "status"),  # ... and Unreserve
     Permission("patch", "", "pods", "status"),  # PodScheduled, nominations, victims; Degraded

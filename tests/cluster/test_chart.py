@@ -71,7 +71,7 @@ EXPECTED_RULES = [
     {
         "apiGroups": ["resource.k8s.io"],
         "resources": ["resourceclaims"],
-        "verbs": ["list", "watch", "update"],
+        "verbs": ["list", "watch", "update", "create", "delete"],
     },
     {
         "apiGroups": ["resource.k8s.io"],

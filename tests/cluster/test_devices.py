@@ -19,6 +19,7 @@ from loadwise_dev.cluster import LocalCluster, wait_for
 from loadwise_dev.kube import Kube, KubeError
 
 from .conftest import OperatorFactory
+from .test_differential import kube_scheduler  # noqa: F401 - the fixture, used by name
 from .util import wait_event
 
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -229,3 +230,82 @@ async def run_to_placement(kube: Kube, ns: str, operator: OperatorFactory) -> No
         await kube.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod("second", ns, "any-gpu"))
         second = await wait_for(lambda: allocated("second"), 30, what="second's device")
     assert [first, second] == [("gpu-b", "gpu-1"), ("gpu-b", "gpu-0")]
+
+
+def extended_pod(name: str, ns: str, resource: str, count: int, scheduler: str) -> dict[str, Any]:
+    body = manifests.pod(name, namespace=ns, scheduler_name=scheduler)
+    resources = body["spec"]["containers"][0]["resources"]
+    resources["requests"][resource] = str(count)
+    resources["limits"] = {resource: str(count)}  # extended resources: limits equal requests
+    return body
+
+
+@pytest.mark.usefixtures("kube_scheduler")
+async def test_extended_resources_a_device_class_backs_get_the_claim_kube_scheduler_makes(
+    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
+) -> None:
+    """KEP-5004, on in 1.37: a pod asking `example.com/...: 2` in a container, and another the
+    class's implicit name, get devices through a claim the scheduler creates. loadwise and then
+    kube-scheduler place the same two pods on the same nodes: the claims (requests, owner,
+    annotation, allocation on the pod's node, reservation) and the pods' statuses match."""
+    for node in ("gpu-a", "gpu-b", "plain"):
+        await local_cluster.add_node(kube, node, cpu="8", memory="16Gi")
+    async with devices(kube, ns, {"gpu-a": 1, "gpu-b": 2}) as cls:
+        explicit = f"example.com/{cls}"
+        path = f"{RESOURCE}/deviceclasses/{cls}"
+        await kube.merge_patch(path, {"spec": {"extendedResourceName": explicit}})
+        async with operator():
+            ours = await place_extended(
+                kube, ns, cls, explicit, local_cluster.operator_config().scheduler_name
+            )
+        theirs = await place_extended(kube, ns, cls, explicit, "default-scheduler")
+        assert ours == theirs, (ours, theirs)
+
+
+async def place_extended(
+    kube: Kube, ns: str, cls: str, explicit: str, scheduler: str
+) -> list[tuple[Any, ...]]:
+    """Both pods placed by `scheduler`, one after the other; what each got; then gone (the
+    garbage collector deletes their claims with them)."""
+    implicit = f"deviceclass.resource.kubernetes.io/{cls}"
+    found = []
+    for name, resource, count in (("two", explicit, 2), ("one", implicit, 1)):
+        await kube.create(
+            f"/api/v1/namespaces/{ns}/pods", extended_pod(name, ns, resource, count, scheduler)
+        )
+
+        async def placed(name: str = name) -> dict[str, Any] | None:
+            pod: dict[str, Any] = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            return pod if pod["spec"].get("nodeName") else None
+
+        pod = await wait_for(placed, 30, what=f"{scheduler} placed {name}")
+        status = pod["status"].get("extendedResourceClaimStatus") or {}
+        claim = await kube.get(
+            f"{RESOURCE}/namespaces/{ns}/resourceclaims/{status['resourceClaimName']}"
+        )
+        meta, allocation = claim["metadata"], claim["status"]["allocation"]
+        results = allocation["devices"]["results"]
+        assert {r["pool"] for r in results} == {pod["spec"]["nodeName"]}
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        (owner,) = meta["ownerReferences"]
+        assert owner["uid"] == pod["metadata"]["uid"] and owner["controller"] is True
+        found.append(
+            (
+                name,
+                pod["spec"]["nodeName"],
+                len(results),
+                meta["generateName"],
+                meta["annotations"],
+                meta["finalizers"],
+                claim["spec"],
+                status["requestMappings"],
+            )
+        )
+    for name in ("two", "one"):
+        await kube.delete_pod_now(ns, name)
+
+    async def claims_gone() -> bool:
+        return not await kube.list(f"{RESOURCE}/namespaces/{ns}/resourceclaims")
+
+    await wait_for(claims_gone, 60, what="the garbage collector to delete the claims")
+    return found

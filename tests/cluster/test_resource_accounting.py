@@ -192,40 +192,6 @@ async def test_a_nomination_set_by_another_component_is_honoured_as_kube_schedul
     }
 
 
-async def test_a_dra_backed_extended_resource_is_refused_naming_the_resource_and_class(
-    kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
-) -> None:
-    """DRAExtendedResource (beta in 1.36): a DeviceClass backs an extended resource, which
-    kube-scheduler satisfies by allocating devices. loadwise cannot: it says so, no guess."""
-    path = "/apis/resource.k8s.io/v1/deviceclasses"
-    device_class = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "example-gpu"},
-        "spec": {"extendedResourceName": "example.com/dra-gpu"},
-    }
-    await kube.create(path, device_class)
-    try:
-        await local_cluster.add_node(kube, "plain", cpu="4", memory="8Gi")
-        async with operator():
-            for name, resource in (
-                ("explicit", "example.com/dra-gpu"),
-                ("implicit", "deviceclass.resource.kubernetes.io/example-gpu"),
-            ):
-                body = manifests.pod(name, namespace=ns)
-                container = body["spec"]["containers"][0]["resources"]
-                container["requests"][resource] = "1"
-                container["limits"] = {resource: "1"}
-                await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
-                event = await wait_event(kube, ns, name, "FailedScheduling")
-                assert (
-                    f"pod requests {resource}, an extended resource backed by dynamic resource "
-                    "allocation (DeviceClass example-gpu)" in event["message"]
-                ), event["message"]
-    finally:
-        await kube.delete(f"{path}/example-gpu")
-
-
 async def test_a_pod_naming_a_resource_claim_waits_for_it_then_for_its_device_class(
     kube: Kube, local_cluster: LocalCluster, ns: str, operator: OperatorFactory
 ) -> None:

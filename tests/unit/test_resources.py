@@ -214,20 +214,29 @@ def test_parse_pod_counts_a_placed_pods_resize_and_keys_it() -> None:
 
 
 def test_device_classes_name_the_extended_resources_they_back() -> None:
-    classes = DeviceClasses()
-    pod = parse_pod(
-        {
-            "metadata": {"uid": "u", "name": "p", "namespace": "d"},
-            "spec": {"containers": [{"resources": {"requests": {"example.com/gpu": "1"}}}]},
-        }
-    )
-    assert classes.refusal(pod) is None  # no class: an ordinary extended resource
+    backed: dict[str, str] = {}
+    classes = DeviceClasses(backed)
     classes.on_event("ADDED", {"metadata": {"name": "gpus"}, "spec": {}})
-    assert classes.refusal(pod) is None  # the class backs only its implicit name
+    assert backed == {"deviceclass.resource.kubernetes.io/gpus": "gpus"}  # the implicit name
     classes.on_event(
         "MODIFIED",
-        {"metadata": {"name": "gpus"}, "spec": {"extendedResourceName": "example.com/gpu"}},
+        {
+            "metadata": {"name": "gpus", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"extendedResourceName": "example.com/gpu"},
+        },
     )
-    assert "DeviceClass gpus" in (classes.refusal(pod) or "")
+    assert backed["example.com/gpu"] == "gpus"
+    # a newer class naming the same resource backs it; the older keeps its implicit name
+    classes.on_event(
+        "ADDED",
+        {
+            "metadata": {"name": "a-gpus", "creationTimestamp": "2026-02-01T00:00:00Z"},
+            "spec": {"extendedResourceName": "example.com/gpu"},
+        },
+    )
+    assert backed["example.com/gpu"] == "a-gpus"
+    assert backed["deviceclass.resource.kubernetes.io/gpus"] == "gpus"
+    classes.on_event("DELETED", {"metadata": {"name": "a-gpus"}})
+    assert backed["example.com/gpu"] == "gpus"
     classes.relisted(set())
-    assert classes.refusal(pod) is None
+    assert backed == {}

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+EXTENDED_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 CLAIM_NOT_CREATED = "ResourceClaim not created yet"  # resourceclaim.ErrClaimNotFound
 API_UNSUPPORTED = "none of the supported fields are set"  # resourceclaim.ErrAPIUnsupported
 
@@ -53,6 +54,10 @@ class Claim:
     controller_uid: str  # the uid of its controlling owner ("" if none)
     resource_version: str = ""
     reserved_for: tuple[str, ...] = ()  # uids of the consumers in status.reservedFor
+    # made by a scheduler for a pod's extended resources backed by a DeviceClass: the
+    # annotation resource.kubernetes.io/extended-resource-claim "true"; its controller's name
+    extended: bool = False
+    controller_name: str = ""
     # status.allocation as written (None: not allocated) and the whole object as the informer
     # gave it (the device allocator's input, PreBind's starting point)
     allocation: Mapping[str, Any] | None = field(default=None, compare=False)
@@ -113,6 +118,8 @@ def parse_claim(raw: Mapping[str, Any]) -> Claim:
         uid=str(meta.get("uid") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         controller_uid=str(controller.get("uid") or "") if controller is not None else "",
+        controller_name=str(controller.get("name") or "") if controller is not None else "",
+        extended=(meta.get("annotations") or {}).get(EXTENDED_ANNOTATION) == "true",
         resource_version=str(meta.get("resourceVersion") or ""),
         reserved_for=tuple(
             str(r.get("uid") or "") for r in reserved or () if isinstance(r, Mapping)

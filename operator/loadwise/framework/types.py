@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..resources import PodRequests, parse_resource_list, placed_requests, pod_requests
+from .extended_resources import ContainerRequests, may_be_dra_backed, parse_container_requests
 from .node_thresholds import parse_node_thresholds
 from .pod_groups import PodGroupKey, pod_group_of
 from .podaffinity import AffinityTerm, preferred_terms, required_terms
@@ -116,6 +117,9 @@ class PodInfo:
     resize_key: tuple[Any, ...] = ()
     group: PodGroupKey | None = None  # the PodGroup it belongs to (framework/pod_groups.py)
     claims: PodClaims = NO_CLAIMS  # its ResourceClaims, pending pods only (resource_claims.py)
+    # its containers' domain-qualified requests, pending pods asking some only: devices, when
+    # a DeviceClass backs them (extended_resources.py)
+    container_requests: tuple[ContainerRequests, ...] = ()
 
     @property
     def key(self) -> str:
@@ -227,6 +231,8 @@ def _parse_placement(
         pod.spread = parse_constraints(spec, pod.labels)
     if spec.get("resourceClaims"):
         pod.claims = parse_pod_claims(pod.namespace, pod.name, spec, status)
+    if any(may_be_dra_backed(name) for name in pod.requests.amounts):
+        pod.container_requests = parse_container_requests(spec)
 
 
 def controller_of(meta: Mapping[str, Any]) -> Owner | None:

@@ -123,6 +123,12 @@ class ClusterView(Protocol):
         ...
 
     @property
+    def dra_backed(self) -> Mapping[str, str]:
+        """Extended resources a DeviceClass backs (KEP-5004): resource name -> class. On a node
+        that does not list one in its allocatable, dynamic resource allocation provides it."""
+        ...
+
+    @property
     def prefer_no_schedule(self) -> Set[str]:
         """Names of nodes with a PreferNoSchedule taint."""
         ...

@@ -1,18 +1,21 @@
-"""DeviceClasses that back extended resources (dynamic resource allocation, KEP-5004): a pod
-requesting such a resource in its containers is satisfied by DRA in kube-scheduler, which
-loadwise does not evaluate. Rather than guess (an "Insufficient" verdict where kube-scheduler
-would allocate devices), loadwise refuses the pod naming the resource and the class.
+"""DeviceClasses that back extended resources (dynamic resource allocation, KEP-5004, on in
+Kubernetes 1.37): a pod requesting such a resource in its containers (`example.com/gpu: 1`) is
+given devices of the class, through a ResourceClaim the scheduler creates for it
+(dynamic_resources/extended.py).
 
 A class backs `spec.extendedResourceName` when set, and always the implicit name
-`deviceclass.resource.kubernetes.io/<class name>`. Only those names are kept.
+`deviceclass.resource.kubernetes.io/<class name>` (the scheduler's ExtendedResourceCache). When
+several classes name one extended resource, the newest backs it (the same creation time: the
+first name); the cache's answer there depends on the order it saw the classes, this one not.
+The resolved names go into the cluster state (`dra_backed`), which NodeResourcesFit and
+DynamicResources read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from ..framework.types import PodInfo
 from .dynamic_resources.objects import DeviceObjects
 
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -20,46 +23,48 @@ PATH = "/apis/resource.k8s.io/v1/deviceclasses"
 
 
 class DeviceClasses:
-    def __init__(self, devices: DeviceObjects | None = None) -> None:
-        """`devices`: the device allocator's copy, which gets every class too."""
-        self.by_class: dict[str, str] = {}  # class name -> its explicit extendedResourceName
+    def __init__(
+        self, backed: MutableMapping[str, str], devices: DeviceObjects | None = None
+    ) -> None:
+        """`backed`: extended resource name -> DeviceClass, kept here for its readers.
+        `devices`: the device allocator's copy, which gets every class too."""
+        self.backed = backed
         self.devices = devices
+        # class name -> (its explicit extendedResourceName, creationTimestamp as written)
+        self.by_class: dict[str, tuple[str, str]] = {}
 
     def on_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         if self.devices is not None:
             self.devices.on_class_event(event_type, raw)
-        name = str((raw.get("metadata") or {}).get("name") or "")
+        meta = raw.get("metadata") or {}
+        name = str(meta.get("name") or "")
         if not name:
             return
         if event_type == "DELETED":
             self.by_class.pop(name, None)
-            return
-        self.by_class[name] = str((raw.get("spec") or {}).get("extendedResourceName") or "")
+        else:
+            explicit = str((raw.get("spec") or {}).get("extendedResourceName") or "")
+            self.by_class[name] = (explicit, str(meta.get("creationTimestamp") or ""))
+        self._resolve()
 
     def relisted(self, names: set[str]) -> None:
         if self.devices is not None:
             self.devices.relisted_classes(names)
         for name in set(self.by_class) - names:
             del self.by_class[name]
+        self._resolve()
 
-    def refusal(self, pod: PodInfo) -> str | None:
-        """Why loadwise cannot place `pod`, if it requests a DRA-backed extended resource."""
-        if not self.by_class:
-            return None
-        for resource in pod.requests.amounts:
-            if "/" not in resource:
-                continue  # cpu, memory, pods, ephemeral-storage: never DRA-backed
-            if resource.startswith(IMPLICIT_PREFIX):
-                backing = resource.removeprefix(IMPLICIT_PREFIX)
-                if backing not in self.by_class:
-                    continue
-            else:
-                backing = next((c for c, r in self.by_class.items() if r == resource), "")
-                if not backing:
-                    continue
-            return (
-                f"pod requests {resource}, an extended resource backed by dynamic resource "
-                f"allocation (DeviceClass {backing}), which loadwise does not evaluate (use the "
-                "default scheduler for this pod)"
-            )
-        return None
+    def _resolve(self) -> None:
+        backed: dict[str, str] = {IMPLICIT_PREFIX + name: name for name in self.by_class}
+        newest: dict[str, tuple[str, str]] = {}  # explicit name -> (created, class)
+        for name, (explicit, created) in self.by_class.items():
+            if not explicit:
+                continue
+            best = newest.get(explicit)
+            # RFC 3339 in UTC with one format: the strings order as the times do
+            if best is None or created > best[0] or (created == best[0] and name < best[1]):
+                newest[explicit] = (created, name)
+        backed.update({explicit: name for explicit, (_, name) in newest.items()})
+        if backed != self.backed:
+            self.backed.clear()
+            self.backed.update(backed)

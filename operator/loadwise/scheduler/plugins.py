@@ -15,6 +15,7 @@ from ..framework.plugin import Plugin
 from ..framework.plugins.scheduling_gates import SchedulingGates
 from ..framework.types import PodInfo
 from ..kube.transport import Http
+from .dynamic_resources import extended
 from .dynamic_resources.allocation import DeviceAllocation, DeviceScore
 from .dynamic_resources.claim_binding import ClaimBinding, deallocate
 from .dynamic_resources.device_load import DeviceLoad
@@ -65,6 +66,8 @@ def dynamic_resources(handle: Handle) -> Sequence[Plugin]:
         handle.state.nodes,
         handle.device_load,
         functools.partial(deallocate, handle.transport),
+        handle.state.dra_backed,
+        functools.partial(extended.delete, handle.transport),
     )
     return (
         ClaimsExist(handle.state.claims, handle.release),

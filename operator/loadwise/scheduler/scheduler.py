@@ -87,7 +87,8 @@ class Scheduler:
         )
         self.devices = DeviceObjects(state.claims, queue.move_all_to_active)
         self.allocator = AllocatorProcess(self.devices.snapshot)  # started on first use
-        self.device_classes = DeviceClasses(self.devices)  # DRA-backed extended resources: refused
+        # DeviceClasses: the allocator's, and which extended resources they back
+        self.device_classes = DeviceClasses(state.dra_backed, self.devices)
         self.pod_groups = PodGroupMembers(
             scheduler_name, state, queue.add, queue.move_all_to_active
         )
@@ -252,12 +253,11 @@ class Scheduler:
             self.inflight.start_bind(pod.uid, bind, self.profile.bind_allowance(cycle))
             return True
         held = self.preemption.held_for(pod) if self.preemption.nominated else {}
-        refused = self.device_classes.refusal(pod)
         self.outcomes.unschedulable(1, done - started)
         message = result.message
         outcome = (
             self.post_filter(pod, policy, held)
-            if self.profile.post_filters and not (pod.invalid_reason or refused)
+            if self.profile.post_filters and not pod.invalid_reason
             else None
         )
         if isinstance(outcome, NoPreemption):
@@ -308,9 +308,6 @@ class Scheduler:
         """The scheduling cycle for one pod (the pod group cycle's too, with the `siblings` it
         decides alongside): the score index, or the full cycle when room is being made for it
         somewhere."""
-        refused = self.device_classes.refusal(pod)
-        if refused is not None:  # DRA decides this pod's fit: loadwise cannot
-            return Unschedulable(f"pod cannot be scheduled: {refused}", {})
         reserved = self.moves.claim(pod, basis.now) if self.moves.records else None
         held = self.preemption.held_for(pod, siblings) if self.preemption.nominated else {}
         if held or pod.nominated_node or reserved:  # rare: room is being made somewhere

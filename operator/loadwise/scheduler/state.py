@@ -79,6 +79,7 @@ class ClusterState:
         # claims, volumes, classes, CSI objects (volume plugins)
         self.storage = StorageState(storage_changed)
         self.claims = ResourceClaims()  # ResourceClaims (dynamic resource allocation)
+        self.dra_backed: dict[str, str] = {}  # extended resource -> DeviceClass (device_classes)
         # Names of nodes whose own scheduling state changed (node object, pods on it), in
         # order: incremental readers (the score index) re-evaluate only those. A reader keeps
         # its position; after the log restarts (`change_epoch` differs) it starts afresh.

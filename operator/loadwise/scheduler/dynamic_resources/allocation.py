@@ -8,10 +8,12 @@ Prepare, awaited by the loop before the pod's cycle, resolves the pod's claims a
 - a request naming a DeviceClass that does not exist makes it wait for one;
 - the rest go to the device allocator (helper.py), with every allocation in flight, for the
   nodes that have devices; its verdict per node is kept for the cycle that follows at once.
-Filter then reads that verdict per node: the allocator's reason, or none. A pod the cycle finds
-no verdict for (a node added since) is refused on that node with the allocator's own words for a
-node without devices. The verdicts never depend on other pods in the cycle, and a refusal here is
-one no preemption lifts (kube-scheduler's allocator state keeps the victims' devices too).
+Extended resources a DeviceClass backs add a claim of their own per group of nodes
+(extended.py). Filter then reads that verdict per node: the allocator's reason, or none. A pod
+the cycle finds no verdict for (a node added since) is refused on that node with the
+allocator's own words for a node without devices. The verdicts never depend on other pods in
+the cycle, and a refusal here is one no preemption lifts (kube-scheduler's allocator state
+keeps the victims' devices too).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ...framework.selectors import NodeSelectorTerm, parse_node_selector_term
 from ...framework.types import NodeInfo, PodInfo
 from .binding_conditions import ready_for_binding, timed_out
 from .device_load import DeviceLoad
+from .extended import STALE, ExtendedClaim, backed_requests, in_memory, needed_on
 from .helper import AllocatorProcess, AllocatorUnavailable, node_verdicts
 from .objects import DeviceObjects
 
@@ -68,6 +71,24 @@ class Prepared:
     unschedulable: str | None = None  # PreFilter's rejection: no node can take the pod
     unavailable: set[int] = field(default_factory=set)  # allocated claims a node refused
     not_ready: frozenset[int] = frozenset()  # allocated claims whose binding failed or timed out
+    # extended resources backed by DeviceClasses: a claim made in an earlier attempt (stale),
+    # else per node what it must provide as devices, or why it cannot (extended.py)
+    stale_extended: Claim | None = None
+    needed: dict[str, frozenset[str] | str] = field(default_factory=dict)
+    extended: dict[frozenset[str], ExtendedClaim] = field(default_factory=dict)
+
+    @property
+    def allocating(self) -> bool:
+        return bool(self.to_allocate or self.extended)
+
+    def extended_on(self, node: str) -> ExtendedClaim | None:
+        needed = self.needed.get(node)
+        return self.extended.get(needed) if isinstance(needed, frozenset) else None
+
+    def claims_for(self, node: str) -> tuple[Claim, ...]:
+        """The claims allocated on `node`, in the allocator's order."""
+        extended = self.extended_on(node)
+        return self.to_allocate if extended is None else (*self.to_allocate, extended.claim)
 
     def allocations(self, node: str) -> list[Mapping[str, Any]] | None:
         """The allocator's AllocationResults on `node` (one per claim to allocate), or None."""
@@ -96,10 +117,15 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
         nodes: Mapping[str, NodeInfo],
         load: DeviceLoad | None = None,
         deallocate: Callable[[Claim], Coroutine[Any, Any, None]] | None = None,
+        backed: Mapping[str, str] | None = None,
+        delete: Callable[[Claim], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         """`nodes`: the cluster's nodes, as the state keeps them. `load`: the devices'
         measured utilisation (device_load.py), or None: first fit, as kube-scheduler.
-        `deallocate`: PostFilter's write (claim_binding.py), run in a task of its own."""
+        `deallocate`, `delete`: PostFilter's writes (claim_binding.py, extended.py), each run
+        in a task of its own. `backed`: extended resource -> the DeviceClass backing it."""
+        self.backed: Mapping[str, str] = backed if backed is not None else {}
+        self.delete = delete
         self.objects = objects
         self.allocator = allocator
         self.nodes = nodes
@@ -109,10 +135,14 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
         self.current: Prepared | None = None  # the last pod prepared (one pod at a time)
 
     def sign(self, ctx: CycleContext) -> Signature:
-        return UNSIGNABLE if ctx.pod.claims.claims else ()
+        return UNSIGNABLE if self.applies(ctx.pod) else ()
+
+    def applies(self, pod: PodInfo) -> bool:
+        """The pod has claims, or extended resources a DeviceClass backs."""
+        return bool(pod.claims.claims) or bool(backed_requests(pod, self.backed))
 
     def needs(self, pod: PodInfo) -> bool:
-        return bool(pod.claims.claims) and not pod.claims.error
+        return not pod.claims.error and self.applies(pod)
 
     def prepared(self, pod: PodInfo) -> Prepared | None:
         current = self.current
@@ -121,7 +151,7 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
     async def prepare(self, pod: PodInfo) -> str | None:
         self.current = None
         prepared = self._resolve(pod)
-        if prepared.unschedulable is None and prepared.to_allocate:
+        if prepared.unschedulable is None and (prepared.to_allocate or prepared.needed):
             try:
                 error = await self._allocate(prepared)
             except AllocatorUnavailable as exc:
@@ -159,6 +189,8 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
             to_allocate.append(claim)
         prepared.claims, prepared.to_allocate = tuple(claims), tuple(to_allocate)
         prepared.on_nodes = tuple(on_nodes)
+        if backed_requests(pod, self.backed):
+            self._plan_extended(pod, prepared)
         allocated = [c for c in claims if c.allocation is not None]
         readiness = [ready_for_binding(c) for c in allocated]
         prepared.not_ready = frozenset(
@@ -167,6 +199,19 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
             if isinstance(ready, str) or (ready is False and timed_out(c, BINDING_TIMEOUT))
         )
         return prepared
+
+    def _plan_extended(self, pod: PodInfo, prepared: Prepared) -> None:
+        """preFilterExtendedResources, and what filterExtendedResources decides per node."""
+        stale = self.objects.claims.extended_for(pod.namespace, pod.name, pod.uid)
+        if stale is not None:
+            prepared.stale_extended = stale
+            return
+        backed = self.backed
+        for name, node in self.nodes.items():
+            needed = needed_on(pod, node, backed)
+            prepared.needed[name] = needed
+            if needed and isinstance(needed, frozenset) and needed not in prepared.extended:
+                prepared.extended[needed] = in_memory(pod, needed, backed)
 
     def _missing_class(self, claim: Claim) -> str | None:
         """validateDeviceClass for each request: a class that does not exist (yet)."""
@@ -198,26 +243,38 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
                 log.warning("dra-allocator refused some objects: %s", answer["error"])
         if self.load is not None:
             await self.load.refresh_if_due(self.objects, self.allocator)
-        answer = await self.allocator.call(
-            "filter",
-            claims=[c.raw for c in prepared.to_allocate],
-            nodes=names,
-            inflight=self.objects.inflight_allocations(),
-            memo=True,
-            lazy=True,
-        )
-        if answer.get("error"):
-            return str(answer["error"])
-        verdicts = node_verdicts(answer)
-        for verdict in verdicts.values():
-            if verdict.get("error"):
-                return str(verdict["error"])
-        prepared.verdicts = verdicts
+        groups: dict[frozenset[str], list[str]] = {}
+        for name in names:
+            needed = prepared.needed.get(name, frozenset())
+            if isinstance(needed, frozenset):
+                groups.setdefault(needed, []).append(name)
+        for needed, group in groups.items():
+            extended = prepared.extended.get(needed)
+            claims = [c.raw for c in prepared.to_allocate]
+            if extended is not None:
+                claims.append(extended.claim.raw)
+            if not claims:
+                continue  # nothing to allocate there: the node's device plugin serves it
+            answer = await self.allocator.call(
+                "filter",
+                claims=claims,
+                nodes=group,
+                inflight=self.objects.inflight_allocations(),
+                memo=True,
+                lazy=True,
+            )
+            if answer.get("error"):
+                return str(answer["error"])
+            verdicts = node_verdicts(answer)
+            for verdict in verdicts.values():
+                if verdict.get("error"):
+                    return str(verdict["error"])
+            prepared.verdicts.update(verdicts)
         return None
 
     def describe(self, pod: PodInfo, node: str) -> str | None:
         prepared = self.prepared(pod)
-        if prepared is None or not prepared.to_allocate:
+        if prepared is None or not prepared.allocating:
             return None
         found = prepared.devices(node)
         if not found:
@@ -232,7 +289,7 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
 
     # --- the cycle ---------------------------------------------------------------------------
     def prefilter(self, ctx: CycleContext) -> str | None:
-        if not ctx.pod.claims.claims:
+        if not self.applies(ctx.pod):
             return None
         prepared = self.prepared(ctx.pod)
         if prepared is None:
@@ -241,13 +298,22 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
 
     def filter(self, ctx: CycleContext, node: NodeInfo) -> list[str] | None:
         pod = ctx.pod
-        if not pod.claims.claims:
+        if not self.applies(pod):
             return None
         prepared = self.prepared(pod)
         if prepared is None:  # never prepared: a pod group member
             return [IN_GROUP if pod.group is not None else NO_DEVICES]
         if prepared.unschedulable is not None:
             return [prepared.unschedulable]
+        if prepared.stale_extended is not None:
+            return [STALE]
+        needed = prepared.needed.get(node.name)
+        if isinstance(needed, str):
+            return [needed]
+        if needed is None and prepared.needed:
+            return [NO_DEVICES]  # a node added since the pod was prepared
+        if not pod.claims.claims and not needed:
+            return None  # the node's device plugin provides the resources (NodeResourcesFit)
         elsewhere = [
             i
             for i, terms in enumerate(prepared.on_nodes)
@@ -257,7 +323,7 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
         if elsewhere:
             prepared.unavailable.update(elsewhere)  # PostFilter may deallocate one
             return [NOT_HERE]
-        if prepared.to_allocate:
+        if prepared.to_allocate or needed:
             verdict = prepared.verdicts.get(node.name)
             if verdict is None:
                 return [NO_DEVICES]
@@ -277,17 +343,23 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
         node and is reserved for no other pod is deallocated, so the next attempt may
         allocate it anew anywhere."""
         prepared = self.prepared(pod)
+        if prepared is not None and prepared.stale_extended is not None and self.delete:
+            self._spawn(self.delete(prepared.stale_extended))
+            return NoPreemption("deletion of ResourceClaim completed")
         if prepared is None or not prepared.unavailable or self.deallocate is None:
             return None
         allocated = [c for c in prepared.claims if c.allocation is not None]
         for index in sorted(prepared.unavailable):
             claim = allocated[index]
             if not claim.reserved_for or claim.reserved_for == (pod.uid,):
-                task = asyncio.get_running_loop().create_task(self.deallocate(claim))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self.deallocate(claim))
                 return NoPreemption("deallocation of ResourceClaim completed")
         return None
+
+    def _spawn(self, write: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(write)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 class DeviceScore(ScorePlugin):
@@ -302,12 +374,12 @@ class DeviceScore(ScorePlugin):
         self.allocation = allocation
 
     def sign(self, ctx: CycleContext) -> Signature:
-        return UNSIGNABLE if ctx.pod.claims.claims else ()
+        return UNSIGNABLE if self.allocation.applies(ctx.pod) else ()
 
     def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
         load = self.allocation.load
         prepared = self.allocation.prepared(ctx.pod)
-        if load is None or not load.scores or prepared is None or not prepared.to_allocate:
+        if load is None or not load.scores or prepared is None or not prepared.allocating:
             return None
         scores = []
         for node in nodes:

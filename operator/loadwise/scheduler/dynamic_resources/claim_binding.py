@@ -10,6 +10,8 @@ into the claims before the Binding, and given back if the pod does not bind.
   `resource.kubernetes.io/delete-protection` is added (an update), then `status.allocation`
   and the pod in `status.reservedFor` (a status update), each conditional on the claim's
   resourceVersion and retried from a fresh read on conflict (five tries, as RetryOnConflict).
+- Extended resources backed by a DeviceClass: their claim is created first (extended.py), and
+  once it is reserved the pod's status names it; Unreserve deletes it.
 - Unreserve: the in-flight allocations are dropped; where PreBind already reserved the claim
   for the pod, the pod is removed from `reservedFor` (kube-scheduler's strategic merge patch),
   and the resourceclaim controller then clears the allocation: no claim stays allocated to a
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -34,6 +36,7 @@ from ...kube.transport import Http
 from .allocation import BINDING_TIMEOUT, DeviceAllocation
 from .binding_conditions import binding_conditions as _binding_conditions
 from .binding_conditions import ready_for_binding as _ready_for_binding
+from .extended import IN_MEMORY, ExtendedClaim, create, delete, record_in_pod
 from .objects import InFlight, exclusive_devices
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,8 @@ class Reserved:
     allocations: dict[str, Mapping[str, Any]]  # claim uid -> what Reserve allocated
     written: dict[str, int] = field(default_factory=dict)  # claim uid -> resourceVersion
     as_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # claim uid -> object
+    extended: ExtendedClaim | None = None  # the claim for extended resources, to create
+    created: Claim | None = None  # that claim, once created
 
 
 def _path(claim: Claim) -> str:
@@ -82,22 +87,25 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
 
     # --- Reserve -----------------------------------------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
-        if not pod.claims.claims:
+        if not self.allocation.applies(pod):
             return None
         prepared = self.allocation.prepared(pod)
         if prepared is None:
             return "the pod's claims were not prepared for this cycle"
         self.allocation.current = None  # used once
         allocations: dict[str, Mapping[str, Any]] = {}
-        if prepared.to_allocate:
+        to_allocate = prepared.claims_for(node)
+        if to_allocate:
             found = prepared.allocations(node)
-            if found is None or len(found) != len(prepared.to_allocate):
+            if found is None or len(found) != len(to_allocate):
                 return "claim allocation not found for node"
-            for claim, allocation in zip(prepared.to_allocate, found, strict=True):
+            for claim, allocation in zip(to_allocate, found, strict=True):
                 allocations[claim.uid] = allocation
             for uid, allocation in allocations.items():
                 self.objects.inflight[uid] = InFlight(allocation)
-        reserved = Reserved(prepared.claims, allocations)
+        extended = prepared.extended_on(node)
+        claims = prepared.claims if extended is None else (*prepared.claims, extended.claim)
+        reserved = Reserved(claims, allocations, extended=extended)
         state.write(self.name, reserved)
         return None
 
@@ -114,11 +122,22 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
                 del self.objects.inflight[uid]
             else:  # held until the informer shows the write that undoes it
                 entry.until_version = written
-        undo = [c for c in reserved.claims if c.uid in reserved.written]
+        created = reserved.created
+        undo = [c for c in reserved.claims if c.uid in reserved.written and c is not created]
         if undo:
-            task = asyncio.get_running_loop().create_task(self._unreserve(undo, pod))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._unreserve(undo, pod))
+        if created is not None:  # deleted; its devices in flight until then
+            self._spawn(self._delete(created))
+        self.objects.changed()
+
+    def _spawn(self, write: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(write)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _delete(self, claim: Claim) -> None:
+        await delete(self.transport, claim)
+        self.objects.inflight.pop(claim.uid, None)
         self.objects.changed()
 
     async def _unreserve(self, claims: list[Claim], pod: PodInfo) -> None:
@@ -152,7 +171,12 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
         if reserved is None:
             return None
         objects = self.objects
-        for claim in reserved.claims:
+        for index, claim in enumerate(reserved.claims):
+            if claim.name == IN_MEMORY:
+                try:
+                    claim = await self._create(reserved, index, claim)
+                except Exception as exc:
+                    return str(exc) if isinstance(exc, RuntimeError) else repr(exc)
             latest = objects.claims.by_key.get(claim.key, claim)
             if pod.uid in latest.reserved_for:
                 continue
@@ -170,10 +194,28 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
                 return f"updating claim {claim.key}: {exc!r}"
             version = int((written.get("metadata") or {}).get("resourceVersion") or 0)
             reserved.written[claim.uid], reserved.as_written[claim.uid] = version, written
+            if claim is reserved.created and reserved.extended is not None:
+                failed = await record_in_pod(self.transport, pod, claim, reserved.extended)
+                if failed is not None:
+                    return failed
         error = await self._settled(reserved, waiting)
         if error is None and self.binding_timeout:
             error = await self._conditions_met(reserved, waiting)
         return error
+
+    async def _create(self, reserved: Reserved, index: int, claim: Claim) -> Claim:
+        """The claim for extended resources written, and known by its uid from now on."""
+        assert reserved.extended is not None
+        created = await create(self.transport, reserved.extended)
+        reserved.created = created
+        reserved.claims = (*reserved.claims[:index], created, *reserved.claims[index + 1 :])
+        allocation = reserved.allocations.pop(claim.uid, None)
+        entry = self.objects.inflight.pop(claim.uid, None)
+        if allocation is not None:
+            reserved.allocations[created.uid] = allocation
+        if entry is not None:
+            self.objects.inflight[created.uid] = entry
+        return created
 
     async def _conditions_met(self, reserved: Reserved, waiting: Callable[[], None]) -> str | None:
         """kube-scheduler's wait for binding conditions: devices whose driver must make them

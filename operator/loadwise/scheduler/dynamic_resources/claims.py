@@ -18,6 +18,7 @@ Changed = Callable[[str | None], None]  # a claim's key (namespace/name), or Non
 class ResourceClaims:
     def __init__(self) -> None:
         self.by_key: dict[str, Claim] = {}
+        self.extended: dict[str, str] = {}  # pod uid -> key of the claim for its extended resources
         # False when the API is not served or not readable: no claim can be seen, so none is
         # waited for (pods naming one are refused by name, as before DRA was read at all).
         self.served = True
@@ -39,12 +40,28 @@ class ResourceClaims:
             self.by_key.pop(claim.key, None)
         else:
             self.by_key[claim.key] = claim
+        self._index(claim, event_type != "DELETED")
         self._tell(claim.key)
+
+    def _index(self, claim: Claim, present: bool) -> None:
+        if claim.extended and claim.controller_uid:
+            if present:
+                self.extended[claim.controller_uid] = claim.key
+            elif self.extended.get(claim.controller_uid) == claim.key:
+                del self.extended[claim.controller_uid]
+
+    def extended_for(self, namespace: str, name: str, uid: str) -> Claim | None:
+        """findExtendedResourceClaim: the claim a scheduler made for the pod's extended
+        resources (annotated, controlled by the pod), if one exists."""
+        claim = self.by_key.get(self.extended.get(uid, ""))
+        if claim is None or claim.namespace != namespace or claim.controller_name != name:
+            return None
+        return claim
 
     def relisted(self, keys: set[str]) -> None:
         """Forget the claims a fresh list no longer shows."""
         for key in set(self.by_key) - keys:
-            del self.by_key[key]
+            self._index(self.by_key.pop(key), False)
             self._tell(key)
 
     def unserved(self) -> None:
@@ -52,4 +69,5 @@ class ResourceClaims:
         log.warning("ResourceClaims cannot be read: pods naming one are not held for it")
         self.served = False
         self.by_key.clear()
+        self.extended.clear()
         self._tell(None)
