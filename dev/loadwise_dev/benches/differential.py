@@ -457,6 +457,8 @@ class Report:
     device_scenarios: int = 0  # scenarios with devices (differential_devices.py)
     with_devices: int = 0  # incoming pods with resource claims
     devices_placed: int = 0  # ... that loadwise placed (their claims allocated)
+    with_extended: int = 0  # incoming pods asking extended resources a DeviceClass backs
+    extended_placed: int = 0  # ... that loadwise placed
     allocation_problems: int = 0  # ... whose allocation the independent check refused
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -485,6 +487,8 @@ class Report:
             "device_scenarios": self.device_scenarios,
             "pods_with_devices": self.with_devices,
             "pods_with_devices_placed": self.devices_placed,
+            "pods_with_dra_extended_resources": self.with_extended,
+            "pods_with_dra_extended_resources_placed": self.extended_placed,
             "allocations_refused_by_the_check": self.allocation_problems,
             "seconds": round(self.seconds, 1),
             "disagreements": self.disagreements,
@@ -571,12 +575,14 @@ async def run(
     nomination_rng = random.Random(seed ^ NOMINATION_STREAM)
     volume_rng = random.Random(seed ^ volumes.VOLUME_STREAM)
     device_rng = random.Random(seed ^ devices.DEVICE_STREAM)
+    extended_rng = random.Random(seed ^ devices.EXTENDED_STREAM)
     report = Report()
     started = time.monotonic()
     async with volumes.Provisioner(kube, (NS,)):
         for s in range(scenarios):
             streams = (
-                rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng, device_rng
+                rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng,
+                device_rng, extended_rng,
             )  # fmt: skip
             await _scenario(
                 kube, s, pods_per_scenario, scheduler_name, wait_namespace, report, streams
@@ -595,7 +601,8 @@ async def _scenario(
     report: Report,
     streams: tuple[random.Random, ...],
 ) -> None:
-    rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng, device_rng = streams
+    rng, workload_rng, resource_rng, resize_rng, nomination_rng, volume_rng = streams[:6]
+    device_rng, extended_rng = streams[6:]
     await reset(kube)
     if wait_namespace is not None:
         await wait_namespace(NS)
@@ -634,6 +641,10 @@ async def _scenario(
         device_world = devices.gen_world(device_rng, nodes, s, NS)
         await devices.create_world(kube, device_world)
         report.device_scenarios += 1
+        for name, count in devices.plugin_nodes(extended_rng, device_world, nodes).items():
+            listed = {f"example.com/a100-{s}": count}
+            status = {"status": {"allocatable": listed, "capacity": listed}}
+            await kube.merge_patch(f"/api/v1/nodes/{name}/status", status)
     await asyncio.sleep(0.5)  # both schedulers' watches catch up with the scenario
     for i in range(pods_per_scenario):
         template = vary_resources(resource_rng, gen_pod(rng, "x"))
@@ -671,6 +682,14 @@ async def _scenario(
                 )
             template["spec"]["resourceClaims"] = claims
             report.with_devices += 1
+        if (
+            device_world is not None
+            and nominated is None
+            and "volumes" not in template["spec"]
+            and extended_rng.random() < devices.EXTENDED_SHARE
+        ):
+            devices.gen_extended(extended_rng, device_world, template)
+            report.with_extended += 1
         ours = volumes.sided(template, "lw")
         ours["metadata"]["name"] = f"lw-{s}-{i}"
         ours["spec"]["schedulerName"] = scheduler_name
@@ -682,11 +701,16 @@ async def _scenario(
             world: Any = device_world,
             problems: list[str] = problems,
         ) -> None:
-            if world is not None and pod["spec"].get("resourceClaims"):
+            if world is not None and (
+                pod["spec"].get("resourceClaims")
+                or pod["status"].get("extendedResourceClaimStatus")
+            ):
                 problems.extend(devices.check(world, pod, node, await devices.claims_of(kube, pod)))
 
         chosen = await decide(kube, ours, nominated, inspect, device_world)
-        report.devices_placed += chosen not in (None, VANISHED) and "resourceClaims" in ours["spec"]
+        placed = chosen not in (None, VANISHED)
+        report.devices_placed += placed and "resourceClaims" in ours["spec"]
+        report.extended_placed += placed and _asks_extended(ours)
         report.allocation_problems += bool(problems)
 
         async def oracle(
@@ -738,6 +762,15 @@ async def _scenario(
             )
 
 
+def _asks_extended(pod: dict[str, Any]) -> bool:
+    containers = [*(pod["spec"].get("initContainers") or ()), *pod["spec"]["containers"]]
+    return any(
+        name.startswith(("example.com/a100-", devices.IMPLICIT))
+        for c in containers
+        for name in (c.get("resources") or {}).get("requests") or {}
+    )
+
+
 def _storage_summary(world: volumes.World | None) -> dict[str, Any] | None:
     if world is None:
         return None
@@ -746,7 +779,7 @@ def _storage_summary(world: volumes.World | None) -> dict[str, Any] | None:
         "volumes": [
             {"name": v["metadata"]["name"], "labels": v["metadata"]["labels"],
              "size": v["spec"]["capacity"]["storage"], "modes": v["spec"]["accessModes"],
-             "affinity": v["spec"]["nodeAffinity"], "claimRef": v["spec"].get("claimRef")}
+             "affinity": v["spec"].get("nodeAffinity"), "claimRef": v["spec"].get("claimRef")}
             for v in world.volumes
         ],
         "claims": [c["metadata"]["name"] for c in world.claims],
@@ -812,8 +845,10 @@ def main() -> int:
         f"with volumes ({result['pods_with_volumes_placed']} placed, "
         f"{result['pods_with_an_in_tree_disk']} with an in-tree disk); "
         f"{result['device_scenarios']} scenarios with devices, {result['pods_with_devices']} "
-        f"pods with claims ({result['pods_with_devices_placed']} placed, "
-        f"{result['allocations_refused_by_the_check']} allocations refused by the check); "
+        f"pods with claims ({result['pods_with_devices_placed']} placed), "
+        f"{result['pods_with_dra_extended_resources']} with extended resources a class backs "
+        f"({result['pods_with_dra_extended_resources_placed']} placed), "
+        f"{result['allocations_refused_by_the_check']} allocations refused by the check; "
         f"{result['seconds']}s; seed {args.seed}"
     )
     for d in report.disagreements:

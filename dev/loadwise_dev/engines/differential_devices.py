@@ -9,7 +9,11 @@ selector, DeviceClasses (every GPU, A100s only, NICs), claims already allocated 
 Each incoming pod may get (`gen_claims`) a ResourceClaimTemplate of its own, which both copies
 name (each gets its own claim from the resourceclaim controller): counts, All, firstAvailable,
 CEL on attributes and capacity (quantity, semver, cel.bind, optionals), matchAttribute across
-two requests, a toleration of the taint, a NIC, a missing class; or the shared claim.
+two requests, a toleration of the taint, a NIC, a missing class; or the shared claim. Some pods
+ask instead (or as well), from a stream of their own (`gen_extended`), a count of an extended
+resource the A100 class backs (`example.com/a100-<s>`) or of the GPU class's implicit name, in
+one container or split between an init container and the app container; some nodes without
+GPUs list the extended resource in their allocatable, as a device plugin would publish it.
 
 An allocation loadwise writes is checked here (`check`), independently of both schedulers'
 allocators: every device exists and is on the pod's node (or in the shared pool its labels
@@ -33,6 +37,9 @@ from .. import manifests
 from ..kube import Kube, KubeError
 
 DEVICE_STREAM = 0xD7A
+EXTENDED_STREAM = 0x5004  # extended resources backed by a class (KEP-5004)
+EXTENDED_SHARE = 0.3  # device scenarios' pods asking some
+IMPLICIT = "deviceclass.resource.kubernetes.io/"
 DEVICE_SHARE = 0.4  # scenarios with devices, and pods with claims in them
 GPU, NIC = "gpu.example.com", "nic.example.com"
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -102,10 +109,11 @@ def gen_world(rng: random.Random, nodes: list[dict[str, Any]], s: int, ns: str) 
         {
             "metadata": {"name": f"a100-{s}"},
             "spec": {
+                "extendedResourceName": f"example.com/a100-{s}",
                 "selectors": [
                     {"cel": {"expression": gpu_sel}},
                     {"cel": {"expression": f'device.attributes["{GPU}"].model == "a100"'}},
-                ]
+                ],
             },
         },
         {
@@ -328,9 +336,44 @@ def gen_claims(rng: random.Random, world: World, i: int) -> tuple[list[Any], dic
     return [{"name": "devices", "resourceClaimTemplateName": name}], template
 
 
+def plugin_nodes(rng: random.Random, world: World, nodes: list[dict[str, Any]]) -> dict[str, str]:
+    """Nodes without GPUs whose device plugin lists the A100 class's extended resource:
+    node -> how many (their allocatable and capacity, patched in)."""
+    with_gpus = {d["node"] for d in world.devices.values()}
+    return {
+        n["metadata"]["name"]: str(rng.randint(1, 2))
+        for n in nodes
+        if n["metadata"]["name"] not in with_gpus and rng.random() < 0.3
+    }
+
+
+def gen_extended(rng: random.Random, world: World, pod: dict[str, Any]) -> None:
+    """Extended resources in the pod's containers: an A100 count by the class's explicit name,
+    or any GPU by the GPU class's implicit one; sometimes an init container asks too."""
+    s = world.scenario
+    resource = f"example.com/a100-{s}" if rng.random() < 0.6 else f"{IMPLICIT}gpu-{s}"
+    count = rng.choice((1, 1, 2))
+    containers = [pod["spec"]["containers"][0]]
+    if rng.random() < 0.3:
+        init = {"name": "init", "image": containers[0].get("image", "pause"),
+                "resources": {"requests": {}}}  # fmt: skip
+        pod["spec"]["initContainers"] = [init]
+        containers.append(init)
+    for n, container in enumerate(containers):
+        amount = str(count + n)  # the init container asks one more: its own request
+        resources = container.setdefault("resources", {})
+        resources.setdefault("requests", {})[resource] = amount
+        resources.setdefault("limits", {})[resource] = amount
+
+
 async def claims_of(kube: Kube, pod: dict[str, Any]) -> list[dict[str, Any]]:
     ns = pod["metadata"]["namespace"]
     out = []
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    if extended.get("resourceClaimName"):
+        with contextlib.suppress(KubeError):
+            path = f"{RESOURCE}/namespaces/{ns}/resourceclaims/{extended['resourceClaimName']}"
+            out.append(await kube.get(path))
     for status in pod.get("status", {}).get("resourceClaimStatuses") or ():
         with contextlib.suppress(KubeError):
             path = f"{RESOURCE}/namespaces/{ns}/resourceclaims/{status['resourceClaimName']}"
@@ -354,6 +397,10 @@ def check(world: World, pod: dict[str, Any], node: str, claims: list[dict[str, A
             continue
         if name == world.shared:
             continue  # allocated by the world: the pod must only be where it is
+        annotations = claim["metadata"].get("annotations") or {}
+        ask = None
+        if annotations.get("resource.kubernetes.io/extended-resource-claim") == "true":
+            ask = _extended_ask(world, pod, claim)
         template = next(
             (
                 e.get("resourceClaimTemplateName")
@@ -362,7 +409,8 @@ def check(world: World, pod: dict[str, Any], node: str, claims: list[dict[str, A
             ),
             None,
         )
-        ask = world.asks.get(str(template))
+        if ask is None:
+            ask = world.asks.get(str(template))
         results = allocation["devices"]["results"]
         keys = [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
         for key in keys:
@@ -379,6 +427,35 @@ def check(world: World, pod: dict[str, Any], node: str, claims: list[dict[str, A
         if ask is not None:
             problems += _check_ask(world, ask, results, node)
     return problems
+
+
+def _extended_ask(world: World, pod: dict[str, Any], claim: dict[str, Any]) -> Ask:
+    """What the claim for the pod's extended resources must give: per request, as many devices
+    of its class as the container it serves asks beyond what the app container's request
+    gives it (the init container asks one more than the app container here)."""
+    s = world.scenario
+    select: dict[str, Predicate] = {
+        f"a100-{s}": lambda d: d.get("model") == "a100",
+        f"gpu-{s}": lambda d: d["driver"] == GPU,
+    }
+    init = (pod["spec"].get("initContainers") or [{}])[0]
+    app = pod["spec"]["containers"][0]
+    requests = []
+    for request in claim["spec"]["devices"]["requests"]:
+        exactly = request["exactly"]
+        index = int(request["name"].split("-")[1])  # container-<i>-request-<j>
+        container = init if index == 0 and init else app
+        asked = {
+            name: int(q)
+            for name, q in container["resources"]["requests"].items()
+            if "/" in name and not name.startswith("kubernetes.io")
+        }
+        (wanted,) = asked.values()
+        if container is init:  # it reuses the app container's devices first
+            wanted -= int(next(v for k, v in app["resources"]["requests"].items() if "/" in k))
+        pick = select.get(exactly["deviceClassName"], lambda d: False)
+        requests.append(Request(request["name"], wanted, pick))
+    return Ask(requests)
 
 
 def _check_ask(world: World, ask: Ask, results: list[Any], node: str) -> list[str]:
