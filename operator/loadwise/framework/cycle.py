@@ -167,6 +167,8 @@ def select(
     feasible hot nodes, and `scores` gives the preferences normalised over all feasible nodes
     (one list per preference, aligned with `feasible`; empty when none applies)."""
     kept, all_hot = profile.load.pass_over(ctx, load)
+    if scores is None and not all_hot:
+        kept = _cool_for_preferences(ctx, [feasible[i] for i in kept], kept, profile)
     hot = len(load) - len(kept) if hot_feasible is None else hot_feasible
     if len(kept) < len(load):
         feasible = [feasible[i] for i in kept]
@@ -187,6 +189,20 @@ def select(
     ranked[0] = (ranked[0][0], aged(ranked[0][1], ctx))
     best_score, best = ranked[0]
     return Decision(best.node, best_score, ranked, ctx.policy.name, 0 if all_hot else hot, all_hot)
+
+
+def _cool_for_preferences(
+    ctx: CycleContext, nodes: Sequence[NodeInfo], kept: list[int], profile: Profile
+) -> list[int]:
+    """Of the nodes the load kept, those no preference finds hot (its devices), unless that
+    leaves none: the same rule as hot nodes'."""
+    for plugin in profile.scorers:
+        hot = plugin.hot(ctx, nodes)
+        if hot is None or not any(hot) or all(hot):
+            continue
+        nodes = [n for n, h in zip(nodes, hot, strict=True) if not h]
+        kept = [i for i, h in zip(kept, hot, strict=True) if not h]
+    return kept
 
 
 def aged(score: NodeScore, ctx: CycleContext) -> NodeScore:

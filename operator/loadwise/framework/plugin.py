@@ -138,6 +138,13 @@ class ScorePlugin(Plugin):
         return () for pods the preference does not apply to (they may be batched)."""
         return UNSIGNABLE
 
+    def hot(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[bool] | None:
+        """Which feasible nodes this preference finds hot for the pod (a device it would get
+        there is): passed over, as hot nodes are, while another stays. None: none is. Asked
+        only on the full path (every feasible node at once): a plugin that answers signs the
+        pods it answers for UNSIGNABLE."""
+        return None
+
     def weight_for(self, ctx: CycleContext) -> float:
         """This plugin's weight for the pod (fixed, unless the policy sets it)."""
         return self.weight
@@ -200,6 +207,10 @@ class ReservePlugin(Plugin):
         """Undo Reserve; called for every Reserve plugin, so it must cope with a Reserve that
         failed or never ran (nothing in `state`), and must not raise."""
         raise NotImplementedError
+
+    def reserved(self, state: CycleState) -> str | None:
+        """What Reserve gave the pod, said in its Scheduled event (None: nothing to say)."""
+        return None
 
 
 class PreBindPlugin(Plugin):

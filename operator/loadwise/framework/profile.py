@@ -240,6 +240,11 @@ class Profile:
             except Exception:
                 log.exception("Unreserve of plugin %s for %s failed", plugin.name, pod.key)
 
+    def describe_reserved(self, state: CycleState) -> list[str]:
+        """What the Reserve plugins gave the pod (the Scheduled event's last words)."""
+        said = (p.reserved(state) for p in self.reservers)
+        return [line for line in said if line]
+
     def bind_allowance(self, state: CycleState) -> float:
         """How much longer than a bind the pod's binding cycle may take (its PreBinds)."""
         return sum(plugin.allowance(state) for plugin in self.prebinders)

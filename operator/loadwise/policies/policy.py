@@ -102,6 +102,27 @@ class TargetUtilization(_Model):
     memory: float = Field(80, ge=1, le=100, description="Percent memory utilisation.")
 
 
+class DeviceSettings(_Model):
+    """How the devices of dynamic resource allocation (GPUs) are chosen, by their measured
+    utilisation (the operator's device query, DCGM_FI_DEV_GPU_UTIL by default)."""
+
+    hot_threshold: float = Field(
+        90,
+        ge=1,
+        le=100,
+        description="Percent utilisation above which a device is hot: a node whose devices "
+        "for the pod would include a hot one is passed over while another feasible node's "
+        "would not, as hot nodes are; on each node the coolest devices that fit are taken. "
+        "100 disables.",
+    )
+    strategy: Literal["Spread", "Pack"] = Field(
+        "Spread",
+        description="Spread: prefer nodes whose devices for the pod are the least busy. "
+        "Pack: prefer nodes with the fewest devices left free after the pod, so whole nodes "
+        "stay free for pods asking many devices.",
+    )
+
+
 class SpreadByLabel(_Model):
     """Pods whose value of this label is equal (one tenant, one team) are spread across nodes."""
 
@@ -250,6 +271,10 @@ class SchedulingPolicySpec(_Model):
     rebalance: Rebalance = Field(
         default_factory=Rebalance,
         description="Moving pods off nodes that stay hot (off by default).",
+    )
+    devices: DeviceSettings = Field(
+        default_factory=DeviceSettings,
+        description="Devices allocated through ResourceClaims: when one is hot, spread or pack.",
     )
     gang_hot_wait_seconds: int = Field(
         0,

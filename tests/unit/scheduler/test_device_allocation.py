@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from loadwise.framework.pod_groups import UPSTREAM
-from loadwise.scheduler.dynamic_resources.helper import COMMAND_ENV
+from loadwise.scheduler.dynamic_resources.allocation import DeviceAllocation
+from loadwise.scheduler.dynamic_resources.device_load import DeviceLoad
+from loadwise.scheduler.dynamic_resources.helper import COMMAND_ENV, AllocatorProcess
+from loadwise.scheduler.dynamic_resources.objects import DeviceObjects
 from loadwise.scheduler.scheduler import Scheduler
 from loadwise_dev import manifests
 
@@ -441,3 +444,49 @@ async def test_devices_with_binding_conditions_bind_once_ready_and_fail_when_the
         "reason=Driver, message='said so'"
     )
     assert not api.binds("trainer")
+
+
+class FixedLoad(DeviceLoad):
+    """Device utilisation as given (the dev exporter and Prometheus stand in for it in the
+    cluster test), sent to the allocator as the real one sends Prometheus' figures."""
+
+    def __init__(self, busy: Mapping[str, float]) -> None:
+        super().__init__((), 15.0)
+        self.busy = dict(busy)
+
+    async def refresh_if_due(self, objects: DeviceObjects, allocator: AllocatorProcess) -> None:
+        if self.scores != self.busy or allocator.starts != self._start:
+            await allocator.call("scores", deviceScores=self.busy)
+            self.scores, self._start = dict(self.busy), allocator.starts
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        ({"hotThreshold": 90, "strategy": "Pack"}, "n2"),  # n1's one GPU is hot: passed over
+        ({"hotThreshold": 100, "strategy": "Pack"}, "n1"),  # no hot devices: n1 fills up
+        ({"hotThreshold": 100, "strategy": "Spread"}, "n2"),  # the least busy devices
+    ],
+)
+async def test_devices_pack_or_spread_and_a_hot_one_is_passed_over_as_hot_nodes_are(
+    devices: dict[str, Any], expected: str
+) -> None:
+    api = ClaimsApi()
+    sched = cluster(api, {"n1": 1, "n2": 2})
+    sched.policies.apply("gpus", {"devices": devices})
+    load = FixedLoad(
+        {f"{DRIVER}/n1/gpu-0": 95.0, f"{DRIVER}/n2/gpu-0": 20.0, f"{DRIVER}/n2/gpu-1": 30.0}
+    )
+    for plugin in sched.profile.plugins:
+        if isinstance(plugin, DeviceAllocation):
+            plugin.load = load
+    add_claim(sched, api, claim("c"))
+    async with running(sched):
+        sched.on_pod_event("ADDED", with_claim(raw_pod("trainer"), "c"))
+        await until(lambda: bool(api.binds("trainer")), timeout=10)
+        await until(lambda: bool(api.events("Scheduled")))
+    assert api.binds("trainer")[0].body["target"]["name"] == expected  # type: ignore[index]
+    (scheduled,) = api.events("Scheduled")
+    assert ("1 hot node(s) passed over" in scheduled["message"]) == (
+        expected == "n2" and devices["strategy"] == "Pack"
+    ), scheduled["message"]

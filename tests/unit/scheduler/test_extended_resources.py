@@ -129,6 +129,12 @@ async def test_a_pod_asking_gpus_by_extended_resource_gets_a_claim_as_kube_sched
         sched.on_pod_event("ADDED", raw)
         await until(lambda: bool(api.binds("trainer")), timeout=10)
     assert api.binds("trainer")[0].body["target"]["name"] == "n2"  # type: ignore[index]
+    await until(lambda: bool(api.events("Scheduled")))
+    (scheduled,) = api.events("Scheduled")
+    assert scheduled["message"].endswith(
+        "; devices on n2: gpu.example.com/n2/gpu-0, gpu.example.com/n2/gpu-1"
+        " (first fit: no figures)"
+    ), scheduled["message"]
     (stored,) = api.claims.values()
     meta = stored["metadata"]
     assert meta["name"] == "trainer-extended-resources-1"

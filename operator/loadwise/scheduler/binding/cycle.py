@@ -114,9 +114,12 @@ class BindingCycle:
             )
         # The decision's number in this replica's order: binds and event writes run
         # concurrently, so the events' own order is not the order of the decisions.
-        message = (
-            f"Successfully assigned {pod.key} to {decision.node} (decision {sequence}); "
-            f"{decision_record(decision)}"
+        message = "; ".join(
+            (
+                f"Successfully assigned {pod.key} to {decision.node} (decision {sequence})",
+                decision_record(decision),
+                *self.profile.describe_reserved(cycle),
+            )
         )
         self.events.emit(pod, "Normal", "Scheduled", message)
         return True

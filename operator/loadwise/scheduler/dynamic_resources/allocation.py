@@ -363,9 +363,11 @@ class DeviceAllocation(PreparePlugin, FilterPlugin, PostFilterPlugin):
 
 
 class DeviceScore(ScorePlugin):
-    """Nodes whose devices are cooler first: each feasible node scores by the measured
-    utilisation of the devices the allocator chose there (already its coolest that fit), as
-    the load score does for CPU and memory, and with its weight."""
+    """The policy's `devices`: Spread prefers nodes whose devices for the pod (already each
+    node's coolest that fit) are the least busy, as the load score does for CPU and memory and
+    with its weight; Pack prefers nodes with the fewest devices left free after the pod. Either
+    way a node whose devices for the pod include a hot one is passed over while another's do
+    not (`hot`)."""
 
     name: ClassVar[str] = "DeviceLoad"
     weight: ClassVar[int] = LOAD_WEIGHT
@@ -377,9 +379,19 @@ class DeviceScore(ScorePlugin):
         return UNSIGNABLE if self.allocation.applies(ctx.pod) else ()
 
     def score(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[float] | None:
-        load = self.allocation.load
         prepared = self.allocation.prepared(ctx.pod)
-        if load is None or not load.scores or prepared is None or not prepared.allocating:
+        if prepared is None or not prepared.allocating:
+            return None
+        if ctx.policy.spec.devices.strategy == "Pack":
+            total, used = self.allocation.objects.device_usage()
+            return [
+                MAX_SCORE * min(1.0, (used[n.name] + len(prepared.devices(n.name))) / total[n.name])
+                if total[n.name]
+                else 0.0
+                for n in nodes
+            ]
+        load = self.allocation.load
+        if load is None or not load.scores:
             return None
         scores = []
         for node in nodes:
@@ -387,6 +399,17 @@ class DeviceScore(ScorePlugin):
             busy = sum(figures) / len(figures) if figures else 50.0  # unmeasured: neutral
             scores.append(max(0.0, MAX_SCORE - min(busy, 100.0) * MAX_SCORE / 100.0))
         return scores
+
+    def hot(self, ctx: CycleContext, nodes: Sequence[NodeInfo]) -> list[bool] | None:
+        load = self.allocation.load
+        prepared = self.allocation.prepared(ctx.pod)
+        if load is None or not load.scores or prepared is None or not prepared.allocating:
+            return None
+        threshold = ctx.policy.spec.devices.hot_threshold
+        return [
+            any((u := load.of(d)) is not None and u > threshold for d in prepared.devices(n.name))
+            for n in nodes
+        ]
 
 
 def _allocation_nodes(allocation: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...] | None:

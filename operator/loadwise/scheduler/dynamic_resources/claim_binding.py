@@ -59,6 +59,7 @@ class Reserved:
     as_written: dict[str, dict[str, Any]] = field(default_factory=dict)  # claim uid -> object
     extended: ExtendedClaim | None = None  # the claim for extended resources, to create
     created: Claim | None = None  # that claim, once created
+    described: str | None = None  # the devices, for the Scheduled event
 
 
 def _path(claim: Claim) -> str:
@@ -92,6 +93,7 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
         prepared = self.allocation.prepared(pod)
         if prepared is None:
             return "the pod's claims were not prepared for this cycle"
+        described = self.allocation.describe(pod, node)
         self.allocation.current = None  # used once
         allocations: dict[str, Mapping[str, Any]] = {}
         to_allocate = prepared.claims_for(node)
@@ -105,9 +107,13 @@ class ClaimBinding(ReservePlugin, PreBindPlugin):
                 self.objects.inflight[uid] = InFlight(allocation)
         extended = prepared.extended_on(node)
         claims = prepared.claims if extended is None else (*prepared.claims, extended.claim)
-        reserved = Reserved(claims, allocations, extended=extended)
+        reserved = Reserved(claims, allocations, extended=extended, described=described)
         state.write(self.name, reserved)
         return None
+
+    def reserved(self, state: CycleState) -> str | None:
+        reserved: Reserved | None = state.read(self.name)
+        return reserved.described if reserved is not None else None
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
         reserved: Reserved | None = state.read(self.name)

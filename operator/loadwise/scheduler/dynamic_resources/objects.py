@@ -11,6 +11,7 @@ while a bind is on its way.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ class DeviceObjects:
         self.slices: dict[str, Mapping[str, Any]] = {}
         self.classes: dict[str, Mapping[str, Any]] = {}
         self.slice_nodes: dict[str, str] = {}  # slice -> its node ("" shared through a selector)
+        self.slice_devices: dict[str, int] = {}  # slice -> how many devices it publishes
         self.inflight: dict[str, InFlight] = {}  # claim uid -> its allocation
         self._pending: list[dict[str, Any]] = []
         self._claims_sent: dict[str, str] = {}  # claim key -> resourceVersion sent
@@ -65,9 +67,12 @@ class DeviceObjects:
         if event_type == "DELETED":
             self._drop("ResourceSlice", name, self.slices)
             self.slice_nodes.pop(name, None)
+            self.slice_devices.pop(name, None)
         else:
             self.slices[name] = raw
-            self.slice_nodes[name] = str((raw.get("spec") or {}).get("nodeName") or "")
+            spec = raw.get("spec") or {}
+            self.slice_nodes[name] = str(spec.get("nodeName") or "")
+            self.slice_devices[name] = len(spec.get("devices") or ())
             self._pending.append({"op": "upsert", "kind": "ResourceSlice", "object": raw})
         self.changed()
 
@@ -75,6 +80,7 @@ class DeviceObjects:
         for name in set(self.slices) - names:
             self._drop("ResourceSlice", name, self.slices)
             self.slice_nodes.pop(name, None)
+            self.slice_devices.pop(name, None)
 
     def on_class_event(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         name = str((raw.get("metadata") or {}).get("name") or "")
@@ -199,6 +205,27 @@ class DeviceObjects:
         if self.shared_slices():
             return None
         return set(self.slice_nodes.values())
+
+    def device_usage(self) -> tuple[Counter[str], Counter[str]]:
+        """Per node, the devices its own slices publish, and how many of those are allocated
+        (the informer's claims and the allocations in flight)."""
+        total: Counter[str] = Counter()
+        pool_node: dict[str, str] = {}
+        for name, node in self.slice_nodes.items():
+            if node:
+                total[node] += self.slice_devices.get(name, 0)
+                spec = self.slices[name].get("spec") or {}
+                pool = f"{spec.get('driver')}/{(spec.get('pool') or {}).get('name')}"
+                pool_node[pool] = node
+        used: Counter[str] = Counter()
+        taken = set(self.holders)
+        for entry in self.inflight.values():
+            taken.update(exclusive_devices(entry.allocation))
+        for device in taken:
+            owner = pool_node.get(device.rsplit("/", 1)[0])
+            if owner:
+                used[owner] += 1
+        return total, used
 
     def inflight_allocations(self) -> list[Mapping[str, Any]]:
         return [entry.allocation for entry in self.inflight.values()]
