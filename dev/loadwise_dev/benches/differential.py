@@ -326,7 +326,7 @@ async def decide(
         return node
     finally:
         await kube.delete_pod_now(ns, name)
-        if world is not None and body["spec"].get("resourceClaims"):
+        if world is not None and (body["spec"].get("resourceClaims") or _asks_extended(body)):
             await devices.settle(kube, world, name)
 
 
@@ -496,6 +496,7 @@ class Report:
 
 
 VANISHED = "(deleted before its outcome was read)"
+REFUSALS: dict[str, str] = {}  # pod name -> why its scheduler refused it (disagreements show it)
 
 
 async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str | None:
@@ -513,6 +514,11 @@ async def outcome(kube: Kube, ns: str, name: str, timeout: float = 20.0) -> str 
         if pod["spec"].get("nodeName"):
             return str(pod["spec"]["nodeName"])
         if manifests.marked_unschedulable(pod) and not _waits_for_ephemeral_claim(pod):
+            REFUSALS[name] = next(
+                (str(c.get("message")) for c in pod["status"]["conditions"]
+                 if c.get("type") == "PodScheduled"),
+                "",
+            )  # fmt: skip
             return None
         await asyncio.sleep(0.02)
     conditions = (pod.get("status") or {}).get("conditions")
@@ -752,6 +758,8 @@ async def _scenario(
                     "pod": i,
                     "loadwise": chosen,
                     "kube_scheduler": accepted,
+                    "kube_scheduler_said": REFUSALS.get(f"ks-{s}-{i}"),
+                    "loadwise_said": REFUSALS.get(f"lw-{s}-{i}"),
                     "nominated": nominated,
                     "held": held_by,
                     "spec": template["spec"],
