@@ -95,6 +95,8 @@ class Scheduler:
         self.preemption = Preemptor(state, binder, profile, self.rng, self.pod_groups.whole_groups)
         self.moves = Moves(state, self.preemption.nominated)
         self.profile = self._extended(profile, plugins)
+        # The dry runs judge nodes by every filter the cycle runs (DynamicResources' too)
+        self.preemption.profile = self.profile
         self.index = ScoreIndex(self.profile)
         self._wire_cycles()
         obs.PENDING.labels("gated").set_function(self.profile.holding)

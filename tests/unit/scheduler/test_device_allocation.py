@@ -490,3 +490,26 @@ async def test_devices_pack_or_spread_and_a_hot_one_is_passed_over_as_hot_nodes_
     assert ("1 hot node(s) passed over" in scheduled["message"]) == (
         expected == "n2" and devices["strategy"] == "Pack"
     ), scheduled["message"]
+
+
+async def test_preemption_never_evicts_for_a_node_whose_devices_cannot_serve_the_pod() -> None:
+    """The dry runs judge a node by every filter the cycle runs: n1 has room once its
+    low-priority pod goes, but no GPU; n2's GPU is free, and its pod outranks the preemptor.
+    Nothing is evicted (the dry runs once left DynamicResources out and evicted on n1)."""
+    api = ClaimsApi()
+    sched = cluster(api, {"n2": 1})
+    sched.on_node_event("ADDED", manifests.node("n1"))
+    for name, node, priority in (("low", "n1", 0), ("high", "n2", 5000)):
+        raw = raw_pod(name, cpu="4")
+        raw["spec"]["priority"], raw["spec"]["nodeName"] = priority, node
+        sched.on_pod_event("ADDED", raw)
+    add_claim(sched, api, claim("c"))
+    preemptor = with_claim(raw_pod("trainer", cpu="1"), "c")
+    preemptor["spec"]["priority"] = 1000
+    async with running(sched):
+        sched.on_pod_event("ADDED", preemptor)
+        await until(lambda: bool(api.events("FailedScheduling")), timeout=10)
+    message = api.events("FailedScheduling")[0]["message"]
+    assert "preemption: 0/2 nodes are available" in message, message
+    assert not api.fake.requests("DELETE", "/pods/low")
+    assert not api.status_patches("low")
