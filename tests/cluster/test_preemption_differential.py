@@ -51,5 +51,7 @@ async def test_loadwise_preempts_as_kube_scheduler_does(
         "twin",
         "pod-level requests",
         "resizing",
+        "devices",
+        "device held by a lower-priority pod",
     ):
         assert mix[tag] >= 1, (tag, preemption_diff.summary(report))

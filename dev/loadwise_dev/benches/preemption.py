@@ -50,6 +50,7 @@ from typing import Any, Literal
 from loadwise.kube.times import stamp
 
 from .. import manifests
+from ..engines import preemption_devices as devices
 from ..kube import Kube, KubeError
 
 ZONE = "topology.kubernetes.io/zone"
@@ -188,6 +189,7 @@ class Case:
     tags: set[str] = field(default_factory=set)
     held: HeldSpec | None = None
     volume: VolumeSpec | None = None
+    devices: devices.DeviceSpec | None = None  # GPUs (engines/preemption_devices.py)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -199,6 +201,7 @@ class Case:
             "preemptor": {**asdict(self.preemptor), "priority": self.preemptor.priority},
             "held": {**asdict(self.held), "priority": self.held.priority} if self.held else None,
             "volume": asdict(self.volume) if self.volume else None,
+            "devices": asdict(self.devices) if self.devices else None,
         }
 
 
@@ -521,6 +524,8 @@ def build_preemptor(case: Case, tag: str, scheduler: str) -> dict[str, Any]:
     _constrain(body, pre.anti, pre.spread, pre.app, pre.spread_selects_all)
     if case.volume is not None:
         body["spec"]["volumes"] = [_claim_volume()]
+    if case.devices is not None:
+        devices.claim_for(body)
     return _at_pod_level(body) if pre.pod_level else body
 
 
@@ -749,11 +754,18 @@ async def setup_copy(
     if case.volume is not None:
         await make_volume(kube, case, tag)
 
+    uids: dict[str, str] = {}
+
     async def place(spec: PodSpec) -> None:
-        await kube.create(f"/api/v1/namespaces/{ns}/pods", build_pod(case, tag, spec))
+        made = await kube.create(f"/api/v1/namespaces/{ns}/pods", build_pod(case, tag, spec))
+        uids[spec.name] = made["metadata"]["uid"]
         await kube.merge_patch(f"/api/v1/namespaces/{ns}/pods/{spec.name}/status", pod_status(spec))
 
     await _gather(place(p) for p in case.pods)
+    if case.devices is not None:
+        names = [node_name(case, tag, i) for i in range(len(case.nodes))]
+        node_of = {p.name: p.node for p in case.pods}
+        await devices.make(kube, case.devices, ns, names, uids, node_of)
     base = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
     for budget in case.pdbs:
         created = await kube.create(base, build_pdb(case, tag, budget))
@@ -792,6 +804,9 @@ async def teardown_copy(env: Env, case: Case, tag: str) -> None:
             await kube.delete(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{budget.name}")
     if case.volume is not None:
         await remove_volume(kube, case, tag)
+    if case.devices is not None:
+        names = [node_name(case, tag, i) for i in range(len(case.nodes))]
+        await devices.remove(kube, case.devices, ns, names)
     for i in range(len(case.nodes)):
         with contextlib.suppress(KubeError):
             await kube.delete(f"/api/v1/nodes/{node_name(case, tag, i)}")
@@ -920,6 +935,7 @@ async def run(
     kube-scheduler's (the oracle). With one side only the mix and its outcomes are recorded."""
     env = Env(kube, pdb_controller, tuple(sides), tuple(tags))
     await ensure_priority_classes(kube)
+    await devices.ensure_class(kube)
     rng = random.Random(seed)
     generated = [generate(rng, i) for i in range(cases)]
     # Pod-level requests on a stream of their own: a seed's cases stay what they were.
@@ -927,7 +943,15 @@ async def run(
     resizes = random.Random(seed ^ RESIZE_STREAM)
     nominations = random.Random(seed ^ NOMINATION_STREAM)
     volumes = random.Random(seed ^ VOLUME_STREAM)
+    device_rng = random.Random(seed ^ devices.DEVICE_STREAM)
     for case in generated:
+        gpus = devices.generate(device_rng, len(case.nodes), [(p.name, p.node) for p in case.pods])
+        if gpus is not None and "twin" not in case.tags:
+            case.devices = gpus
+            case.tags.add("devices")
+            low = {p.name for p in case.pods if p.priority < case.preemptor.priority}
+            if low & set(gpus.held):
+                case.tags.add("device held by a lower-priority pod")
         if volumes.random() < 0.3:
             node = volumes.randrange(len(case.nodes))
             on = [p.name for p in case.pods if p.node == node]
