@@ -438,23 +438,20 @@ def _extended_ask(world: World, pod: dict[str, Any], claim: dict[str, Any]) -> A
         f"a100-{s}": lambda d: d.get("model") == "a100",
         f"gpu-{s}": lambda d: d["driver"] == GPU,
     }
+    resource_of = {f"a100-{s}": f"example.com/a100-{s}", f"gpu-{s}": f"{IMPLICIT}gpu-{s}"}
     init = (pod["spec"].get("initContainers") or [{}])[0]
     app = pod["spec"]["containers"][0]
     requests = []
     for request in claim["spec"]["devices"]["requests"]:
         exactly = request["exactly"]
+        cls = exactly["deviceClassName"]
+        resource = resource_of.get(cls, "")
         index = int(request["name"].split("-")[1])  # container-<i>-request-<j>
         container = init if index == 0 and init else app
-        asked = {
-            name: int(q)
-            for name, q in container["resources"]["requests"].items()
-            if "/" in name and not name.startswith("kubernetes.io")
-        }
-        (wanted,) = asked.values()
+        wanted = int(container["resources"]["requests"].get(resource, 0))
         if container is init:  # it reuses the app container's devices first
-            wanted -= int(next(v for k, v in app["resources"]["requests"].items() if "/" in k))
-        pick = select.get(exactly["deviceClassName"], lambda d: False)
-        requests.append(Request(request["name"], wanted, pick))
+            wanted -= int(app["resources"]["requests"].get(resource, 0))
+        requests.append(Request(request["name"], wanted, select.get(cls, lambda d: False)))
     return Ask(requests)
 
 
