@@ -9,7 +9,8 @@ loadwise's PromQL runs unchanged against a real Prometheus scraping it:
   dimension `node_disk_io_time_seconds_total{device="sda"}` (busy seconds, a counter);
 - DCGM's exporter, for a node given a "gpu" dimension: `DCGM_FI_DEV_GPU_UTIL{gpu="0"}` (0..100);
   for each device set with `set_device`, the same series with the labels DCGM's exporter names a
-  GPU by (`gpu` its index, `UUID`, `Hostname` and `node`): per-device load for DRA devices, since
+  GPU by (`gpu` its index, `UUID`, `Hostname` and `node`), and if given its memory in use
+  (`DCGM_FI_DEV_FB_USED`, `DCGM_FI_DEV_FB_FREE`, MiB): per-device load for DRA devices, since
   this machine has no GPU for the real exporter to read;
 - cAdvisor through the kubelet, per pod placed: `container_cpu_usage_seconds_total` (a counter
   integrating the pod's usage since it was placed) and `container_memory_working_set_bytes`,
@@ -47,6 +48,7 @@ SIM_DIMENSIONS: dict[str, str] = {
     "disk": "max by (node) (rate(node_disk_io_time_seconds_total[5s]))",
 }
 CONTAINER = "main"
+GPU_MEMORY_MIB = 40960  # the devices set with set_device: 40 GiB each
 DISK_DEVICE = "sda"
 
 
@@ -101,7 +103,8 @@ class UsageExporter:
         self._host = host
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, _Pod] = {}  # by uid
-        self._devices: dict[tuple[str, str], tuple[int, float]] = {}  # (node, UUID) -> index, %
+        # (node, UUID) -> index, utilisation %, memory in use % (None: no memory series)
+        self._devices: dict[tuple[str, str], tuple[int, float, float | None]] = {}
         self._lock = threading.Lock()
         self._http = ThreadedServer(
             lambda _: (200, "text/plain; version=0.0.4", self.render().encode()), host, port
@@ -153,13 +156,16 @@ class UsageExporter:
             self._advance(target, now)
             target.dimensions[name] = fraction
 
-    def set_device(self, node: str, uuid: str, index: int, percent: float | None) -> None:
-        """One GPU's utilisation in percent from now on (None: the device is gone)."""
+    def set_device(
+        self, node: str, uuid: str, index: int, percent: float | None, memory: float | None = None
+    ) -> None:
+        """One GPU's utilisation in percent from now on (None: the device is gone), and the
+        share of its 40 GiB memory in use (None: no memory series, as before)."""
         with self._lock:
             if percent is None:
                 self._devices.pop((node, uuid), None)
             else:
-                self._devices[(node, uuid)] = (index, percent)
+                self._devices[(node, uuid)] = (index, percent, memory)
 
     def clear_dimension(self, node: str, name: str) -> None:
         """A node no longer has this dimension: its series disappear (and go stale in
@@ -268,6 +274,8 @@ class UsageExporter:
         """The exposition text, one block per metric family (as the format requires)."""
         now = time.time()
         idle, total, available, disk, gpu, pod_cpu, pod_memory = ([] for _ in range(7))
+        fb_used: list[str] = []
+        fb_free: list[str] = []
         with self._lock:
             for name, node in self._nodes.items():
                 self._advance(node, now)
@@ -290,12 +298,16 @@ class UsageExporter:
                         f'DCGM_FI_DEV_GPU_UTIL{{node={label},gpu="0"}} '
                         f"{node.dimensions['gpu'] * 100:.3f}"
                     )
-            for (node_name, uuid), (index, percent) in self._devices.items():
+            for (node_name, uuid), (index, percent, memory) in self._devices.items():
                 labels = (
                     f'gpu="{index}",UUID={_quoted(uuid)},Hostname={_quoted(node_name)},'
                     f"node={_quoted(node_name)}"
                 )
                 gpu.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {percent:.3f}")
+                if memory is not None:  # MiB, as DCGM's exporter reports them
+                    used = round(GPU_MEMORY_MIB * memory / 100)
+                    fb_used.append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {used}")
+                    fb_free.append(f"DCGM_FI_DEV_FB_FREE{{{labels}}} {GPU_MEMORY_MIB - used}")
             for pod in self._pods.values():
                 if pod.node not in self._nodes:
                     continue  # its node is gone, and with it the kubelet that reported it
@@ -314,6 +326,8 @@ class UsageExporter:
             ("node_memory_MemAvailable_bytes", "gauge", available),
             ("node_disk_io_time_seconds_total", "counter", disk),
             ("DCGM_FI_DEV_GPU_UTIL", "gauge", gpu),
+            ("DCGM_FI_DEV_FB_USED", "gauge", fb_used),
+            ("DCGM_FI_DEV_FB_FREE", "gauge", fb_free),
             ("container_cpu_usage_seconds_total", "counter", pod_cpu),
             ("container_memory_working_set_bytes", "gauge", pod_memory),
         )

@@ -178,21 +178,27 @@ async def test_the_coolest_device_on_the_coolest_node_is_chosen_by_its_measured_
     operator: OperatorFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Per-device utilisation in DCGM's exporter's format (the dev exporter's stand-in: no GPU
-    here), through the real Prometheus: of four devices kube-scheduler's allocator would take
-    the first in slice order; loadwise takes the coolest, then the coolest left."""
+    """Per-device utilisation and memory in use in DCGM's exporter's format (the dev exporter's
+    stand-in: no GPU here), through the real Prometheus: of four devices kube-scheduler's
+    allocator would take the first in slice order; loadwise takes the coolest, then the coolest
+    left: gpu-b/gpu-0 computes at 70% but its memory is 99% in use, so it is hot (above the
+    default 90%) and its node is passed over for gpu-a/gpu-1 (80%)."""
     busy = {("gpu-a", 0): 90.0, ("gpu-a", 1): 80.0, ("gpu-b", 0): 70.0, ("gpu-b", 1): 5.0}
+    memory = {("gpu-b", 0): 99.0, ("gpu-b", 1): 10.0}
     exporter, prometheus = local_cluster.exporter, local_cluster.prometheus
     assert prometheus is not None
     for node in ("gpu-a", "gpu-b"):
         await local_cluster.add_node(kube, node, cpu="8", memory="16Gi")
     try:
         for (node, index), percent in busy.items():
-            exporter.set_device(node, f"GPU-{node}-{index}", index, percent)
+            in_use = memory.get((node, index))
+            exporter.set_device(node, f"GPU-{node}-{index}", index, percent, in_use)
 
         async def scraped() -> bool:
-            answer = await asyncio.to_thread(prometheus.query, 'DCGM_FI_DEV_GPU_UTIL{UUID!=""}')
-            return len(answer["data"]["result"]) == len(busy)
+            util = await asyncio.to_thread(prometheus.query, 'DCGM_FI_DEV_GPU_UTIL{UUID!=""}')
+            used = await asyncio.to_thread(prometheus.query, "DCGM_FI_DEV_FB_USED")
+            found = (len(util["data"]["result"]), len(used["data"]["result"]))
+            return found == (len(busy), len(memory))
 
         await wait_for(scraped, 30, what="Prometheus to scrape the devices")
         async with devices(kube, ns, {"gpu-a": 2, "gpu-b": 2}) as cls:
@@ -215,7 +221,7 @@ async def test_the_coolest_device_on_the_coolest_node_is_chosen_by_its_measured_
 
 async def run_to_placement(kube: Kube, ns: str, operator: OperatorFactory) -> None:
     """With the operator running: "first" (made already) and then "second" get the coolest
-    devices left, in turn."""
+    devices left, in turn, a hot one passed over."""
 
     async def allocated(pod: str) -> tuple[str, str] | None:
         claim = await claim_of(kube, ns, pod)
@@ -229,7 +235,7 @@ async def run_to_placement(kube: Kube, ns: str, operator: OperatorFactory) -> No
         first = await wait_for(lambda: allocated("first"), 30, what="first's device")
         await kube.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod("second", ns, "any-gpu"))
         second = await wait_for(lambda: allocated("second"), 30, what="second's device")
-    assert [first, second] == [("gpu-b", "gpu-1"), ("gpu-b", "gpu-0")]
+    assert [first, second] == [("gpu-b", "gpu-1"), ("gpu-a", "gpu-1")]
 
 
 def extended_pod(name: str, ns: str, resource: str, count: int, scheduler: str) -> dict[str, Any]:

@@ -127,6 +127,7 @@ class PrometheusSource:
         self._discovery = asyncio.Lock()
         self.node_label = settings.node_label
         self.device_query = settings.device_query
+        self.device_memory_query = settings.device_memory_query
         self.device_label, self.device_attribute = settings.device_label, settings.device_attribute
         self.timeout = aiohttp.ClientTimeout(total=settings.timeout)
         self._session: aiohttp.ClientSession | None = None

@@ -132,6 +132,12 @@ class PrometheusSettings(SourceSettings):
         "exporter by default), one series per device; empty: devices are chosen first-fit, as "
         "kube-scheduler does",
     )
+    device_memory_query: str = Field(
+        "100 * DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
+        description="PromQL giving each device's memory in use, in percent, one series per "
+        "device with the same label; a device counts as busy as the larger of its two figures. "
+        "Empty: utilisation alone",
+    )
     device_label: str = Field(
         "UUID",
         min_length=1,

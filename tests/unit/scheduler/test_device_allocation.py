@@ -17,7 +17,7 @@ import pytest
 
 from loadwise.framework.pod_groups import UPSTREAM
 from loadwise.scheduler.dynamic_resources.allocation import DeviceAllocation
-from loadwise.scheduler.dynamic_resources.device_load import DeviceLoad
+from loadwise.scheduler.dynamic_resources.device_load import DeviceLoad, busiest
 from loadwise.scheduler.dynamic_resources.helper import COMMAND_ENV, AllocatorProcess
 from loadwise.scheduler.dynamic_resources.objects import DeviceObjects
 from loadwise.scheduler.scheduler import Scheduler
@@ -513,3 +513,14 @@ async def test_preemption_never_evicts_for_a_node_whose_devices_cannot_serve_the
     assert "preemption: 0/2 nodes are available" in message, message
     assert not api.fake.requests("DELETE", "/pods/low")
     assert not api.status_patches("low")
+
+
+def test_a_device_is_as_busy_as_the_larger_of_its_utilisation_and_memory_in_use() -> None:
+    series = [
+        ({"UUID": "GPU-a"}, 20.0),  # utilisation
+        ({"UUID": "GPU-b"}, 70.0),
+        ({"UUID": "GPU-a"}, 95.0),  # memory in use
+        ({"UUID": "GPU-b"}, float("nan")),  # 0/0: an exporter that reports no memory yet
+        ({"gpu": "0"}, 50.0),  # a series without the label: no device
+    ]
+    assert busiest(series, "UUID") == {"GPU-a": 95.0, "GPU-b": 70.0}

@@ -3,11 +3,14 @@ order) and the GPU schedulers that rank by allocated share do not do.
 
 Each device's utilisation comes from Prometheus (NVIDIA's DCGM exporter's
 `DCGM_FI_DEV_GPU_UTIL` by default), a series per device whose `device_label` (`UUID`) matches
-the ResourceSlice device attribute `device_attribute` (`uuid`, in any domain). The figures become
-the allocator's device scores (helper.py's `scores`): it offers each node's devices coolest
-first, so of the devices that satisfy a claim the coolest are allocated; feasibility is the
-allocator's own, unchanged. Refreshed at most once a metrics interval, and only while pods with
-claims are scheduled; a failed query keeps the last figures and says so in the log.
+the ResourceSlice device attribute `device_attribute` (`uuid`, in any domain), and so does the
+share of its memory in use (`DCGM_FI_DEV_FB_USED` over used plus free): a device is as busy as
+the larger of the two (a GPU whose memory is nearly full is no place for another job). The
+figures become the allocator's device scores (helper.py's `scores`): it offers each node's
+devices coolest first, so of the devices that satisfy a claim the coolest are allocated;
+feasibility is the allocator's own, unchanged. Refreshed at most once a metrics interval, and
+only while pods with claims are scheduled; a failed query keeps the last figures and says so in
+the log.
 """
 
 from __future__ import annotations
@@ -49,14 +52,15 @@ class DeviceLoad:
             self._asked = now
             try:
                 series = await source.instant(source.device_query)
+                if source.device_memory_query:
+                    series += await source.instant(source.device_memory_query)
             except Exception as exc:  # devices are then ranked by the last figures
                 if str(exc) != self.last_error:
                     log.warning("device utilisation query failed: %s", exc)
                 self.last_error = str(exc)
             else:
                 self.last_error = ""
-                label = source.device_label
-                self.by_name = {m[label]: v for m, v in series if m.get(label)}
+                self.by_name = busiest(series, source.device_label)
         scores = device_scores(objects.slices.values(), source.device_attribute, self.by_name)
         if scores != self.scores or allocator.starts != self._start:
             answer = await allocator.call("scores", deviceScores=scores)
@@ -66,6 +70,16 @@ class DeviceLoad:
     def of(self, device: str) -> float | None:
         """A device's utilisation in percent (driver/pool/device), if measured."""
         return self.scores.get(device)
+
+
+def busiest(series: Iterable[tuple[Mapping[str, str], float]], label: str) -> dict[str, float]:
+    """Each device's figure: the largest of its series (utilisation, memory in use)."""
+    found: dict[str, float] = {}
+    for labels, value in series:
+        name = labels.get(label)
+        if name and value == value:  # NaN (0/0 of an idle exporter): no figure
+            found[name] = max(found.get(name, value), value)
+    return found
 
 
 def device_scores(
