@@ -8,6 +8,7 @@ import difflib
 import gc
 import sys
 import textwrap
+import time
 from typing import TYPE_CHECKING, Any
 
 from . import logs
@@ -125,6 +126,32 @@ def explain_target(pod: str, namespace: str | None) -> str:
     return f"{namespace}/{name}"
 
 
+async def _untaint(sweep_for: float) -> int:
+    """The soft taints removed with the credentials at hand (in-cluster, or the kubeconfig),
+    then again every 10 s for `sweep_for` seconds."""
+    from .kube.transport import Transport
+    from .preflight import connect
+    from .scheduler.soft_taints import untaint_all
+
+    api = await connect(pool_size=4)
+    transport = Transport(api, pool_size=4)
+    deadline = time.monotonic() + sweep_for
+    try:
+        while True:
+            removed = await untaint_all(transport)
+            joined = f": {', '.join(removed)}" if removed else ""
+            print(f"soft taint removed from {len(removed)} node(s){joined}", flush=True)
+            if time.monotonic() + 10 > deadline:
+                return 0
+            await asyncio.sleep(10)
+    except Exception as exc:
+        print(f"loadwise untaint: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await transport.close()
+        await api.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words[:1] == ["run"] and not {"-h", "--help"} & set(words):
@@ -149,6 +176,19 @@ def _main(argv: list[str] | None) -> int:
     )
     add_setting_flags(run_parser)
     sub.add_parser("crd", help="print the SchedulingPolicy CRD generated from the model")
+    untaint = sub.add_parser(
+        "untaint",
+        help="remove loadwise's soft taint (loadwise.io/hot) from every node: the chart's hook "
+        "runs it when soft taints are turned off or the chart is uninstalled",
+    )
+    untaint.add_argument(
+        "--for",
+        dest="sweep_for",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="sweep again every 10 s for this long (a replica still stopping may taint again)",
+    )
     explain = sub.add_parser(
         "explain",
         usage="loadwise explain NAMESPACE/POD | -n NAMESPACE POD | node/NAME [--SETTING VALUE ...]",
@@ -187,6 +227,8 @@ def _main(argv: list[str] | None) -> int:
 
         sys.stdout.write(crd.render())
         return 0
+    if args.command == "untaint":
+        return asyncio.run(_untaint(args.sweep_for))
     if args.command == "explain":
         from .explain import main as explain_main
 

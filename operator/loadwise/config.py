@@ -105,6 +105,21 @@ class SchedulingSettings(SettingsGroup):
         "ledger ConfigMap <lease_name>-rebalance in lease_namespace); false: they only report "
         "what they would move (the chart: rebalancing.evictions)",
     )
+    soft_taints: bool = Field(
+        False,
+        description="keep a loadwise.io/hot=true:PreferNoSchedule taint on nodes hot under the "
+        "default policy, so other schedulers avoid them too (nodes update; the chart: "
+        "softTaints.enabled)",
+    )
+    soft_taint_hot_refreshes: int = Field(
+        3, ge=1, le=100, description="metrics refreshes a node must be hot in a row to be tainted"
+    )
+    soft_taint_cool_refreshes: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="metrics refreshes a tainted node must be cool in a row to lose the taint",
+    )
     bind_concurrency: int = Field(64, ge=1, le=4096, description="bindings in flight at once")
     initial_backoff: float = Field(
         1.0, gt=0, description="seconds before a pod whose bind failed is retried (doubling)"

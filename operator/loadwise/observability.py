@@ -165,6 +165,16 @@ NODE_UTILISATION = Gauge(
     "median, p90, max and stddev over the nodes with a sample younger than 5 minutes.",
     ["source", "resource", "stat"],
 )
+SOFT_TAINTED_NODES = Gauge(
+    "loadwise_soft_tainted_nodes",
+    "Nodes the leader keeps soft-tainted (loadwise.io/hot:PreferNoSchedule): hot under the "
+    "default policy at soft_taint_hot_refreshes refreshes in a row, not yet cool long enough.",
+)
+SOFT_TAINT_WRITES = Counter(
+    "loadwise_soft_taint_writes",
+    "Soft taints added to and removed from nodes (op add or remove).",
+    ["op"],
+)
 REBALANCE_HOT_NODES = Gauge(
     "loadwise_rebalance_hot_nodes",
     "Nodes being relieved under the policy: hot at its rebalance.hotRefreshes refreshes in a "

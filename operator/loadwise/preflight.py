@@ -82,6 +82,8 @@ PERMISSIONS: tuple[Permission, ...] = (
         Permission(verb, "coordination.k8s.io", "leases", when="leader_elect")  # leader.py
         for verb in ("get", "list", "watch", "create", "update")  # list/watch: standby's watch
     ),
+    Permission("get", "", "nodes", when="soft_taints"),  # soft_taints.py
+    Permission("update", "", "nodes", when="soft_taints"),
     Permission("create", "", "pods", "eviction", when="evictions"),  # rebalancing's Evict mode
     *(  # its ledger (scheduler/rebalancing/move_store.py), beside the Lease
         Permission(verb, "", "configmaps", when="evictions") for verb in ("get", "create", "update")
@@ -97,6 +99,7 @@ def needed(config: Config) -> list[Permission]:
         "leader_elect": config.election.leader_elect,
         "preemption": config.scheduling.preemption,
         "evictions": config.scheduling.rebalance_evictions,
+        "soft_taints": config.scheduling.soft_taints,
     }
     sources = [p for source in config.enabled_sources() for p in source.permissions]
     return [p for p in PERMISSIONS if applies[p.when]] + sources

@@ -45,6 +45,7 @@ from .reporting.reporter import Reporter
 from .scheduler.rebalancing.move_store import ledger_store
 from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
+from .scheduler.soft_taints import SoftTaints
 from .upkeep import AUDIT_INTERVAL, Upkeep
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,17 @@ class Runtime:
             scheduler,
             ledger_store(transport, config),
             config.scheduling.rebalance_evictions,
+        )
+        settings = config.scheduling
+        self.soft_taints = (
+            SoftTaints(
+                scheduler,
+                transport,
+                settings.soft_taint_hot_refreshes,
+                settings.soft_taint_cool_refreshes,
+            )
+            if settings.soft_taints
+            else None
         )
         self.elector: LeaderElector | None = None
         if config.election.leader_elect:
@@ -282,6 +294,8 @@ class Runtime:
         self.scheduler.abandon()
         self.reporter.forget_gauges()  # at once; the reporter's task does it again as it ends
         self.rebalancer.forget()
+        if self.soft_taints is not None:
+            self.soft_taints.forget()
 
     async def _lead(self) -> None:
         elector = self.elector
@@ -298,10 +312,12 @@ class Runtime:
         self.leading = True
         try:
             interval = self.config.metrics.interval
+            tainting = () if self.soft_taints is None else (self.soft_taints.run(interval),)
             await asyncio.gather(
                 self.scheduler.run(),
                 self.reporter.run(interval),
                 self.rebalancer.run(interval),
+                *tainting,
             )
         finally:
             self.leading = False

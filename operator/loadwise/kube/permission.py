@@ -17,7 +17,7 @@ class Permission:
     group: str
     resource: str
     subresource: str = ""
-    when: Literal["always", "leader_elect", "preemption", "evictions"] = "always"
+    when: Literal["always", "leader_elect", "preemption", "evictions", "soft_taints"] = "always"
 
     def describe(self) -> str:
         name = f"{self.resource}.{self.group}" if self.group else self.resource
