@@ -150,6 +150,17 @@ async def test_chart_renders_the_minimal_rules(local_cluster: LocalCluster) -> N
         "--set", "metrics.sources=prometheus\\,metrics-server",
     )  # fmt: skip
     assert cluster_role_rules(with_metrics_api) == [*EXPECTED_RULES, METRICS_API_RULE]
+    assert not [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Job"]
+    tainting = await helm(
+        local_cluster, "template", "x", str(CHART), "--kube-version", version,
+        "--set", "softTaints.enabled=true",
+    )  # fmt: skip
+    nodes = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["update"]}
+    assert nodes in cluster_role_rules(tainting)
+    assert [r for r in cluster_role_rules(tainting) if r != nodes] == EXPECTED_RULES
+    (job,) = [d for d in yaml.safe_load_all(tainting) if d and d["kind"] == "Job"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-delete"
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][0] == "untaint"
 
 
 def cluster_role_rules(rendered: str) -> list[dict[str, Any]]:

@@ -226,6 +226,7 @@ async def test_the_charts_pod_runs_on_a_real_node_schedules_serves_and_recovers(
         assert env["LOADWISE_LOG_LEVEL"] == "DEBUG"
         await placed_and_running(kube, "burn-4")
         after_upgrade = time.monotonic() - upgraded
+        await soft_taints_removed_by_the_hook(cluster, kube)
         print(
             f"chart on a real node: first placement {first:.1f} s after creation; after a "
             f"kill -9 a pod ran {after_kill:.1f} s later (its own placement {back:.1f} s); "
@@ -237,3 +238,24 @@ async def test_the_charts_pod_runs_on_a_real_node_schedules_serves_and_recovers(
             await helm(cluster, "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "60s")
         with contextlib.suppress(KubeError):
             await kube.delete(f"/api/v1/namespaces/{NS}")
+
+
+async def soft_taints_removed_by_the_hook(cluster: LocalCluster, kube: Kube) -> None:
+    """A soft taint left on a node (soft taints turned off since) is removed by the chart's
+    post-upgrade hook Job, which runs `loadwise untaint` from the image on the node; the node's
+    other taints stay, and the hook's objects are deleted once it succeeded."""
+    path = f"/api/v1/nodes/{NODE}"
+    own = [dict(t) for t in (await kube.get(path))["spec"].get("taints") or ()]
+    ours = {"key": "loadwise.io/hot", "value": "true", "effect": "PreferNoSchedule"}
+    await kube.merge_patch(path, {"spec": {"taints": [*own, ours]}})
+    await helm(
+        cluster, "upgrade", RELEASE, str(CHART), "--namespace", NS, "--reuse-values",
+        "--set", "softTaints.enabled=false", "--timeout", "180s",
+    )  # fmt: skip
+    left = [
+        {k: t.get(k) for k in ("key", "value", "effect")}
+        for t in (await kube.get(path))["spec"].get("taints") or ()
+    ]
+    assert left == [{k: t.get(k) for k in ("key", "value", "effect")} for t in own]
+    jobs = await kube.list(f"/apis/batch/v1/namespaces/{NS}/jobs")
+    assert not [j for j in jobs if j["metadata"]["name"].endswith("-untaint")]
