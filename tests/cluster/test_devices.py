@@ -184,7 +184,7 @@ async def test_the_coolest_device_on_the_coolest_node_is_chosen_by_its_measured_
     left: gpu-b/gpu-0 computes at 70% but its memory is 99% in use, so it is hot (above the
     default 90%) and its node is passed over for gpu-a/gpu-1 (80%)."""
     busy = {("gpu-a", 0): 90.0, ("gpu-a", 1): 80.0, ("gpu-b", 0): 70.0, ("gpu-b", 1): 5.0}
-    memory = {("gpu-b", 0): 99.0, ("gpu-b", 1): 10.0}
+    memory = {("gpu-b", 0): 99.0, ("gpu-b", 1): 3.0}  # a device is as busy as its larger figure
     exporter, prometheus = local_cluster.exporter, local_cluster.prometheus
     assert prometheus is not None
     for node in ("gpu-a", "gpu-b"):

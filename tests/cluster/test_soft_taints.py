@@ -64,8 +64,8 @@ async def soft_tainted_then_not(
         # kube-scheduler, pinned to the two nodes, scores the soft-tainted one last
         for i in range(4):
             body = manifests.pod(f"ks-{i}", namespace=ns, scheduler_name="default-scheduler")
-            field = {"key": "metadata.name", "operator": "In", "values": [hot, cool]}
-            required = {"nodeSelectorTerms": [{"matchFields": [field]}]}
+            names = {"key": "kubernetes.io/hostname", "operator": "In", "values": [hot, cool]}
+            required = {"nodeSelectorTerms": [{"matchExpressions": [names]}]}
             body["spec"]["affinity"] = {
                 "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
             }
@@ -78,7 +78,10 @@ async def soft_tainted_then_not(
             return [str(n) for n in nodes] if len(nodes) == 4 and all(nodes) else None
 
         assert await wait_for(placed, 30, what="kube-scheduler's pods bound") == [cool] * 4
-        local_cluster.exporter.set_usage(hot, 0.1, 0.3, 16 << 30, to_amount("cpu", "4"))
+        if local_cluster.usage is not None:  # KWOK's usage: the node's background pod
+            await local_cluster.usage.set_background(kube, hot, 0.1, 0.3)
+        else:  # the harness's exporter
+            local_cluster.exporter.set_usage(hot, 0.1, 0.3, 16 << 30, to_amount("cpu", "4"))
 
         async def untainted() -> bool:
             return await taints(kube, hot) == [OWN]

@@ -465,8 +465,9 @@ def permission_key(p: Any) -> tuple[str, str, str]:
         ["replicas=1", "leaderElection.enabled=false"],
         ["preemption.enabled=false"],
         ["rebalancing.evictions=true"],
+        ["softTaints.enabled=true"],
     ],
-    ids=["defaults", "metrics-server", "no-election", "no-preemption", "evictions"],
+    ids=["defaults", "metrics-server", "no-election", "no-preemption", "evictions", "soft-taints"],
 )
 def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
     """loadwise.preflight.PERMISSIONS and the metrics sources' own are the one list: the
@@ -483,7 +484,9 @@ def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) 
     ledger = roles.get("lw-loadwise-rebalancing")
     wanted = needed(config)
     in_roles = {p for p in wanted if p.when == "leader_elect" or p.resource == "configmaps"}
-    assert {permission_key(p) for p in wanted if p not in in_roles} == cluster - UNUSED_GRANTS
+    granted = {permission_key(p) for p in wanted if p not in in_roles}
+    assert granted <= cluster
+    assert granted - UNUSED_GRANTS == cluster - UNUSED_GRANTS
     assert {permission_key(p) for p in wanted if p.when == "leader_elect"} == leases
     assert bool(leases) == config.election.leader_elect
     assert {permission_key(p) for p in wanted if p.resource == "configmaps"} == (
@@ -494,7 +497,15 @@ def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) 
         (named,) = [r for r in ledger["rules"] if "resourceNames" in r]
         assert named["resourceNames"] == [f"{config.election.lease_name}-rebalance"]
     # Everything the table lists is needed by some settings; each source's own when enabled.
-    assert {p.when for p in PERMISSIONS} == {"always", "leader_elect", "preemption", "evictions"}
+    assert {p.when for p in PERMISSIONS} == {
+        "always",
+        "leader_elect",
+        "preemption",
+        "evictions",
+        "soft_taints",
+    }
+    soft = {permission_key(p) for p in wanted if p.when == "soft_taints"}
+    assert bool(soft) == config.scheduling.soft_taints
     for source in config.enabled_sources():
         assert set(source.permissions) <= set(wanted)
 
