@@ -26,6 +26,7 @@ from ..kube import Kube, KubeError
 from ..usage import UsageFeeder, usage_annotations
 
 NS = "soft-taints"
+NODE_CORES = 8
 
 
 @dataclass
@@ -33,6 +34,9 @@ class Run:
     soft_taints: bool
     hot_node_seconds: float = 0.0
     by_pods: float = 0.0  # hot node-seconds of nodes whose background alone is not hot
+    # CPU-seconds used above the hot line, summed over nodes (8 cores each): how far over
+    over_line: float = 0.0
+    peak: float = 0.0  # the hottest node's CPU at any sample
     ks_pods: int = 0
     ks_on_hot: int = 0  # kube-scheduler's pods bound to a node hot when they were bound
     lw_pods: int = 0
@@ -155,6 +159,10 @@ async def _sample(
         hot = {n for n, (cpu, _) in truth.items() if n in back and cpu > HOT}
         result.hot_node_seconds += len(hot)
         result.by_pods += sum(1 for n in hot if back[n][0] <= HOT)
+        result.over_line += sum(
+            max(0.0, truth[n][0] - HOT) * NODE_CORES for n in truth if n in back
+        )
+        result.peak = max(result.peak, *(truth[n][0] for n in truth if n in back))
         result.trace.append(len(hot))
         nodes = await kube.list("/api/v1/nodes")
         tainted = sum(
@@ -190,7 +198,8 @@ def main() -> int:
             results.append({"seed": seed, **run.__dict__})
             print(
                 f"seed {seed}, soft taints {'on' if on else 'off'}: hot node-seconds "
-                f"{run.hot_node_seconds:.0f} (by pods {run.by_pods:.0f}); kube-scheduler's pods "
+                f"{run.hot_node_seconds:.0f} (by pods {run.by_pods:.0f}), CPU-seconds over the "
+                f"line {run.over_line:.0f}, peak {run.peak:.0%}; kube-scheduler's pods "
                 f"on a hot node {run.ks_on_hot} of {run.ks_pods}, loadwise's {run.lw_on_hot} of "
                 f"{run.lw_pods}; nodes tainted at most {run.tainted_max}; taint writes "
                 f"{run.taint_writes} ({run.writes_per_node_hour} per node per hour); "
