@@ -241,9 +241,16 @@ async def test_the_charts_pod_runs_on_a_real_node_schedules_serves_and_recovers(
 
 
 async def soft_taints_removed_by_the_hook(cluster: LocalCluster, kube: Kube) -> None:
-    """A soft taint left on a node (soft taints turned off since) is removed by the chart's
-    post-upgrade hook Job, which runs `loadwise untaint` from the image on the node; the node's
-    other taints stay, and the hook's objects are deleted once it succeeded."""
+    """Soft taints turned on, a node soft-tainted (by hand: this release reads no metrics),
+    then turned off: the chart's post-upgrade hook Job runs `loadwise untaint` from the image
+    on the node and removes the taint; the node's other taints stay, and the hook's objects are
+    deleted once it succeeded."""
+    await helm(
+        cluster, "upgrade", RELEASE, str(CHART), "--namespace", NS, "--reuse-values",
+        "--set", "softTaints.enabled=true", "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    role = await kube.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}-loadwise")
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["update"]} in role["rules"]
     path = f"/api/v1/nodes/{NODE}"
     own = [dict(t) for t in (await kube.get(path))["spec"].get("taints") or ()]
     ours = {"key": "loadwise.io/hot", "value": "true", "effect": "PreferNoSchedule"}
