@@ -37,10 +37,12 @@ from .kube.informer import Informer
 from .kube.transport import ApiError
 from .logs import one_line
 from .policies.policy import GROUP, PLURAL, VERSION, Policy
+from .policies.priority_bands import PriorityBand
 from .preflight import AccessError, connect
 from .scheduler.rebalancing.move_store import StoreError, ledger_store
 from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
+from .usage.cache import NodeSample
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,9 @@ def explain_rows(
     policy = scheduler.policies.for_pod(
         pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
     )
-    ctx = CycleContext(pod, state, scheduler.usage.basis(policy, now, random.Random(0)))
+    ctx = CycleContext(
+        pod, state, scheduler.usage.basis(policy, now, random.Random(0), pod.priority)
+    )
     profile = scheduler.profile  # with the scheduler's own plugins (devices, volumes, gates)
     diagnoses = diagnose(ctx, profile)
     result = prefilter(ctx, profile) or conclude(ctx, diagnoses, profile)
@@ -77,9 +81,10 @@ def explain_rows(
             verdict = "chosen"
         elif name not in totals:  # feasible, but the load plugin passed it over
             verdict = "hot: passed over"
-            own = thresholds_for(policy, diagnosis.node)[3]  # a pool's or the node's own
+            band = ctx.basis.band
+            own = thresholds_for(policy, diagnosis.node, band)[3]  # a band's, pool's, node's
             if own:
-                verdict = f"{verdict}: {thresholds_text(policy, diagnosis.node)}"
+                verdict = f"{verdict}: {thresholds_text(policy, diagnosis.node, band)}"
         else:
             verdict = "feasible"
         rows.append(Row(name, verdict, totals.get(name), load.cpu, load.memory, basis))
@@ -89,6 +94,8 @@ def explain_rows(
     else:
         summary = f"{pod.key} cannot be scheduled (policy {policy.name}): {result.message}"
     summary = f"{summary}\n{estimate_line(pod, policy, ctx.learned)}"
+    if (band := ctx.basis.band) is not None:
+        summary = f"{summary}\n{band_line(scheduler, policy, band, ctx.samples)}"
     metrics = policy.spec.metrics
     cache = scheduler.usage.cache_for(policy)
     if metrics.aggregation != "latest" and cache is not None:
@@ -109,6 +116,18 @@ def explain_rows(
         summary = f"{summary}\n{line}"
     warning = metrics_warning(scheduler, policy, config)
     return rows, f"{warning}\n{summary}" if warning else summary
+
+
+def band_line(
+    scheduler: Scheduler, policy: Policy, band: PriorityBand, samples: Mapping[str, NodeSample]
+) -> str:
+    """The pod's priority band: its thresholds and what its nodes' load is read from."""
+    head = f"{band.describe()}: hot at {thresholds_text(policy, None, band)}"
+    if band.usage != "BandAndAbove":
+        return f"{head}, judged by each node's whole use"
+    if samples is scheduler.usage.samples_for(policy):
+        return f"{head}; per-pod usage unknown, so judged by each node's whole use"
+    return f"{head}, judged by what pods of priority >= {band.min_priority} use on each node"
 
 
 def group_line(scheduler: Scheduler, pod: PodInfo, now: float) -> str | None:

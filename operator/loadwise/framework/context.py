@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from ..policies.policy import Policy
+    from ..policies.priority_bands import PriorityBand
     from ..usage.cache import NodeSample
     from . import spread
     from .scoring import UsageProfiles
@@ -24,14 +25,17 @@ T = TypeVar("T")
 class Basis:
     """What the decisions of one moment are judged against: the pod's policy, its metrics
     source's samples and learned usage (read without I/O), the wall clock (sample ages and
-    placement times are wall-clock times) and the tie-break generator. The scheduler, explain
-    and rebalancing's trial placements each make one and hand it down whole."""
+    placement times are wall-clock times) and the tie-break generator; for a pod in one of the
+    policy's priority bands, the band (its samples are then what the band is judged by). The
+    scheduler, explain and rebalancing's trial placements each make one and hand it down
+    whole."""
 
     policy: Policy
     samples: Mapping[str, NodeSample] = field(default_factory=dict)
     now: float = 0.0
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     learned: UsageProfiles | None = None
+    band: PriorityBand | None = None
 
 
 class CycleContext:

@@ -16,7 +16,7 @@ Pure: the view (WhatIf) is edited and restored before returning.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -160,12 +160,14 @@ def plan_relief(
     basis: Basis,
     profile: Profile = DEFAULT_PROFILE,
     limits: Limits = Limits(),
+    basis_for: Callable[[PodInfo], Basis] | None = None,
 ) -> Relief:
     """Lower tiers first: pods of the lowest (priority, QoS class) may relieve the node alone,
     else the next tier joins them, and so on; within the pods allowed, the largest shares of
     what is over go first (the fewest evictions), so a high-priority pod moves only if the
     others cannot do it, and one big pod rather than many small ones. `basis`: the policy, its
-    samples and learned usage every replacement is placed by."""
+    samples and learned usage every replacement is placed by (`basis_for`: a replacement's own,
+    as its priority band judges nodes, when the policy has bands)."""
     policy, max_moves, held_back = basis.policy, limits.max_moves, limits.held_back
     over = sample_over(policy, sample, view.nodes.get(node))
     if not over:
@@ -195,7 +197,7 @@ def plan_relief(
             (c for c in pods if tier(c) <= top),
             key=lambda c: (-sum(getattr(c, r) for r in relievable), tier(c)),
         )
-        trial = _Trial(view, basis, profile)
+        trial = _Trial(view, basis, profile, basis_for)
         moves, left, unplaced = _relieve(node, pool, relievable, trial, limits.moved)
         if any(amount > 0 for amount in left.values()):
             why = "; ".join(unplaced) if unplaced else "its movable pods use too little"
@@ -216,6 +218,7 @@ class _Trial:
     view: WhatIf
     basis: Basis
     profile: Profile
+    basis_for: Callable[[PodInfo], Basis] | None = None
 
     @property
     def policy(self) -> Policy:
@@ -227,7 +230,8 @@ class _Trial:
         """The cycle's decision for the replacement among the nodes but `source`, or why it
         would not go to a cool, measured node (`learned`: its estimates, raised to what the
         pods it replaces use)."""
-        ctx = CycleContext(replacement, self.view, replace(self.basis, learned=learned))
+        own = self.basis if self.basis_for is None else self.basis_for(replacement)
+        ctx = CycleContext(replacement, self.view, replace(own, learned=learned))
         verdicts = [d for d in diagnose(ctx, self.profile) if d.node.name != source]
         decision = conclude(ctx, verdicts, self.profile)
         if not isinstance(decision, Decision):
@@ -236,7 +240,9 @@ class _Trial:
         if decision.all_hot or chosen.hot:
             return "every node it fits on would be hot"
         target = self.view.nodes.get(chosen.node)
-        if heat.over(self.policy, chosen.cpu, chosen.memory, chosen.extra, TARGET_HEADROOM, target):
+        if heat.over(
+            self.policy, chosen.cpu, chosen.memory, chosen.extra, TARGET_HEADROOM, target, own.band
+        ):
             dims = "".join(
                 f" {d.name} {v:.0%}"
                 for d, v in zip(self.policy.spec.dimensions, chosen.extra, strict=False)

@@ -115,7 +115,7 @@ def score_node(
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
     mem = sample.memory + _ratio(extra_mem, alloc_mem)
     dims = dimensions_of(policy, sample)
-    rooms = headrooms(policy, cpu, mem, dims, node)
+    rooms = headrooms(policy, cpu, mem, dims, node, basis.band)
     hot = any(room < 0 for _, room, _ in rooms)
     if pack:
         by_load = _pack_score(policy, cpu, mem, dims)

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ..usage.sources import NAMES
 from .node_pools import NodePool
+from .priority_bands import PriorityBand
 from .rebalance_settings import Rebalance
 from .selector_model import LabelSelector
 from .spec_model import SpecModel as _Model
@@ -268,6 +269,23 @@ class SchedulingPolicySpec(_Model):
         "overrides them.",
         json_schema_extra=_listed_once("name", "each pool name may be listed once"),
     )
+    priority_bands: list[PriorityBand] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Pods by priority with hot thresholds of their own, judged by the whole "
+        "node's use or by their band's and higher bands' only (a pod is in the band of the "
+        "highest minPriority at or below its priority; below every band, the policy's rules).",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                *_listed_once("name", "each band name may be listed once")[
+                    "x-kubernetes-validations"
+                ],
+                *_listed_once("minPriority", "two bands may not start at the same minPriority")[
+                    "x-kubernetes-validations"
+                ],
+            ]
+        },
+    )
     rebalance: Rebalance = Field(
         default_factory=Rebalance,
         description="Moving pods off nodes that stay hot (off by default).",
@@ -298,12 +316,17 @@ class SchedulingPolicySpec(_Model):
         _unique([s.label_key for s in self.spread_by], "spreadBy labelKey")
         _unique([d.name for d in self.dimensions], "dimension")
         _unique([p.name for p in self.pools], "pool")
+        _unique([b.name for b in self.priority_bands], "priority band")
+        _unique([str(b.min_priority) for b in self.priority_bands], "priority band minPriority")
+        # (bands are ranges from their minPriority to the next one's: equal starts overlap)
         declared = {d.name for d in self.dimensions}
-        for pool in self.pools:
-            for name in pool.hot_thresholds.dimensions:
+        named = [(f"pool {p.name}", p.hot_thresholds) for p in self.pools]
+        named += [(f"priority band {b.name}", b.hot_thresholds) for b in self.priority_bands]
+        for what, thresholds in named:
+            for name in thresholds.dimensions:
                 if name not in declared:
                     raise ValueError(
-                        f"pool {pool.name}: hotThresholds.dimensions names {name!r}, which "
+                        f"{what}: hotThresholds.dimensions names {name!r}, which "
                         "spec.dimensions does not declare"
                     )
         return self

@@ -167,7 +167,8 @@ class Reporter:
             return {"conditions": conditions}
         cache = scheduler.usage.cache_for(policy)
         report = metrics_report(policy, cache, scheduler.state.nodes, time.time())
-        problems = thresholds_problems(policy, scheduler.state.nodes)
+        state = scheduler.state
+        problems = thresholds_problems(policy, state.nodes, state.priorities)
         if problems:  # said in the status, and logged when they change
             report = dataclasses.replace(
                 report, message=f"{report.message}; hot thresholds: {'; '.join(problems)}"

@@ -106,7 +106,7 @@ class Preemptor(PostFilterPlugin):
         nodes are available: N No preemption victims found ...". `load_of` ranks a node's
         load, for ties between equally good candidates."""
         obs.PREEMPTION_ATTEMPTS.inc()
-        if not self.state.any_below(pod.priority):
+        if not any(p < pod.priority for p in self.state.priorities):
             return None
         budgets = list(self.budgets.values())
         filters = self.profile.filters

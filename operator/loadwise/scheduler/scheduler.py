@@ -72,10 +72,10 @@ class Scheduler:
         scheduler's own plugins, which keep pods or write (`_extended`)."""
         self.settings = settings = settings or SchedulingSettings()
         self.name, self.binder, self.queue = scheduler_name, binder, queue
-        self.usage = UsageSources(caches)
         if state is None:
             state = ClusterState(profile.placed_changed, queue.move_all_to_active)
         self.state = state
+        self.usage = UsageSources(caches, state)
         self.policies = PolicySet(on_change=self._policies_changed)
         self.rng = rng or random.Random()
         self._term, self._decided = 0, itertools.count(1)  # see abandon(); decisions made
@@ -299,10 +299,11 @@ class Scheduler:
         return await self.profile.prepare(pod) if self.profile.needs_prepare(pod) else None
 
     def basis_for(self, pod: PodInfo) -> Basis:
-        """What the pod's decision is judged against now: its policy, that policy's samples."""
+        """What the pod's decision is judged against now: its policy, that policy's samples
+        (as the pod's priority band sees them)."""
         namespace = self.state.namespaces.get(pod.namespace)
         policy = self.policies.for_pod(pod.labels, namespace, pod.scheduler_name)
-        return self.usage.basis(policy, time.time(), self.rng)
+        return self.usage.basis(policy, time.time(), self.rng, pod.priority)
 
     def decide(
         self, pod: PodInfo, basis: Basis, siblings: Collection[str] = ()
@@ -337,7 +338,7 @@ class Scheduler:
         """The PostFilter plugins (DefaultPreemption, preemptor.py), ties between candidates
         going to the node with the least weighted load under the pod's policy."""
         state = self.state
-        basis = self.usage.basis(policy, time.time(), self.rng)
+        basis = self.usage.basis(policy, time.time(), self.rng, pod.priority)
 
         def load_of(name: str) -> float:
             return weighted_load(policy, score_node(pod, state.nodes[name], state, basis))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Callable, Collection, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,9 +323,10 @@ class ClusterState:
         return freed
 
     # --- reads -------------------------------------------------------------------------------
-    def any_below(self, priority: int) -> bool:
-        """Is any placed pod of a lower priority (a pod preemption could evict)?"""
-        return any(p < priority for p in self._priorities)
+    @property
+    def priorities(self) -> Collection[int]:
+        """The priorities of placed pods (preemption; the status, of a band holding none)."""
+        return self._priorities.keys()
 
     def accounted_cpu(self) -> int:
         """CPU millicores requested by the pods held on existing nodes (bound or assumed). Pods

@@ -1,5 +1,6 @@
 """The metrics caches by source name, read as each policy asks: its source, and its
-aggregation over a window (spec.metrics), or the latest figures."""
+aggregation over a window (spec.metrics), or the latest figures; for a pod in one of the
+policy's priority bands, those figures as its band is judged by them (band_samples.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,25 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from ..framework.context import Basis
+from ..framework.view import ClusterView
 from ..policies.policy import Policy
+from ..policies.priority_bands import band_of
 from ..usage.cache import MetricsCache, NodeSample
 from ..usage.learned import LearnedUsage, WindowedEstimates
+from .band_samples import BandSamples
 
 NO_SAMPLES: Mapping[str, NodeSample] = MappingProxyType({})
 
 
 class UsageSources:
-    def __init__(self, caches: Mapping[str, MetricsCache]) -> None:
+    def __init__(
+        self, caches: Mapping[str, MetricsCache], state: ClusterView | None = None
+    ) -> None:
+        """`state`: the placed pods a band's use is summed from (None: bands are judged by
+        their nodes' whole use)."""
         self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
+        self.state = state
+        self._bands = BandSamples()
 
     def cache_for(self, policy: Policy) -> MetricsCache | None:
         return self.caches.get(policy.spec.metrics.source)
@@ -44,9 +54,19 @@ class UsageSources:
             return cache.learned
         return cache.learned.over(metrics.aggregation, metrics.window_seconds)
 
-    def basis(self, policy: Policy, now: float, rng: random.Random) -> Basis:
-        """What a decision for a pod of `policy` is judged against at `now`."""
-        return Basis(policy, self.samples_for(policy), now, rng, self.learned_for(policy))
+    def basis(
+        self, policy: Policy, now: float, rng: random.Random, priority: int | None = None
+    ) -> Basis:
+        """What a decision for a pod of `policy` (and of `priority`: its band's view) is
+        judged against at `now`."""
+        samples, learned = self.samples_for(policy), self.learned_for(policy)
+        band = band_of(policy.spec.priority_bands, priority) if priority is not None else None
+        if band is None:
+            return Basis(policy, samples, now, rng, learned)
+        cache, state = self.cache_for(policy), self.state
+        if cache is not None and state is not None:
+            samples = self._bands.judged(band, samples, cache, state.pods, state.nodes)
+        return Basis(policy, samples, now, rng, learned, band)
 
     def keep_history(self, policies: Iterable[Policy]) -> None:
         """Each source keeps the history its policies' longest window needs (none: none)."""

@@ -4,8 +4,10 @@ It reads the pod's requests and controller (balance, and the anti-herding estima
 or the usage learned for its workload), the node's allocatable and its hot thresholds (its
 pool's, by its labels, or its own annotation's: framework/heat.py), and the requests and
 controllers of pods placed there (requests share, and the estimates for pods a sample does not
-cover yet). Hot nodes get nothing while a cooler feasible node exists; when every feasible node
-is hot, the least loaded by measured load is taken, so no pod stays pending on load alone.
+cover yet), and the pod's priority band (its thresholds, and with `usage: BandAndAbove` the
+samples of its band's use: the basis carries both). Hot nodes get nothing while a cooler
+feasible node exists; when every feasible node is hot, the least loaded by measured load is
+taken, so no pod stays pending on load alone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..plugin import Inputs, LoadPlugin
+from ..plugin import Inputs, LoadPlugin, Signature
 from ..scoring import LOAD_WEIGHT, NodeScore, score_node, weighted_load
 
 if TYPE_CHECKING:
@@ -30,6 +32,12 @@ class LoadAware(LoadPlugin):
     )
     node_local = True  # the node's sample and the pods on it
     weight = LOAD_WEIGHT
+
+    def sign(self, ctx: CycleContext) -> Signature:
+        # The pod's priority band (its thresholds and its samples) is part of its verdicts.
+        band = ctx.basis.band if ctx.policy_if_any is not None else None
+        pod = ctx.pod
+        return (pod.requests, pod.owner, band.name if band is not None else "")
 
     def load(self, ctx: CycleContext, node: NodeInfo) -> NodeScore:
         return score_node(ctx.pod, node, ctx.state, ctx.basis)

@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ... import observability as obs
+from ...framework.context import Basis
 from ...framework.disruption_budgets import split_violating
-from ...framework.heat import hot_nodes
+from ...framework.heat import hot_for, hot_nodes
 from ...framework.profile import Profile
 from ...framework.rebalance import (
     Candidate,
@@ -33,10 +34,11 @@ from ...framework.rebalance import (
     ineligible,
     plan_relief,
 )
-from ...framework.types import PodInfo, is_terminal, parse_pod
+from ...framework.types import NodeInfo, PodInfo, is_terminal, parse_pod
 from ...kube.transport import Http
 from ...policies.policy import Policy
 from ...policies.policy_set import PolicySet
+from ...policies.priority_bands import band_of
 from ...resources import CPU, MEMORY
 from ...usage.cache import NodeSample
 from ..binding.binder import Binder
@@ -195,14 +197,18 @@ class Rebalancer:
         cache = scheduler.usage.cache_for(policy)
         if sample is None or cache is None:
             return Relief(node, refused="no sample of it from the policy's source")
-        candidates, kept, pods_use = await self._candidates(policy, node, cache.pod_usage, now)
+        candidates, kept, shares = await self._candidates(policy, node, cache.pod_usage, now)
         # A saturated node's figure stops at 100%: what is over is judged at least by what
         # its pods are measured to use (the node's own figure, when that is higher).
+        pods_use = (sum(s[1] for s in shares), sum(s[2] for s in shares))
         judged = dataclasses.replace(
             sample, cpu=max(sample.cpu, pods_use[0]), memory=max(sample.memory, pods_use[1])
         )
+        candidates, cool_bands = _hot_for_their_bands(
+            policy, scheduler.state.nodes.get(node), judged, candidates, shares
+        )
         max_moves, limit = self._moves_left(policy, node, now)
-        held_back = "; ".join(filter(None, (limit, kept)))
+        held_back = "; ".join(filter(None, (limit, kept, cool_bands)))
         # Replacements that have room held but are not placed yet count on their targets, as
         # placed pods do (their estimates), so a second hot node's plan does not pile onto one.
         view = scheduler.state
@@ -229,7 +235,15 @@ class Rebalancer:
             view.put_back(pod, placed=True)
         try:
             limits = Limits(max_moves, held_back, moved)
-            return plan_relief(node, judged, candidates, view, basis, scheduler.profile, limits)
+            bands = policy.spec.priority_bands
+
+            def basis_for(pod: PodInfo) -> Basis:
+                return scheduler.usage.basis(policy, now, scheduler.rng, pod.priority)
+
+            return plan_relief(
+                node, judged, candidates, view, basis, scheduler.profile, limits,
+                basis_for if bands else None,
+            )  # fmt: skip
         finally:
             for pod in (*held, *arriving):
                 view.set_aside(pod.uid)
@@ -280,15 +294,15 @@ class Rebalancer:
         node: str,
         usage: Mapping[tuple[str, str], tuple[int, int]],
         now: float,
-    ) -> tuple[list[Candidate], str, tuple[float, float]]:
+    ) -> tuple[list[Candidate], str, list[tuple[int, float, float]]]:
         """The node's pods this policy governs that may move and whose use was measured,
         parsed in full (their replacements keep their constraints); which of them the limits
-        or budgets keep back now, said in a few words; and what all its pods are measured to
-        use (shares of allocatable CPU and memory)."""
+        or budgets keep back now, said in a few words; and what each of its pods is measured
+        to use (priority, shares of allocatable CPU and memory)."""
         scheduler = self.scheduler
         info = scheduler.state.nodes.get(node)
         if info is None:
-            return [], "", (0.0, 0.0)
+            return [], "", []
         listed = await self.transport.get_json(
             "/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"}
         )
@@ -296,13 +310,14 @@ class Rebalancer:
         alloc_mem = info.allocatable.get(MEMORY) or 0
         out = []
         kept: dict[str, list[str]] = {}
-        total = [0, 0]
+        shares = []
         for raw in listed.get("items") or ():
             meta = raw.get("metadata") or {}
             used = usage.get((meta.get("namespace", ""), meta.get("name", "")))
-            if used is not None and not is_terminal(raw):
-                total[0] += used[0]
-                total[1] += used[1]
+            if used is not None and not is_terminal(raw) and alloc_cpu and alloc_mem:
+                priority = (raw.get("spec") or {}).get("priority")
+                priority = priority if isinstance(priority, int) else 0
+                shares.append((priority, used[0] / alloc_cpu, used[1] / alloc_mem))
             if ineligible(raw, scheduler.name, policy.spec.rebalance.allow_local_storage):
                 continue
             pod = parse_pod(raw)
@@ -319,10 +334,7 @@ class Rebalancer:
             grace = float(grace) if isinstance(grace, int | float) else 30.0
             out.append(Candidate(pod, qos, used[0] / alloc_cpu, used[1] / alloc_mem, grace, used))
         said = "; ".join(f"{why} keeps {', '.join(pods)}" for why, pods in kept.items())
-        measured = (
-            (total[0] / alloc_cpu, total[1] / alloc_mem) if alloc_cpu and alloc_mem else (0.0, 0.0)
-        )
-        return out, said, measured
+        return out, said, shares
 
     async def _report(self, policy: Policy, relief: Relief) -> None:
         """Say each plan once, not at every refresh: a changed plan is said again."""
@@ -370,3 +382,26 @@ def _drop_gauge(policy: str) -> None:
 
 def _fields(pod: str, node: str) -> dict[str, Any]:
     return {"pod": pod, "node": node}
+
+
+def _hot_for_their_bands(
+    policy: Policy,
+    node: NodeInfo | None,
+    judged: NodeSample,
+    candidates: list[Candidate],
+    shares: list[tuple[int, float, float]],
+) -> tuple[list[Candidate], str]:
+    """The candidates the node is hot for, by their priority bands (heat.hot_for: what
+    placement would allow there, rebalancing does not undo), and which it keeps, in words."""
+    bands = policy.spec.priority_bands
+    if not bands:
+        return candidates, ""
+    out, cool = [], []
+    for candidate in candidates:
+        band = band_of(bands, candidate.pod.priority)
+        if band is None or hot_for(policy, judged, node, band, shares):
+            out.append(candidate)
+        else:
+            cool.append(candidate.pod.key)
+    said = f"not hot for their priority band: {', '.join(cool)}" if cool else ""
+    return out, said
