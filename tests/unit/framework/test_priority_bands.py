@@ -15,9 +15,11 @@ import pytest
 from loadwise.framework import heat
 from loadwise.framework.cycle import Decision, schedule_one
 from loadwise.framework.index import ScoreIndex
+from loadwise.framework.rebalance import Candidate
 from loadwise.framework.types import PodInfo, parse_node
 from loadwise.policies.policy import Policy, parse_spec
 from loadwise.policies.priority_bands import band_of
+from loadwise.scheduler.rebalancing.rebalancer import hot_for_their_bands
 from loadwise.scheduler.usage_sources import UsageSources
 from loadwise.usage.cache import MetricsCache, NodeSample
 from loadwise_dev import manifests
@@ -148,3 +150,21 @@ def test_the_status_names_a_band_no_placed_pod_is_in() -> None:
     assert heat.thresholds_problems(p, {}, [0, 1000, 1500]) == [
         "priority band system has no placed pod"
     ]
+
+
+def test_the_rebalancer_keeps_a_pod_whose_band_finds_the_node_cool() -> None:
+    """A production pod on the batch-heavy node stays (its band's use is 20%); the batch pod
+    may move; the plan says which it kept and why."""
+    state, usage, _ = _world()
+    p = policy(priorityBands=[RECLAIMING])
+    sample = usage.caches["prometheus"].samples["batchy"]
+    prod = Candidate(prio(pod_info("prod-a", node="batchy"), 1000), "Burstable", 0.2, 0.0)
+    batch = Candidate(pod_info("batch-a", node="batchy"), "Burstable", 0.65, 0.0)
+    shares = [(1000, 0.2, 0.0), (0, 0.65, 0.0)]
+    node = state.nodes["batchy"]
+    kept = hot_for_their_bands(p, node, sample, [prod, batch], shares)
+    assert kept == ([batch], "not hot for their priority band: default/prod-a")
+    assert hot_for_their_bands(policy(), node, sample, [prod, batch], shares) == (
+        [prod, batch],
+        "",
+    )

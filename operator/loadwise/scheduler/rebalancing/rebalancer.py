@@ -204,7 +204,7 @@ class Rebalancer:
         judged = dataclasses.replace(
             sample, cpu=max(sample.cpu, pods_use[0]), memory=max(sample.memory, pods_use[1])
         )
-        candidates, cool_bands = _hot_for_their_bands(
+        candidates, cool_bands = hot_for_their_bands(
             policy, scheduler.state.nodes.get(node), judged, candidates, shares
         )
         max_moves, limit = self._moves_left(policy, node, now)
@@ -384,7 +384,7 @@ def _fields(pod: str, node: str) -> dict[str, Any]:
     return {"pod": pod, "node": node}
 
 
-def _hot_for_their_bands(
+def hot_for_their_bands(
     policy: Policy,
     node: NodeInfo | None,
     judged: NodeSample,
