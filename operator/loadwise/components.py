@@ -98,7 +98,14 @@ def metrics_caches(
     # (at least: the cache doubles the lag its source reports, when longer).
     learn_after = 2 * (DEFAULT_LAG if config.metrics.lag is None else config.metrics.lag)
     return {
-        name: MetricsCache(source, config.metrics.interval, workload_of, learn_after, ready)
+        name: MetricsCache(
+            source,
+            config.metrics.interval,
+            workload_of,
+            learn_after,
+            ready,
+            backfill=config.metrics.backfill,
+        )
         for name, source in metrics_sources(config, transport, state, ready).items()
     }
 

@@ -52,6 +52,7 @@ class MetricsSettings(SettingsGroup):
     flat_names: ClassVar[Mapping[str, str]] = {
         "enabled": "metrics_sources",
         "learn_usage": "learn_usage",
+        "backfill": "metrics_backfill",
     }
 
     enabled: tuple[SourceName, ...] = Field(
@@ -73,6 +74,13 @@ class MetricsSettings(SettingsGroup):
         True,
         description="learn what each workload's pods really use and estimate new pods by it "
         "(one more metrics request per refresh)",
+    )
+
+    backfill: bool = Field(
+        True,
+        description="fill policies' windows from Prometheus' history when a replica starts "
+        "and for nodes first seen (at most 30 instant queries a window); false: from this "
+        "replica's own samples only, as with metrics-server",
     )
 
     @field_validator("lag", mode="before")

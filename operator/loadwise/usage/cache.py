@@ -106,12 +106,14 @@ class MetricsCache:
         workload_of: WorkloadOf | None = None,
         min_age: float = 0.0,
         ready: asyncio.Event | None = None,
+        backfill: bool = True,
     ) -> None:
         """`workload_of(namespace, name)` gives a pod's (workload, placed_at), or None: given,
         per-pod usage is fetched and learned (pods younger than `min_age` seconds are not: a
         rate window shows them only partly); None, no pod request is made at all. `ready`:
         set once the cluster state is listed; learning waits for it, so the first refresh's
-        requests can go out while the state is still being listed (start-up)."""
+        requests can go out while the state is still being listed (start-up). `backfill` false:
+        windows hold this replica's own samples only (the setting metrics.backfill)."""
         self.source = source
         self.interval = interval
         self.samples: dict[str, NodeSample] = {}
@@ -132,6 +134,7 @@ class MetricsCache:
         # asked; windows then hold only what this replica fetched since it started).
         self.backfilled = 0.0
         self.backfill_note = ""
+        self.allow_backfill = backfill
         self._backfill: asyncio.Task[None] | None = None
         self._backfill_at = -math.inf  # monotonic time the last one started
         self._unfilled: set[str] = set()
@@ -240,8 +243,14 @@ class MetricsCache:
         try:
             if not self.samples:
                 return  # nothing to fill before yet: the next refresh asks again
-            if not isinstance(source, HistorySource) or keep <= 0:
-                self.backfill_note = "" if keep <= 0 else f"{self.source_name} keeps no history"
+            if not isinstance(source, HistorySource) or keep <= 0 or not self.allow_backfill:
+                self.backfill_note = (
+                    ""
+                    if keep <= 0
+                    else "backfill off (metrics.backfill)"
+                    if not self.allow_backfill
+                    else f"{self.source_name} keeps no history"
+                )
                 self.backfilled = keep
                 return
             newest = max(s.timestamp for s in self.samples.values())

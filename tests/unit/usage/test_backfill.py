@@ -42,8 +42,8 @@ class Forgetful:
         return {"n1": NodeSample(0.1, 0.2, NOW)}
 
 
-async def windowed(source: object, keep: float = 300) -> MetricsCache:
-    cache = MetricsCache(source, 10.0)  # type: ignore[arg-type]
+async def windowed(source: object, keep: float = 300, backfill: bool = True) -> MetricsCache:
+    cache = MetricsCache(source, 10.0, backfill=backfill)  # type: ignore[arg-type]
     cache.history.keep = keep
     await cache.refresh()
     await cache.backfilled_windows()
@@ -81,6 +81,11 @@ async def test_no_history_or_a_failed_backfill_leaves_the_replicas_own_samples()
         "(backfill from prometheus failed after 0 answers: RuntimeError: HTTP 503: overloaded)"
     )
     assert broken.history.aggregated("max", 300, broken.samples)["n1"].cpu == pytest.approx(0.1)
+    source = Remembering()  # the setting metrics.backfill off: not one past answer asked
+    off = await windowed(source, backfill=False)
+    assert source.asked == [None] and off.window_note(300) == (
+        "windows hold up to 0s of 300s (backfill off (metrics.backfill))"
+    )
 
 
 class Growing(Remembering):
