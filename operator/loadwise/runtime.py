@@ -51,6 +51,8 @@ from .upkeep import AUDIT_INTERVAL, Upkeep
 log = logging.getLogger(__name__)
 
 
+# At start-up, scheduling waits at most this long for the windows to be filled from history.
+BACKFILL_WAIT = 15.0
 STALL_LIMIT = 180.0  # a watch silent this long (no event, bookmark or reconnect) is dead
 
 
@@ -172,6 +174,10 @@ class Runtime:
                 raise
             seeded.set()
             await first_refresh
+            # A replica that starts in a burst (a restart, an upgrade) judges nodes by full
+            # windows from its first decision: the backfill, bounded (it goes on after that).
+            caches = runtime.scheduler.usage.caches.values()
+            await asyncio.gather(*(c.fill_windows(BACKFILL_WAIT) for c in caches))
             runtime._start_tasks()
         except BaseException:
             if runtime is not None:

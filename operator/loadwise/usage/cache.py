@@ -219,6 +219,26 @@ class MetricsCache:
         where = self.backfill_note or "this replica's own samples"
         return f"windows hold up to {held:.0f}s of {window:.0f}s ({where})"
 
+    async def fill_windows(self, timeout: float) -> None:
+        """Start filling the windows now if they need it (at start-up, once the policies are
+        known: the first refresh may have gone out before), and wait up to `timeout` seconds
+        for it, so a new replica's first decisions judge nodes by full windows; past that it
+        goes on in the background."""
+        if (
+            self._backfill is None
+            and self.samples
+            and self.history.keep > self.backfilled
+            and self.allow_backfill
+        ):
+            if not any(self.history.holds(node) for node in self.samples):
+                self.history.record(self.samples)  # refreshed before any window was asked
+            self._backfill_at = time.monotonic()
+            self._backfill = asyncio.get_running_loop().create_task(self.backfill())
+        task = self._backfill
+        if task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+
     async def backfilled_windows(self) -> None:
         """Wait for a backfill under way (explain judges by full windows, as the operator)."""
         task = self._backfill

@@ -88,6 +88,22 @@ async def test_no_history_or_a_failed_backfill_leaves_the_replicas_own_samples()
     )
 
 
+async def test_start_up_fills_the_windows_before_the_first_decision() -> None:
+    """The first refresh can go out before the policies are known (no window asked yet):
+    start-up then starts the backfill itself and waits for it, bounded."""
+    source = Remembering()
+    cache = MetricsCache(source, 10.0)  # type: ignore[arg-type]
+    await cache.refresh()  # no policy yet: nothing to fill
+    assert source.asked == [None]
+    cache.history.keep = 300  # the policies are seeded
+    await cache.fill_windows(timeout=5)
+    assert cache.backfilled == 300 and len(source.asked) == 31
+    assert cache.history.aggregated("max", 300, cache.samples)["n1"].cpu == pytest.approx(0.95)
+    await cache.fill_windows(timeout=5)  # full: not asked again
+    assert len(source.asked) == 31
+    await cache.close()
+
+
 class Growing(Remembering):
     """A second node shows up in the answers after the first backfill (a new node, or one back
     after a gap in its series); Prometheus has its past too."""
