@@ -1,4 +1,5 @@
-"""The `loadwise` command: run the operator, explain a decision, print the CRD."""
+"""The `loadwise` command: run the operator, explain a decision, read a shadow trial's report,
+print the CRD."""
 
 from __future__ import annotations
 
@@ -189,6 +190,18 @@ def _main(argv: list[str] | None) -> int:
         metavar="SECONDS",
         help="sweep again every 10 s for this long (a replica still stopping may taint again)",
     )
+    shadow = sub.add_parser(
+        "shadow",
+        help="the shadow trial's report (a replica run with shadow on): where another "
+        "scheduler placed pods, and where loadwise would have",
+    )
+    shadow.add_argument("action", choices=["report"])
+    shadow.add_argument("--url", default=None, help="a replica's /shadow (default: the port "
+                        "a kubectl port-forward of 10259 gives)")  # fmt: skip
+    shadow.add_argument("--token-file", default="", help="a bearer token allowed to get /shadow")
+    shadow.add_argument("--insecure-skip-tls-verify", action="store_true",
+                        help="accept the replica's self-signed certificate")  # fmt: skip
+    shadow.add_argument("--json", action="store_true", help="the report as JSON")
     explain = sub.add_parser(
         "explain",
         usage="loadwise explain NAMESPACE/POD | -n NAMESPACE POD | node/NAME [--SETTING VALUE ...]",
@@ -227,6 +240,12 @@ def _main(argv: list[str] | None) -> int:
 
         sys.stdout.write(crd.render())
         return 0
+    if args.command == "shadow":
+        from . import shadow_report
+
+        url = args.url or shadow_report.DEFAULT_URL
+        verify = not args.insecure_skip_tls_verify
+        return shadow_report.main(url, args.token_file, verify, args.json)
     if args.command == "untaint":
         return asyncio.run(_untaint(args.sweep_for))
     if args.command == "explain":

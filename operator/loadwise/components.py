@@ -379,7 +379,7 @@ async def report_startup_failure(config: Config, message: str) -> None:
     nothing else runs then (no /metrics, no probes), so the log and this event are all there
     is. Best effort: the API server may be what is failing."""
     target = operator_object(config)
-    if target is None:
+    if target is None or config.scheduling.shadow:  # a shadow trial writes nothing
         return
     with contextlib.suppress(Exception):
         api = await api_client(pool_size=1)

@@ -128,6 +128,18 @@ class SchedulingSettings(SettingsGroup):
         le=100,
         description="metrics refreshes a tainted node must be cool in a row to lose the taint",
     )
+    shadow: bool = Field(
+        False,
+        description="a shadow trial: schedule nothing and write nothing; for each pod another "
+        "scheduler (shadow_of) places, decide where loadwise would have placed it and report "
+        "both (metrics, /shadow, `loadwise shadow report`); read-only RBAC (the chart: "
+        "shadow.enabled)",
+    )
+    shadow_of: str = Field(
+        "default-scheduler",
+        min_length=1,
+        description="the shadow trial's scheduler: the pods whose spec.schedulerName is this",
+    )
     bind_concurrency: int = Field(64, ge=1, le=4096, description="bindings in flight at once")
     initial_backoff: float = Field(
         1.0, gt=0, description="seconds before a pod whose bind failed is retried (doubling)"

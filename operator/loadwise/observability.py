@@ -175,6 +175,18 @@ SOFT_TAINT_WRITES = Counter(
     "Soft taints added to and removed from nodes (op add or remove).",
     ["op"],
 )
+SHADOW_PODS = Counter(
+    "loadwise_shadow_pods",
+    "Shadow trial: pods the watched scheduler placed that loadwise judged (placed on a node "
+    "hot for the pod, by its policy: hot yes or no).",
+    ["hot"],
+)
+SHADOW_WOULD = Counter(
+    "loadwise_shadow_would",
+    "Shadow trial: where loadwise would have placed those pods (outcome hot, cool, or "
+    "unschedulable), with same_node true when it is the node the watched scheduler chose.",
+    ["outcome", "same_node"],
+)
 REBALANCE_HOT_NODES = Gauge(
     "loadwise_rebalance_hot_nodes",
     "Nodes being relieved under the policy: hot at its rebalance.hotRefreshes refreshes in a "

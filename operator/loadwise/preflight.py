@@ -102,7 +102,10 @@ def needed(config: Config) -> list[Permission]:
         "soft_taints": config.scheduling.soft_taints,
     }
     sources = [p for source in config.enabled_sources() for p in source.permissions]
-    return [p for p in PERMISSIONS if applies[p.when]] + sources
+    used = [p for p in PERMISSIONS if applies[p.when]] + sources
+    if config.scheduling.shadow:  # a shadow trial reads, and writes nothing (no Lease)
+        return [p for p in used if p.verb in ("get", "list", "watch") and p.when != "leader_elect"]
+    return used
 
 
 class AccessError(Exception):

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -45,6 +46,7 @@ from .reporting.reporter import Reporter
 from .scheduler.rebalancing.move_store import ledger_store
 from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
+from .scheduler.shadow import ShadowTrial
 from .scheduler.soft_taints import SoftTaints
 from .upkeep import AUDIT_INTERVAL, Upkeep
 
@@ -103,8 +105,13 @@ class Runtime:
             if settings.soft_taints
             else None
         )
+        # A shadow trial schedules nothing and writes nothing (no Lease either): it judges the
+        # pods another scheduler places, in every replica.
+        self.shadow = ShadowTrial(scheduler, settings.shadow_of) if settings.shadow else None
+        if self.shadow is not None:
+            scheduler.watch.watcher = self.shadow
         self.elector: LeaderElector | None = None
-        if config.election.leader_elect:
+        if config.election.leader_elect and self.shadow is None:
             self.elector = LeaderElector(
                 transport,
                 config.election.lease_namespace,
@@ -151,6 +158,7 @@ class Runtime:
                         tls=serving.server_tls(
                             config.serving.tls_cert_file, config.serving.tls_private_key_file
                         ),
+                        shadow=runtime._shadow_report(),
                     )
                 )
             if config.serving.http_port:  # plain and open: local development only
@@ -160,6 +168,7 @@ class Runtime:
                         config.serving.http_port,
                         runtime.health,
                         runtime.readiness,
+                        shadow=runtime._shadow_report(),
                     )
                 )
             # The first metrics requests go out while the state is listed; their answers are
@@ -234,6 +243,9 @@ class Runtime:
         seeded = await asyncio.gather(*(seed(part) for part in self.parts.optional))
         self.optional = [informer for informer in seeded if informer is not None]
 
+    def _shadow_report(self) -> Callable[[], dict[str, Any]] | None:
+        return self.shadow.report if self.shadow is not None else None
+
     def _watched(self) -> list[Informer]:
         return [*self.informers, *self.optional]
 
@@ -247,7 +259,9 @@ class Runtime:
         self._spawn("reconcile", upkeep.reconcile_forever())
         self._spawn("reservation-audit", upkeep.audit_forever())
         self._spawn("loop-lag", upkeep.measure_loop_forever())
-        if self.elector is not None:
+        if self.shadow is not None:
+            log.info("shadow trial of %s: scheduling nothing, writing nothing", self.shadow.watched)
+        elif self.elector is not None:
             self._spawn("leader-election", self.elector.run())
         else:
             self._elected()
@@ -374,6 +388,8 @@ class Runtime:
         suffix = f" (degraded: {degraded})" if degraded else ""
         if self.policies.crd_present is False:
             return False, self.degradations.active["crd_missing"].message
+        if self.shadow is not None:
+            return True, f"shadow trial of {self.shadow.watched} {self.identity}{suffix}"
         if self.elector is None or self.leading:
             return True, f"leader {self.identity}{suffix}"
         if self.elector.is_leader:

@@ -268,13 +268,21 @@ async def serve(
     *,
     auth: DelegatedAuth | None = None,
     tls: ssl.SSLContext | None = None,
+    shadow: Callable[[], dict[str, Any]] | None = None,
 ) -> web.AppRunner:
     """/metrics (behind `auth` when given); /healthz fails when a part that should run has died
     or stalled (a restart helps); /readyz is true for the leader and for a synced standby. Both
-    probes say why and are always open. The port is bound before this returns, so a port
+    probes say why and are always open. /shadow: the shadow trial's report as JSON, behind
+    `auth` as /metrics (given `shadow`). The port is bound before this returns, so a port
     already taken fails start-up."""
     app = web.Application()
     app.router.add_get("/metrics", auth.guard(_metrics) if auth is not None else _metrics)
+    if shadow is not None:
+
+        async def _shadow(_: web.Request) -> web.Response:
+            return web.json_response(shadow())
+
+        app.router.add_get("/shadow", auth.guard(_shadow) if auth is not None else _shadow)
     app.router.add_get("/healthz", _probe(health))
     app.router.add_get("/readyz", _probe(readiness))
     runner = web.AppRunner(app, access_log=None)

@@ -342,7 +342,7 @@ def test_metrics_access_rbac_and_the_service_monitor() -> None:
         {"kind": "ServiceAccount", "name": "lw-loadwise", "namespace": "loadwise-system"}
     ]
     reader = one(docs, "ClusterRole", "lw-loadwise-metrics-reader")
-    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics", "/shadow"], "verbs": ["get"]}]
 
     docs = render(
         "serviceMonitor.enabled=true",
@@ -466,9 +466,13 @@ def permission_key(p: Any) -> tuple[str, str, str]:
         ["preemption.enabled=false"],
         ["rebalancing.evictions=true"],
         ["softTaints.enabled=true"],
+        ["shadow.enabled=true", "softTaints.enabled=true", "rebalancing.evictions=true"],
     ],
-    ids=["defaults", "metrics-server", "no-election", "no-preemption", "evictions", "soft-taints"],
-)
+    ids=[
+        "defaults", "metrics-server", "no-election", "no-preemption", "evictions", "soft-taints",
+        "shadow",
+    ],
+)  # fmt: skip
 def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) -> None:
     """loadwise.preflight.PERMISSIONS and the metrics sources' own are the one list: the
     chart grants each permission the
@@ -508,6 +512,9 @@ def test_the_roles_grant_exactly_what_the_preflight_check_asks(sets: list[str]) 
     assert bool(soft) == config.scheduling.soft_taints
     for source in config.enabled_sources():
         assert set(source.permissions) <= set(wanted)
+    if config.scheduling.shadow:  # a shadow trial: reads only, no Lease, no ledger
+        assert {verb for verb, _, _ in cluster} == {"get", "list", "watch"}
+        assert not roles and not config.election.leader_elect
 
 
 def test_the_chart_takes_the_values_installs_commonly_need() -> None:

@@ -107,7 +107,7 @@ def test_the_installed_wheel_runs_where_the_harness_cannot_be_imported(
     helped = run("loadwise", "--help")
     assert helped.returncode == 0, helped.stderr
     assert all(c in helped.stdout for c in ("run", "explain", "crd")), helped.stdout
-    assert "demo" not in helped.stdout and "{run,crd,untaint,explain}" in helped.stdout
+    assert "demo" not in helped.stdout and "{run,crd,untaint,shadow,explain}" in helped.stdout
     crd = run("loadwise", "crd")
     assert crd.returncode == 0 and "schedulingpolicies.loadwise.io" in crd.stdout, crd.stderr
     # The commands that moved to the harness say where they went.

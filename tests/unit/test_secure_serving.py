@@ -14,7 +14,7 @@ import aiohttp
 import kopf
 import pytest
 
-from loadwise import cli
+from loadwise import cli, shadow_report
 from loadwise import observability as obs
 from loadwise import preflight as access
 from loadwise import secure_serving as serving
@@ -242,3 +242,45 @@ def test_unusable_certificate_files_stop_run_with_one_line(
             f"loadwise: cannot serve HTTPS with {tmp_path / cert_file} and {tmp_path / key_file}: "
         )
         assert why in err
+
+
+async def test_the_shadow_report_is_behind_the_same_check_and_the_cli_reads_it(
+    tmp_path: Path,
+) -> None:
+    """/shadow: a token allowed to get /shadow reads the trial's report; `loadwise shadow
+    report` prints it (its totals, then a row per pod)."""
+
+    def allows_shadow(method: str, path: str, body: Any, params: Any) -> Reply:
+        if path == serving.ACCESS_REVIEWS:
+            allowed = body["spec"]["nonResourceAttributes"]["path"] == "/shadow"
+            return 201, {"status": {"allowed": allowed, "reason": "" if allowed else "no"}}
+        return api(method, path, body, params)
+
+    report = {
+        "scheduler": "default-scheduler", "since": 0.0, "pods": 2, "placed_hot": 1,
+        "would_hot": 0, "same": 1, "refused": 0, "cpu_stddev_now": 0.2,
+        "cpu_stddev_loadwise": 0.1, "cpu_max_now": 0.97, "cpu_max_loadwise": 0.8,
+        "rows": [{"pod": "ns/a", "placed": "hot-1", "placed_load": 0.97, "placed_hot": True,
+                  "would": "cool-2", "would_load": 0.4, "would_hot": False, "why": ""}],
+    }  # fmt: skip
+    port = free_port()
+    auth = serving.DelegatedAuth(FakeTransport(handler=allows_shadow), clock=Clock())
+    runner = await serving.serve(
+        "127.0.0.1", port, lambda: (True, "ok"), lambda: (True, "shadow"),
+        auth=auth, tls=serving.server_tls(), shadow=lambda: report,
+    )  # fmt: skip
+    try:
+        url = f"https://127.0.0.1:{port}/shadow"
+        assert (await get(url))[0] == 401
+        assert (await get(f"https://127.0.0.1:{port}/metrics", "good"))[0] == 403
+        fetched = await shadow_report.fetch(url, "good", verify=False)
+        assert fetched == report
+        text = shadow_report.render(fetched, now=600.0)
+        assert text.splitlines()[:2] == [
+            "shadow trial of default-scheduler for 10 min: 2 pods judged",
+            "  placed on a node hot for them: 1 by default-scheduler, 0 by loadwise",
+        ]
+        assert "stddev 20%, hottest 97%; had loadwise placed them (estimated): stddev 10%" in text
+        assert text.splitlines()[-1].split() == ["ns/a", "hot-1", "97%", "yes", "cool-2", "40%"]
+    finally:
+        await runner.cleanup()

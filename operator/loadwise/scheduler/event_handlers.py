@@ -8,11 +8,12 @@ gated pods too."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from ..framework.profile import Profile
 from ..framework.types import (
     FROM_METADATA,
+    PodInfo,
     is_terminal,
     parse_pod,
     preempted_by_scheduler,
@@ -25,6 +26,15 @@ from .state import ClusterState
 
 # A pending pod another scheduler places, as its event shows it (its uid, the raw pod).
 ForeignPod = Callable[[str, Mapping[str, Any]], None]
+
+
+class Watcher(Protocol):
+    """Told of other schedulers' pods: pending, then bound (before the state takes the pod
+    in). The shadow trial (shadow.py) is one."""
+
+    def pending(self, uid: str, raw: Mapping[str, Any]) -> None: ...
+
+    def placed(self, pod: PodInfo) -> None: ...
 
 
 class ClusterEvents:
@@ -45,6 +55,7 @@ class ClusterEvents:
         self.profile = profile
         self.preemption = preemption
         self._foreign = foreign
+        self.watcher: Watcher | None = None  # set by the shadow trial
         self._reported = reported  # the scheduler's last failure report per pod: forgotten here
         # Fields plugins read of placed pods that a raw event's metadata shows; the rest come
         # from the spec, whose changes bump the generation.
@@ -117,6 +128,8 @@ class ClusterEvents:
                     known.preempted = preempted_by_scheduler(status)
                 return
             pod = parse_pod(raw, placed=True)
+            if known is None and self.watcher is not None and not terminal:
+                self.watcher.placed(pod)
             changed = known is None or self.profile.placed_changed(known, pod)
             if self.state.observe_bound(pod, terminal):
                 self.queue.move_all_to_active()
@@ -126,6 +139,8 @@ class ClusterEvents:
             return
         if spec.get("schedulerName") != self.name:
             self._foreign(uid, raw)
+            if self.watcher is not None:
+                self.watcher.pending(uid, raw)
             return
         if meta.get("deletionTimestamp") or is_terminal(raw):
             self._forget_pod(uid)
