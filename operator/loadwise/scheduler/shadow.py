@@ -9,8 +9,11 @@ pods placed since the node's sample). The report adds the spread either way: eve
 measured CPU now, and the same with each trial pod still running moved by its estimate to the
 node loadwise would have chosen (a prediction: the cluster would have evolved differently).
 
-Decisions are per pod against the real cluster; loadwise itself would also have counted its
-own earlier choices in a burst, so a prediction for a burst of many pods at once is an
+Loadwise counts its own recent choices (a burst's earlier pods, which no sample shows yet) by
+their estimates: so does the trial, by deciding in a shadow world where the trial pods placed
+in the last RECENT seconds sit on the nodes loadwise chose for them (set aside and put back for
+the decision, as rebalancing's dry runs do). Older ones are in the samples where they really
+run: the two worlds' measured figures cannot be told apart, so the prediction is an
 approximation (`bench/shadow` measures it against loadwise placing the same pods).
 """
 
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from .scheduler import Scheduler
 
 PENDING_LIMIT = 200_000  # pods seen pending and not bound yet (oldest forgotten first)
+RECENT = 60.0  # seconds a trial pod sits on loadwise's choice in the shadow world
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +91,14 @@ class ShadowTrial:
             return None
         ask = replace(pod, node_name="", scheduler_name=scheduler.name, assumed=False)
         basis = scheduler.basis_for(ask)
-        there = score_node(ask, node, state, basis)
-        result = scheduler.decide(ask, basis)
+        moved = self._shadow_world(basis.now)
+        try:
+            there = score_node(ask, node, state, basis)
+            result = scheduler.decide(ask, basis)
+        finally:
+            for original in moved:
+                state.set_aside(original.uid)
+                state.put_back(original, placed=True)
         policy = basis.policy
         placed_load = weighted_load(policy, there)
         factors = (policy.spec.placement_estimate, policy.spec.memory_estimate)
@@ -113,6 +123,24 @@ class ShadowTrial:
         outcome = "unschedulable" if not would else "hot" if would_hot else "cool"
         obs.SHADOW_WOULD.labels(outcome, str(would == pod.node_name).lower()).inc()
         return record
+
+    def _shadow_world(self, now: float) -> list[PodInfo]:
+        """Move the recent trial pods to loadwise's choices; returns them as they were."""
+        state, moved = self.scheduler.state, []
+        for record in reversed(self.records):
+            if record.at < now - RECENT:
+                break
+            if not record.would or record.would == record.placed:
+                continue
+            if record.would not in state.nodes:
+                continue
+            original = state.set_aside(record.uid)
+            if original is None:
+                continue
+            moved.append(original)
+            there = replace(original, node_name=record.would, placed_at=record.at)
+            state.put_back(there, placed=True)
+        return moved
 
     # --- the report ---------------------------------------------------------------------------
     def report(self, rows: int = 50) -> dict[str, Any]:
