@@ -9,8 +9,10 @@ ENV = eval "$$(hack/ensure-tools --print-env)"
 tools:
 	hack/ensure-tools
 
+# The demo installs only what it runs (hack/ensure-tools --for demo): a first run on a new
+# machine prints its table without waiting for the other tools.
 demo:
-	@$(ENV) && loadwise-dev demo
+	@eval "$$(hack/ensure-tools --for demo --print-env)" && loadwise-dev demo
 
 # A local cluster to use with kubectl, in the foreground: Ctrl-C stops everything. From another
 # shell: `loadwise-dev status|load|down` (`loadwise-dev up -d` starts it in the background).
