@@ -63,11 +63,15 @@ class LocalCluster:
         kwok: bool = False,
         kwok_metrics: bool = False,
         kwok_usage: bool = False,
+        controller_manager: bool = True,
     ) -> None:
         """`kwok`: run KWOK (kwok.py), which then plays the kubelet of every simulated node
         added (their pods run, graceful deletions complete) unless add_node's `kwok=False`
         keeps one a bare API object. `kwok_usage` (implies both): simulated usage comes from
-        KWOK through Prometheus (kwok_usage.py), not from the exporter."""
+        KWOK through Prometheus (kwok_usage.py), not from the exporter. `controller_manager`
+        False: none runs (the demo's pods need no controller; wait_namespace then makes the
+        namespace's ServiceAccount itself)."""
+        self._controller_manager = controller_manager
         self.real_node_names = [f"real-{i}" for i in range(1, real_nodes + 1)]
         # A ControlPlane makes its temporary directory when built: build one only if none is
         # given (a replaced one would leave its directory behind).
@@ -86,7 +90,7 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         try:
-            self.cp.start()
+            self.cp.start(controller_manager=self._controller_manager)
             if self.real_node_names:
                 archives = images.archives(self.cp.workdir / "images")
                 for name in self.real_node_names:
@@ -245,6 +249,9 @@ class LocalCluster:
         """Pods need their namespace's `default` ServiceAccount, which the controller-manager
         creates a moment after the namespace."""
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+        if not self._controller_manager:
+            with contextlib.suppress(KubeError):  # 409: there already
+                await kube.create(path.rsplit("/", 1)[0], {"metadata": {"name": "default"}})
         await wait_for(lambda: kube.exists(path), 30, what=f"ServiceAccount {namespace}/default")
 
     async def wait_metrics(

@@ -1,6 +1,6 @@
 """`loadwise-dev demo`: the whole product on a local control plane, in about half a minute.
 
-Starts etcd, kube-apiserver, kube-controller-manager, KWOK and Prometheus on loopback, installs
+Starts etcd, kube-apiserver, KWOK and Prometheus on loopback (no controller-manager), installs
 the CRD and a SchedulingPolicy, creates six simulated nodes with uneven load, runs the operator,
 submits pods with `schedulerName: loadwise-scheduler`, and prints where each landed and why.
 KWOK plays the nodes' kubelets and serves their usage as cAdvisor series (a node's background is
@@ -144,9 +144,11 @@ def _decision_number(message: str) -> int:
 
 def main(keep: bool = False) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    _say("starting etcd, kube-apiserver, kube-controller-manager, KWOK and Prometheus on 127.0.0.1")
+    _say("starting etcd, kube-apiserver, KWOK and Prometheus on 127.0.0.1")
     started = time.monotonic()
-    cluster = LocalCluster(kwok_usage=True).start()
+    # No controller-manager: the demo's pods need none (one less binary to build on a new
+    # machine's first `make demo`: hack/ensure-tools --for demo).
+    cluster = LocalCluster(kwok_usage=True, controller_manager=False).start()
     _say(f"control plane ready in {time.monotonic() - started:.1f}s at {cluster.cp.server}")
     try:
         asyncio.run(_demo(cluster, keep))

@@ -16,8 +16,12 @@ watched for --duration seconds; the run's scheduler places every replacement:
 - loadwise: loadwise places, nothing rebalances;
 - loadwise-rebalance: the same with spec.rebalance Evict (hotRefreshes 3, coolRefreshes 3,
   the limits printed);
-- descheduler-like: kube-scheduler places by requests and a simulation of the descheduler's
-  LowNodeUtilization with real metrics (lownode.py) evicts one pod per hot node per cycle.
+- descheduler: kube-scheduler places by requests and the real descheduler (v0.36.0, built by
+  hack/ensure-tools; descheduler.py) runs LowNodeUtilization on Prometheus' node CPU every 5 s
+  (thresholds 50%, targetThresholds 80%, its default evictor and limits);
+- descheduler-like: the same with our simulation of it (lownode.py) in its place, which evicts
+  one pod per hot node per cycle, as the real one does with Prometheus' figures (it knows no
+  pod's use then). Kept to check the simulation against the real one.
 hot node-s: node-seconds above the hot threshold (80% CPU) by the ground truth (what the
 started pods use, without the metrics' lag);
 back: replacements placed on the node their pod was evicted from (within the cool-down);
@@ -37,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from loadwise_dev.cluster import LocalCluster, running_operator, wait_for
+from loadwise_dev.descheduler import RealDescheduler
 from loadwise_dev.engines import drift
 from loadwise_dev.kube import Kube, KubeError
 from loadwise_dev.lownode import LowNodeUtilization
 
-RUNS = ("loadwise", "loadwise-rebalance", "descheduler-like")
+RUNS = ("loadwise", "loadwise-rebalance", "descheduler", "descheduler-like")
+KUBE_SCHEDULED = ("descheduler", "descheduler-like")
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
 LIMITS = {"perNodePerHour": 3, "perNamespacePerHour": 30, "perWorkloadPerHour": 2,
           "clusterPerMinute": 5}  # fmt: skip
@@ -83,7 +89,7 @@ async def one_run(
         "metadata": {"name": label},
         "spec": {"podSelector": {"matchLabels": {"app": label}}, "rebalance": rebalance},
     }
-    scheduler = "default-scheduler" if name == "descheduler-like" else "loadwise-scheduler"
+    scheduler = "default-scheduler" if name in KUBE_SCHEDULED else "loadwise-scheduler"
     usage: drift.PodUsage = (
         drift.KwokPodUsage(kube, cluster.usage)
         if cluster.usage is not None
@@ -119,6 +125,9 @@ async def one_run(
         start = time.time()
         driver.drift_at, driver.measuring = start, True
         descheduler = None
+        real = RealDescheduler(cluster, kube, ns) if name == "descheduler" else None
+        if real is not None:
+            await real.start()
         if name == "descheduler-like":
             assert cluster.prometheus is not None
             prometheus = cluster.prometheus
@@ -132,7 +141,11 @@ async def one_run(
             task = asyncio.create_task(descheduler.run())
         await asyncio.sleep(duration)
         driver.measuring = False
-        if descheduler is not None:
+        if real is not None:
+            evictions = await real.stop()
+            if not evictions:  # say why, from its own words
+                log.warning("the descheduler evicted nothing; its log ends: %s", real.log())
+        elif descheduler is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -283,6 +296,14 @@ def table(data: dict[str, Any]) -> str:
     moved = runs.get("loadwise-rebalance", {}).get("hot_node_seconds")
     if base and moved is not None:
         lines.append(f"hot node-s with rebalancing / without: {moved / base:.2f} (target <= 0.20)")
+    real = runs.get("descheduler")
+    if real is not None and moved is not None:
+        ours, theirs = runs["loadwise-rebalance"], real
+        lines.append(
+            f"loadwise vs the descheduler: hot node-s {moved:.0f} / "
+            f"{theirs['hot_node_seconds']:.0f}, evictions {ours['evictions']} / "
+            f"{theirs['evictions']} (never worse: at most theirs on both)"
+        )
     return "\n".join(lines)
 
 

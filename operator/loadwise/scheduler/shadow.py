@@ -11,10 +11,12 @@ node loadwise would have chosen (a prediction: the cluster would have evolved di
 
 Loadwise counts its own recent choices (a burst's earlier pods, which no sample shows yet) by
 their estimates: so does the trial, by deciding in a shadow world where the trial pods placed
-in the last RECENT seconds sit on the nodes loadwise chose for them (set aside and put back for
-the decision, as rebalancing's dry runs do). Older ones are in the samples where they really
-run: the two worlds' measured figures cannot be told apart, so the prediction is an
-approximation (`bench/shadow` measures it against loadwise placing the same pods).
+in the last RECENT seconds sit on the nodes loadwise chose for them, each counted by its whole
+estimate (set aside and put back for the decision, as rebalancing's dry runs do): no sample of
+the real cluster will ever show them there. Their use stays in the samples of the nodes where
+they really run, the cautious side; older trial pods are left where they run. So the
+prediction is an approximation (`bench/shadow` measures it against loadwise placing the same
+pods).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ class ShadowTrial:
             if original is None:
                 continue
             moved.append(original)
-            there = replace(original, node_name=record.would, placed_at=record.at)
+            there = replace(original, node_name=record.would, placed_at=now)
             state.put_back(there, placed=True)
         return moved
 
