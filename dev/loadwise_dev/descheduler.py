@@ -102,10 +102,11 @@ class RealDescheduler:
         config.write_text(yaml.safe_dump(policy(prometheus.url, query, low, target)))
         command = [
             str(descheduler_binary()),
-            f"--kubeconfig={cp.kubeconfig}",
+            f"--client-connection-kubeconfig={cp.kubeconfig}",
             f"--policy-config-file={config}",
             f"--descheduling-interval={self.interval:g}s",
-            "--secure-port=0",
+            "--secure-port=0",  # no HTTPS (metrics) port at all
+            "--bind-address=127.0.0.1",
             "--v=2",
         ]
         script = (
