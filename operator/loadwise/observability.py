@@ -187,6 +187,13 @@ SHADOW_WOULD = Counter(
     "unschedulable), with same_node true when it is the node the watched scheduler chose.",
     ["outcome", "same_node"],
 )
+# Every label set from the start (0 until a shadow trial counts), as Prometheus advises for
+# counters: the dashboard's panel has a series to show in any mode.
+for _hot in ("yes", "no"):
+    SHADOW_PODS.labels(_hot)
+for _outcome in ("hot", "cool", "unschedulable"):
+    for _same in ("true", "false"):
+        SHADOW_WOULD.labels(_outcome, _same)
 REBALANCE_HOT_NODES = Gauge(
     "loadwise_rebalance_hot_nodes",
     "Nodes being relieved under the policy: hot at its rebalance.hotRefreshes refreshes in a "
