@@ -37,6 +37,16 @@ T = TypeVar("T")
 _leases = itertools.count()
 
 
+async def wait_bound_count(kube: Kube, ns: str, count: int, timeout: float = 120) -> None:
+    """Until at least `count` pods of `ns` are bound (the benches' bursts)."""
+
+    async def bound() -> bool:
+        pods = await kube.list(f"/api/v1/namespaces/{ns}/pods")
+        return sum(1 for p in pods if p["spec"].get("nodeName")) >= count
+
+    await wait_for(bound, timeout, interval=0.5, what=f"{count} pods of {ns} bound")
+
+
 async def wait_for(
     probe: Callable[[], Awaitable[T | None]],
     timeout: float,

@@ -61,7 +61,7 @@ def world(seed: int, nodes: int) -> tuple[dict[str, float], dict[str, float]]:
 async def _run(seed: int, nodes: int, waves: int, per_wave: int, backfill: bool) -> Run:
     import logging
 
-    from ..cluster import LocalCluster, running_operator
+    from ..cluster import LocalCluster, running_operator, wait_bound_count
 
     logging.basicConfig(level=logging.WARNING)
     steady, bursty = world(seed, nodes)
@@ -100,7 +100,7 @@ async def _run(seed: int, nodes: int, waves: int, per_wave: int, backfill: bool)
                 rest = asyncio.create_task(_waves(kube, usages, range(waves // 2, waves), per_wave))
                 async with running_operator(second, cluster.cp.kubeconfig):
                     await rest
-                    await _all_bound(kube, waves * per_wave)
+                    await wait_bound_count(kube, NS, waves * per_wave)
                     await asyncio.sleep(1.0)  # the sampler sees the last ones
                 after = [
                     t for n, t in result.bound_at.items() if int(n[1:]) >= waves // 2 * per_wave
@@ -142,16 +142,6 @@ async def _waves(kube: Kube, usages: list[tuple[str, str]], waves: range, per_wa
             ))  # fmt: skip
         await asyncio.gather(*(kube.create(f"/api/v1/namespaces/{NS}/pods", b) for b in bodies))
         await asyncio.sleep(2.0)
-
-
-async def _all_bound(kube: Kube, count: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = await kube.list(f"/api/v1/namespaces/{NS}/pods")
-        if sum(1 for p in pods if p["spec"].get("nodeName")) >= count:
-            return
-        await asyncio.sleep(0.5)
-    raise TimeoutError(f"not every one of {count} pods was bound in {timeout} s")
 
 
 async def _sample(

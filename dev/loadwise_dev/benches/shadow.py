@@ -46,7 +46,7 @@ class Run:
 async def _run(seed: int, nodes: int, waves: int, per_wave: int, shadow: bool) -> Run:
     import logging
 
-    from ..cluster import LocalCluster, running_operator
+    from ..cluster import LocalCluster, running_operator, wait_bound_count
 
     logging.basicConfig(level=logging.WARNING)
     rng = random.Random(seed)
@@ -76,7 +76,7 @@ async def _run(seed: int, nodes: int, waves: int, per_wave: int, shadow: bool) -
                     sampling = asyncio.create_task(_sample(cluster, kube, hot_at_bind))
                     try:
                         await _burst(kube, usages, waves, per_wave, scheduler)
-                        await _bound(kube, waves * per_wave)
+                        await wait_bound_count(kube, NS, waves * per_wave)
                         await asyncio.sleep(8.0)  # the last pods' use shows in the metrics
                     finally:
                         sampling.cancel()
@@ -110,16 +110,6 @@ async def _burst(
         ]  # fmt: skip
         await asyncio.gather(*(kube.create(f"/api/v1/namespaces/{NS}/pods", b) for b in bodies))
         await asyncio.sleep(2.0)
-
-
-async def _bound(kube: Kube, count: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = await kube.list(f"/api/v1/namespaces/{NS}/pods")
-        if sum(1 for p in pods if p["spec"].get("nodeName")) >= count:
-            return
-        await asyncio.sleep(0.5)
-    raise TimeoutError(f"not every one of {count} pods was bound in {timeout} s")
 
 
 async def _sample(cluster: Any, kube: Kube, hot_at_bind: dict[str, bool]) -> None:
