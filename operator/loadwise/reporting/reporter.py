@@ -59,6 +59,9 @@ class Reporter:
         # events not yet written, by what they report: retried under their first name
         self._unwritten: dict[tuple[str, ...], dict[str, Any]] = {}
         self._retried: set[tuple[str, ...]] = set()  # keys tried in this pass
+        # (policy, condition type, status) -> when that transition was first seen, kept until
+        # written: a status patch retried after an outage says when it happened, not when it landed
+        self._since: dict[tuple[str, str, str], str] = {}
 
     async def run(self, interval: float) -> None:
         """Until cancelled, when this replica stops leading: then its per-policy series go."""
@@ -145,13 +148,29 @@ class Reporter:
             if written:  # else the transition is reported by the next pass
                 self._available[obj.name] = available
         fields["observedGeneration"] = obj.generation
+        written_at = {
+            c.get("type"): c.get("lastTransitionTime")
+            for c in conditions or ()
+            if isinstance(c, dict)
+        }
         for condition in fields["conditions"]:
             condition["observedGeneration"] = obj.generation
+            key = (obj.name, str(condition["type"]), str(condition["status"]))
+            if condition["lastTransitionTime"] == written_at.get(condition["type"]):
+                for other in [k for k in self._since if k[:2] == key[:2]]:
+                    del self._since[other]  # back to what is written: no transition pending
+            else:
+                condition["lastTransitionTime"] = self._since.setdefault(
+                    key, condition["lastTransitionTime"]
+                )
         patch = {k: v for k, v in fields.items() if status.get(k) != v}
         if set(patch) == {"lastMetricsRefresh"} and not _stale(status.get("lastMetricsRefresh")):
             patch = {}  # not a heartbeat: the time goes with other changes, or now and then
-        if patch:
-            await self._patch(f"{POLICIES_PATH}/{obj.name}/status", {"status": patch}, MERGE)
+        if not patch or await self._patch(
+            f"{POLICIES_PATH}/{obj.name}/status", {"status": patch}, MERGE
+        ):
+            for key in [k for k in self._since if k[0] == obj.name]:
+                del self._since[key]
         if LEGACY_FINALIZER in obj.finalizers:  # no timer needs it any more: let deletes finish
             kept = [f for f in obj.finalizers if f != LEGACY_FINALIZER]
             await self._patch(

@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client import REGISTRY
 
 from loadwise.degradations import Degradations
+from loadwise.kube import times
 from loadwise.kube.transport import STRATEGIC_MERGE
 from loadwise.policies.policywatch import POLICIES_PATH, PolicyWatch
+from loadwise.reporting import policy_status
 from loadwise.reporting.policy_status import set_condition
 from loadwise.reporting.reporter import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
 from loadwise.scheduler.binding.binder import Binder
@@ -192,7 +195,11 @@ async def test_metrics_degraded_is_posted_once_per_transition() -> None:
     assert len(setup.events("MetricsDegraded")) == 2
 
 
-async def test_a_failed_status_patch_is_counted_and_written_by_the_next_pass() -> None:
+async def test_a_failed_status_patch_is_counted_and_written_by_the_next_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = iter(range(1_800_000_000, 1_900_000_000, 7))  # every stamp a new second
+    monkeypatch.setattr(policy_status, "stamp", lambda: times.stamp(next(ticks)))
     setup = Setup()
     setup.fresh()
     setup.policy("p", {})
