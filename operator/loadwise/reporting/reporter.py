@@ -60,7 +60,8 @@ class Reporter:
         self._unwritten: dict[tuple[str, ...], dict[str, Any]] = {}
         self._retried: set[tuple[str, ...]] = set()  # keys tried in this pass
         # (policy, condition type, status) -> when that transition was first seen, kept until
-        # written: a status patch retried after an outage says when it happened, not when it landed
+        # written: a status patch retried after an outage says when it happened, not when it
+        # landed. ("", our pod's condition, degradations' generation) for the operator's own.
         self._since: dict[tuple[str, str, str], str] = {}
 
     async def run(self, interval: float) -> None:
@@ -232,11 +233,13 @@ class Reporter:
             "status": "True" if active else "False",
             "reason": ",".join(sorted({d.event_reason for d in active.values()})) or "AsExpected",
             "message": self.degradations.summary()[:1024],
-            "lastTransitionTime": stamp(),
+            "lastTransitionTime": self._since.setdefault(("", CONDITION, str(generation)), stamp()),
         }
         path = f"/api/v1/namespaces/{target['namespace']}/pods/{target['name']}/status"
         if await self._patch(path, {"status": {"conditions": [condition]}}, STRATEGIC_MERGE):
             self._condition_generation = generation
+            for pending in [k for k in self._since if k[:2] == ("", CONDITION)]:
+                del self._since[pending]
 
     async def _event(
         self,

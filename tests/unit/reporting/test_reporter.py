@@ -17,7 +17,7 @@ from loadwise.degradations import Degradations
 from loadwise.kube import times
 from loadwise.kube.transport import STRATEGIC_MERGE
 from loadwise.policies.policywatch import POLICIES_PATH, PolicyWatch
-from loadwise.reporting import policy_status
+from loadwise.reporting import policy_status, reporter
 from loadwise.reporting.policy_status import set_condition
 from loadwise.reporting.reporter import CONDITION, LEGACY_FINALIZER, MERGE, Reporter
 from loadwise.scheduler.binding.binder import Binder
@@ -214,7 +214,11 @@ async def test_a_failed_status_patch_is_counted_and_written_by_the_next_pass(
     assert report_errors() == before + 2
 
 
-async def test_the_degraded_condition_on_our_pod_is_retried_until_written() -> None:
+async def test_the_degraded_condition_on_our_pod_is_retried_until_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = iter(range(1_800_000_000, 1_900_000_000, 7))  # every stamp a new second
+    monkeypatch.setattr(reporter, "stamp", lambda: times.stamp(next(ticks)))
     setup = Setup(target=OPERATOR_POD)
     setup.fresh()
     setup.policy("p", {})
