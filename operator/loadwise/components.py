@@ -33,7 +33,7 @@ from .scheduler.state import ClusterState
 from .scheduler.volumes.storage_state import StorageState
 from .scheduler.workload_selectors import WorkloadSelectors, namespaced_name
 from .usage.cache import MetricsCache, MetricsSource
-from .usage.learned import WorkloadOf
+from .usage.learned import PodFacts, WorkloadOf
 from .usage.scrape_intervals import DEFAULT_LAG
 from .usage.source_kind import BuildContext
 
@@ -66,20 +66,21 @@ def metrics_sources(
 
 
 def workload_lookup(state: ClusterState, max_age: float = 1.0) -> WorkloadOf:
-    """(namespace, name) -> (workload, placed_at) of a pod on a node, for the caches' learning.
+    """(namespace, name) -> the facts of a pod on a node, for the caches' learning.
     The state keys pods by uid: an index by name is built from it when older than `max_age`
     seconds, so once per refresh (which asks about every pod at once), not once per pod."""
-    index: dict[tuple[str, str], tuple[str, float]] = {}
+    index: dict[tuple[str, str], PodFacts] = {}
     built = -math.inf
 
-    def workload_of(namespace: str, name: str) -> tuple[str, float] | None:
+    def workload_of(namespace: str, name: str) -> PodFacts | None:
         nonlocal index, built
         now = time.monotonic()
         if now - built > max_age:
             index = {
-                (pod.namespace, pod.name): (workload, pod.placed_at)
+                (pod.namespace, pod.name): PodFacts(
+                    pod.workload, pod.placed_at, *pod.requests.nonzero
+                )
                 for pod in state.pods.values()
-                if (workload := pod.workload) is not None
             }
             built = now
         return index.get((namespace, name))

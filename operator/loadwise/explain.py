@@ -223,12 +223,19 @@ def estimate_line(pod: PodInfo, policy: Policy, learned: UsageProfiles | None) -
     use = learned if spec.learned_estimate else None
     cpu, memory = pod_estimate(pod, factors, use)
     known = use is not None and pod.workload is not None and use.estimate(pod.workload)
-    basis = (
-        f"learned from running pods of {pod.workload}"
-        if known
-        else f"{factors[0]:g} x cpu, {factors[1]:g} x memory requests "
-        "(missing requests count as 100m/200Mi)"
-    )
+    ratio = use.ratio(pod.namespace) if use is not None and not known else None
+    if known:
+        basis = f"learned from running pods of {pod.workload}"
+    elif ratio is not None:
+        basis = (
+            f"{ratio[0]:.2f} x cpu, {ratio[1]:.2f} x memory requests: what pods of namespace "
+            f"{pod.namespace} use of theirs, learned"
+        )
+    else:
+        basis = (
+            f"{factors[0]:g} x cpu, {factors[1]:g} x memory requests "
+            "(missing requests count as 100m/200Mi)"
+        )
     return (
         f"strategy {spec.strategy}; estimate {cpu / 1000:.2f} cpu, {memory / 2**20:.0f}Mi: {basis}"
     )

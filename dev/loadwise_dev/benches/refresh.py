@@ -39,7 +39,7 @@ from typing import Any
 import aiohttp
 
 from loadwise.usage.cache import MetricsCache
-from loadwise.usage.learned import MAX_WORKLOADS
+from loadwise.usage.learned import MAX_WORKLOADS, PodFacts
 from loadwise.usage.prometheus import PrometheusSource
 from loadwise.usage.prometheus_settings import PrometheusSettings
 from loadwise.usage.scrape_intervals import with_window
@@ -223,7 +223,8 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     owners = {}
     for i in range(args.pods):
         namespace, name, workload = pod_name(i, args.workloads)
-        owners[(namespace, name)] = (workload, 0.0)  # placed long ago: every pod is learned
+        # placed long ago: every pod is learned (no requests: no namespace ratio)
+        owners[(namespace, name)] = PodFacts(workload, 0.0, 0, 0)
     gc.freeze()  # as `loadwise run` freezes what its lists built: out of every collection
     cache = MetricsCache(
         source, interval=args.scrape, workload_of=lambda ns, n: owners.get((ns, n))

@@ -110,6 +110,9 @@ class AtLeast:
             return floor
         return self.learned.estimate(workload) if self.learned is not None else None
 
+    def ratio(self, namespace: str) -> tuple[float, float] | None:
+        return self.learned.ratio(namespace) if self.learned is not None else None
+
 
 def at_least(
     candidate: Candidate,

@@ -14,12 +14,13 @@ target (Pack) nodes score higher.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..policies.policy import Policy
 from ..resources import CPU, MEMORY
+from ..usage.cache import NodeSample
 from .heat import dimensions_of, headrooms, is_fresh
 from .types import NodeInfo, PodInfo
 from .view import ClusterView
@@ -32,9 +33,12 @@ APPROACH_BAND = 0.10  # utilisation fraction below a hot threshold where the loa
 
 
 class UsageProfiles(Protocol):
-    """Learned usage per workload (usage/learned.py): (cpu millicores, memory bytes)."""
+    """Learned usage (usage/learned.py): per workload (cpu millicores, memory bytes), and per
+    namespace the use per unit requested of its pods (cpu, memory)."""
 
     def estimate(self, workload: str) -> tuple[int, int] | None: ...
+
+    def ratio(self, namespace: str) -> tuple[float, float] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +67,46 @@ def _weighted(policy: Policy, cpu: float, mem: float, extra: Sequence[float] = (
 def pod_estimate(
     pod: PodInfo, factors: tuple[float, float], learned: UsageProfiles | None
 ) -> tuple[float, float]:
-    """The usage expected of a pod not yet in a sample: its workload's learned usage, else
-    the policy's factors x its (non-zero) CPU and memory requests."""
-    if learned is not None and (workload := pod.workload) is not None:
-        known = learned.estimate(workload)
-        if known is not None:
-            return known
+    """The usage expected of a pod not yet in a sample: its workload's learned usage, else its
+    (non-zero) CPU and memory requests times its namespace's learned ratio of use to requests,
+    else times the policy's factors."""
     cpu, memory = pod.requests.nonzero
+    if learned is not None:
+        if (workload := pod.workload) is not None:
+            known = learned.estimate(workload)
+            if known is not None:
+                return known
+        ratio = learned.ratio(pod.namespace)
+        if ratio is not None:
+            return ratio[0] * cpu, ratio[1] * memory
     return factors[0] * cpu, factors[1] * memory
+
+
+def unmeasured(
+    node_name: str,
+    sample: NodeSample,
+    state: ClusterView,
+    factors: tuple[float, float],
+    learned: UsageProfiles | None,
+    skip: Collection[str] = (),
+) -> tuple[float, float]:
+    """The estimated use (cpu millicores, memory bytes) of the pods placed on the node that its
+    sample does not show yet, but those in `skip` (UIDs)."""
+    cpu = memory = 0.0
+    coverage, window = sample.coverage, sample.timestamp - sample.coverage
+    for placed in state.placed_since(node_name, coverage):
+        if placed.uid in skip:
+            continue
+        cpu_est, mem_est = pod_estimate(placed, factors, learned)
+        # A rate window shows a pod's use gradually: placed halfway through the window, it
+        # is about half in the sample already. Counting it fully as well would count that
+        # half twice and push a burst off the nodes it just started filling. (A pod slow to
+        # start shows later than this assumes: the metrics lag setting should cover it.)
+        shown = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
+        unseen = 1.0 - _clamp(shown)
+        cpu += unseen * cpu_est
+        memory += unseen * mem_est
+    return cpu, memory
 
 
 def score_node(
@@ -101,17 +137,9 @@ def score_node(
     if factors != (0, 0):
         use = learned if spec.learned_estimate else None
         extra_cpu, extra_mem = pod_estimate(pod, factors, use)
-        coverage, window = sample.coverage, sample.timestamp - sample.coverage
-        for placed in state.placed_since(node.name, coverage):
-            cpu_est, mem_est = pod_estimate(placed, factors, use)
-            # A rate window shows a pod's use gradually: placed halfway through the window, it
-            # is about half in the sample already. Counting it fully as well would count that
-            # half twice and push a burst off the nodes it just started filling. (A pod slow to
-            # start shows later than this assumes: the metrics lag setting should cover it.)
-            shown = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
-            unseen = 1.0 - _clamp(shown)
-            extra_cpu += unseen * cpu_est
-            extra_mem += unseen * mem_est
+        unseen_cpu, unseen_mem = unmeasured(node.name, sample, state, factors, use)
+        extra_cpu += unseen_cpu
+        extra_mem += unseen_mem
     cpu = sample.cpu + _ratio(extra_cpu, alloc_cpu)
     mem = sample.memory + _ratio(extra_mem, alloc_mem)
     dims = dimensions_of(policy, sample)

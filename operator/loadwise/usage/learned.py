@@ -14,6 +14,12 @@ window (`over`), then the percentile across pods, so a TaskManager that idles be
 is estimated by its bursts. Per-pod history is kept only as long as the longest such window
 (`keep`; none asked: only the latest figure).
 
+A pod whose workload has no estimate yet (its first pods, or no controller: a pod group's
+members, bare pods) is estimated by its namespace's ratio of use to requests, the 95th
+percentile across the namespace's measured pods (`ratio`, at least MIN_RATIO_PODS of them;
+higher than a workload's, as a namespace mixes workloads): a team sets its requests alike, and
+what its pods use of them says more than one fixed factor for every cluster.
+
 Memory is bounded: a pod not reported for FORGET_REFRESHES refreshes is forgotten (it ended, or
 moved out of view); a workload with no pod left keeps its estimate (scaled to zero, it will want
 the same again) for WORKLOAD_TTL seconds, and at most MAX_WORKLOADS are kept (least recently
@@ -26,17 +32,30 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .history import Aggregation, aggregate
 
-# (namespace, pod name) -> (workload key, wall time the pod was placed), or None (no controller,
-# unknown pod).
-WorkloadOf = Callable[[str, str], tuple[str, float] | None]
+
+class PodFacts(NamedTuple):
+    """What learning needs of a pod on a node besides its usage."""
+
+    workload: str | None  # its controller's key; None: no controller
+    placed_at: float  # wall time
+    cpu: int  # requested millicores (kube-scheduler's non-zero default when unset)
+    memory: int  # requested bytes (likewise)
+
+
+# (namespace, pod name) -> the pod's facts, or None (unknown pod).
+WorkloadOf = Callable[[str, str], PodFacts | None]
 
 PERCENTILE = 0.8
+RATIO_PERCENTILE = 0.95
 FORGET_REFRESHES = 6
 WORKLOAD_TTL = 3600.0
 MAX_WORKLOADS = 10_000
+MIN_RATIO_PODS = 5  # measured pods a namespace needs for its ratio of use to requests
+RATIO = "{namespace}/ratio"  # a namespace's ratios are kept as a workload of this key (x 1000)
 POD_STEP, WORKLOAD_STEP = 500, 125  # between two yields of observe_steps (a few ms)
 
 
@@ -68,13 +87,25 @@ class LearnedUsage:
 
     @property
     def workloads(self) -> int:
-        """How many workloads have an estimate."""
-        return sum(1 for w in self._workloads.values() if w.estimate is not None)
+        """How many workloads have an estimate (namespaces' ratios are not workloads)."""
+        return sum(
+            1
+            for key, w in self._workloads.items()
+            if w.estimate is not None and key.count("/") > 1  # ns/Kind/name, not ns/ratio
+        )
 
     def estimate(self, workload: str) -> tuple[int, int] | None:
         """(cpu millicores, memory bytes) for the workload's next pod; None if nothing known."""
         known = self._workloads.get(workload)
         return known.estimate if known is not None else None
+
+    def ratio(self, namespace: str) -> tuple[float, float] | None:
+        """(cpu, memory) use per unit requested by the namespace's pods; None if too few are
+        measured."""
+        known = self._workloads.get(RATIO.format(namespace=namespace))
+        if known is None or known.estimate is None or len(known.pods) < MIN_RATIO_PODS:
+            return None
+        return known.estimate[0] / 1000, known.estimate[1] / 1000
 
     def observe(
         self,
@@ -106,14 +137,20 @@ class LearnedUsage:
             if done % POD_STEP == 0:
                 yield
             found = workload_of(*pod)
-            if found is None or cpu < 0 or memory < 0:
+            if found is None or cpu < 0 or memory < 0 or now - found.placed_at < min_age:
                 continue
-            key, placed_at = found
-            if now - placed_at < min_age:
+            if found.cpu > 0 and found.memory > 0:
+                ratios = workloads.get(key := RATIO.format(namespace=pod[0]))
+                if ratios is None:
+                    ratios = workloads[key] = _Workload()
+                ratio = (cpu * 1000 // found.cpu, memory * 1000 // found.memory, current)
+                ratios.pods[pod] = ratio
+                ratios.seen = now
+            if found.workload is None:
                 continue
-            workload = workloads.get(key)
+            workload = workloads.get(found.workload)
             if workload is None:
-                workload = workloads[key] = _Workload()
+                workload = workloads[found.workload] = _Workload()
             workload.pods[pod] = (cpu, memory, current)
             workload.seen = now
             if self.keep > 0:
@@ -136,8 +173,8 @@ class LearnedUsage:
                     del workload.past[pod]
             if pods:
                 workload.estimate = (
-                    _percentile([cpu for cpu, _, _ in pods.values()]),
-                    _percentile([memory for _, memory, _ in pods.values()]),
+                    _percentile([cpu for cpu, _, _ in pods.values()], _quantile(key)),
+                    _percentile([memory for _, memory, _ in pods.values()], _quantile(key)),
                 )
             elif now - workload.seen > WORKLOAD_TTL:
                 del workloads[key]
@@ -148,9 +185,14 @@ class LearnedUsage:
         self._round = current
 
 
-def _percentile(values: list[int]) -> int:
+def _percentile(values: list[int], quantile: float = PERCENTILE) -> int:
     values.sort()
-    return values[max(0, math.ceil(PERCENTILE * len(values)) - 1)]
+    return values[max(0, math.ceil(quantile * len(values)) - 1)]
+
+
+def _quantile(key: str) -> float:
+    """A namespace mixes workloads: its ratio is taken higher than one workload's figure."""
+    return RATIO_PERCENTILE if key.count("/") == 1 else PERCENTILE
 
 
 class WindowedEstimates:
@@ -187,3 +229,6 @@ class WindowedEstimates:
             found = known.estimate
         self._memo[workload] = found
         return found
+
+    def ratio(self, namespace: str) -> tuple[float, float] | None:
+        return self.learned.ratio(namespace)  # by each pod's latest figure

@@ -11,6 +11,7 @@ import pytest
 
 from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, schedule_one
+from loadwise.framework.scoring import pod_estimate
 from loadwise.framework.types import PodInfo, parse_pod
 from loadwise.policies.policy import Policy, parse_spec
 from loadwise.resources import NONZERO_CPU, NONZERO_MEMORY, pod_requests
@@ -151,11 +152,19 @@ def test_extra_dimension_weights_and_hot_threshold() -> None:
 
 
 class Profiles:
-    def __init__(self, known: dict[str, tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        known: dict[str, tuple[int, int]],
+        ratios: dict[str, tuple[float, float]] | None = None,
+    ) -> None:
         self.known = known
+        self.ratios = ratios or {}
 
     def estimate(self, workload: str) -> tuple[int, int] | None:
         return self.known.get(workload)
+
+    def ratio(self, namespace: str) -> tuple[float, float] | None:
+        return self.ratios.get(namespace)
 
 
 def test_learned_usage_replaces_the_requests_estimate() -> None:
@@ -180,6 +189,21 @@ def test_learned_usage_replaces_the_requests_estimate() -> None:
         for s in range(12)
     }
     assert picks == {"n0", "n1"}  # by requests they are equal: ties broken at random
+
+
+def test_a_pod_of_no_known_workload_is_estimated_by_its_namespace_ratio() -> None:
+    """placementEstimate 1.5 says a 4-cpu pod would tip a 40% node of 8 cpus over 80%; its
+    namespace's pods are measured to use 30% of their requests, so it fits there."""
+    state = state_with(manifests.node("n0", cpu="8"))
+    usage = {"n0": NodeSample(0.4, 0.1, NOW - 1)}
+    pod = pod_info("e0", cpu="4")
+    hot = schedule_one(pod, state, Basis(spec_policy(), usage, NOW, random.Random(1), None))
+    assert isinstance(hot, Decision) and hot.all_hot
+    profiles = Profiles({}, {"default": (0.3, 0.5)})
+    basis = Basis(spec_policy(), usage, NOW, random.Random(1), profiles)
+    assert pod_estimate(pod, (1.5, 1.0), profiles) == (1200, 0.5 * pod.requests.nonzero[1])
+    cool = schedule_one(pod, state, basis)
+    assert isinstance(cool, Decision) and not cool.all_hot and cool.chosen.cpu == 0.4 + 0.15
 
 
 def test_tenants_spread_across_cool_nodes_and_never_onto_hot_ones() -> None:

@@ -14,7 +14,7 @@ from loadwise.components import workload_lookup
 from loadwise.scheduler.state import ClusterState
 from loadwise.usage import learned as learned_module
 from loadwise.usage.cache import MetricsCache, NodeSample, PodUsage
-from loadwise.usage.learned import LearnedUsage
+from loadwise.usage.learned import MIN_RATIO_PODS, LearnedUsage, PodFacts
 from loadwise.usage.prometheus import PrometheusSource
 from loadwise.usage.prometheus_settings import PrometheusSettings
 from loadwise_dev import manifests
@@ -26,7 +26,13 @@ WEB = "ns/Deployment/web"
 
 
 def owned(placed: dict[tuple[str, str], tuple[str, float]]) -> Callable[[str, str], Any]:
-    return lambda namespace, name: placed.get((namespace, name))
+    """Pods of workloads, without requests (so no namespace ratio is learned from them)."""
+
+    def facts(namespace: str, name: str) -> PodFacts | None:
+        found = placed.get((namespace, name))
+        return None if found is None else PodFacts(found[0], found[1], 0, 0)
+
+    return facts
 
 
 def test_estimate_is_a_high_percentile_across_the_workloads_pods() -> None:
@@ -222,8 +228,11 @@ def test_the_runtime_looks_pods_up_by_name_in_the_state() -> None:
         state.observe_bound(parse_pod(pod), terminal=False)
     workload_of = workload_lookup(state, max_age=0.0)
     found = workload_of("ns", "web-1")
-    assert found is not None and found[0] == "ns/ReplicaSet/web" and found[1] > 0
-    assert workload_of("ns", "bare") is None and workload_of("ns", "missing") is None
+    assert found is not None and found.workload == "ns/ReplicaSet/web" and found.placed_at > 0
+    assert (found.cpu, found.memory) == (100, 128 * 2**20)  # its requests
+    bare_facts = workload_of("ns", "bare")
+    assert bare_facts is not None and bare_facts.workload is None  # its namespace ratio counts it
+    assert workload_of("ns", "missing") is None
     state.remove_pod("u1")
     assert workload_of("ns", "web-1") is None  # rebuilt (max_age 0): it is gone
 
@@ -241,3 +250,19 @@ async def test_the_per_pod_table_is_updated_in_place_to_the_new_answer() -> None
     assert table == same_size
     await _drain(same_size, step=300)
     assert same_size == {} and len(table) == 5000
+
+
+def test_a_namespace_ratio_of_use_to_requests_is_learned_from_its_measured_pods() -> None:
+    learned = LearnedUsage()
+    facts = {("spark", f"e{i}"): PodFacts(None, 0.0, 1000, 2 << 30) for i in range(10)}
+    usage = {pod: (100 * (i + 1), 1 << 30) for i, pod in enumerate(facts)}  # 10%..100% of cpu
+    few = dict(list(usage.items())[: MIN_RATIO_PODS - 1])
+    learned.observe(few, lambda ns, n: facts.get((ns, n)), NOW, 60.0)
+    assert learned.ratio("spark") is None  # too few measured to say
+    learned.observe(usage, lambda ns, n: facts.get((ns, n)), NOW, 60.0)
+    assert learned.ratio("spark") == (1.0, 0.5)  # the 95th percentile, per resource
+    assert learned.ratio("other") is None and learned.estimate("spark/ratio") is not None
+    young = {pod: PodFacts(None, NOW - 1, 1000, 2 << 30) for pod in facts}
+    fresh = LearnedUsage()
+    fresh.observe(usage, lambda ns, n: young.get((ns, n)), NOW, 60.0)
+    assert fresh.ratio("spark") is None  # placed within min_age: not fully in a rate window
