@@ -106,8 +106,9 @@ BUILD_INFO = Gauge(
 POD_GROUP_DECISIONS = Counter(
     "loadwise_pod_group_decisions_total",
     "Decisions on pod groups (gangs), by result: placed (its minimum reached), unschedulable "
-    "(nothing of it kept), hot_wait (it would fit only on a hot node and waits for cool room, "
-    "its policy's gangHotWaitSeconds), error (its members disagree on scheduler or priority).",
+    "(nothing of it kept), hot_wait (it would fit only on a hot node and waits for cool room "
+    "coming or its policy's gangHotWaitSeconds), error (its members disagree on scheduler or "
+    "priority).",
     ["result"],
 )
 POD_GROUPS_WAITING = Gauge(

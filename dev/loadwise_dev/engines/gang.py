@@ -8,7 +8,8 @@ by 8-20 points, so they cross the hot threshold and come back), the rest at 5-35
 
 The groups (`make_scenario`, a function of the seed alone): one driver (500m-1 CPU, 1-2 GiB)
 and 4-32 executors (most groups small: 4 + 29 u^2), all of one size per group (250m-1 CPU,
-2 GiB per CPU), each in one of the tenants' namespaces, joined to a Kubernetes PodGroup
+2 GiB per CPU, restartPolicy Never as Spark writes them), each in one of the tenants'
+namespaces, joined to a Kubernetes PodGroup
 (`scheduling.k8s.io/v1beta1`, gang minCount: the driver plus `min_share` of the executors, all
 by default). What a pod uses is what KWOK serves from its annotations once it runs: a driver
 15-40% of its request, an executor 25-65% (Spark executors wait on shuffles and I/O), memory
@@ -244,6 +245,7 @@ def member_body(group: GroupPlan, member: MemberPlan, run: int, scheduler: str) 
         },
         annotations=usage_annotations(f"{member.use_cpu}m", f"{member.use_memory}Mi"),
     )
+    body["spec"]["restartPolicy"] = "Never"  # as Spark writes its driver and executors
     return manifests.in_group(body, name)
 
 

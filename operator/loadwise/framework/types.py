@@ -116,6 +116,8 @@ class PodInfo:
     # PodResizePending condition): a change re-reads a placed pod (its generation does not move).
     resize_key: tuple[Any, ...] = ()
     group: PodGroupKey | None = None  # the PodGroup it belongs to (framework/pod_groups.py)
+    # it runs to completion (restartPolicy Never or OnFailure): its room comes back
+    finishes: bool = False
     claims: PodClaims = NO_CLAIMS  # its ResourceClaims, pending pods only (resource_claims.py)
     # its containers' domain-qualified requests, pending pods asking some only: devices, when
     # a DeviceClass backs them (extended_resources.py)
@@ -185,6 +187,7 @@ def parse_pod(raw: Mapping[str, Any], placed: bool = False) -> PodInfo:
         nominated_node=str(status.get("nominatedNodeName") or ""),
         start_time=str(status.get("startTime") or ""),
         group=pod_group_of(meta, spec),
+        finishes=spec.get("restartPolicy") in ("Never", "OnFailure"),
     )
     if pod.deleting:  # the victim mark matters only once the pod is going
         pod.preempted = preempted_by_scheduler(status)

@@ -197,7 +197,8 @@ class SchedulingPolicySpec(_Model):
         "bindings; without it bursts herd onto the node that looked idlest). Above 1 by "
         "default: bursty pods often use more CPU than they request, and underestimating makes "
         "hot nodes while overestimating only spreads a burst wider until the next sample. "
-        "0 disables. A workload's learned usage replaces it (learnedEstimate).",
+        "0 disables. A workload's learned usage, else its namespace's learned ratio of use to "
+        "requests, replaces it (learnedEstimate).",
     )
     memory_estimate: float = Field(
         1.0,
@@ -294,21 +295,29 @@ class SchedulingPolicySpec(_Model):
         default_factory=DeviceSettings,
         description="Devices allocated through ResourceClaims: when one is hot, spread or pack.",
     )
-    gang_hot_wait_seconds: int = Field(
-        0,
+    gang_hot_wait_seconds: int | None = Field(
+        None,
         ge=0,
         le=3600,
         description="A pod group (gang) whose minimum fits only with a member on a hot node "
-        "(every feasible node hot for it) waits up to this long for cool room, holding "
-        "nothing, instead of taking the least loaded nodes at once: a gang runs at the pace of "
-        "its slowest member. After the wait it is placed as it fits. 0: no wait.",
+        "(every feasible node hot for it) waits for cool room, holding nothing, instead of "
+        "taking the least loaded nodes at once: a gang runs at the pace of its slowest member. "
+        "Unset: it waits only while cool room is coming, at most 120s: a node is hot only by "
+        "the estimates of pods its samples do not show yet, or pods that run to completion "
+        "(restartPolicy Never or OnFailure) hold the hot members' requests, or departing pods "
+        "free requests at a measured rate that frees as much within the wait; a member that "
+        "would only bring its node within 10 points of a hot threshold waits at most 15s, for "
+        "the next samples or the measured departures. N: up to N seconds for a hot member, "
+        "whatever is coming. 0: no wait. After the wait it is placed as it fits.",
     )
     learned_estimate: bool = Field(
         True,
         description="Estimate a new pod's usage from what running pods of its workload (same "
         "controller) use, as the metrics source reports it (each pod judged like nodes: by "
-        "metrics.aggregation over metrics.windowSeconds); requests x placementEstimate when "
-        "nothing is known yet.",
+        "metrics.aggregation over metrics.windowSeconds); for a workload not known yet (or a "
+        "pod without a controller), its requests times what the namespace's measured pods use "
+        "of theirs (95th percentile, at least 5 pods); requests x placementEstimate when "
+        "nothing is known.",
     )
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from ..framework.types import (
     resize_key,
     true_since,
 )
+from .pod_groups.cool_room import FreedRoom
 from .preemptor import Preemptor
 from .queue import SchedulingQueue
 from .state import ClusterState
@@ -47,8 +48,11 @@ class ClusterEvents:
         preemption: Preemptor,
         reported: dict[str, tuple[str, float]],
         foreign: ForeignPod,
+        freed: FreedRoom | None = None,
     ) -> None:
-        """`foreign`: told of pending pods other schedulers place (a PodGroup counts them)."""
+        """`foreign`: told of pending pods other schedulers place (a PodGroup counts them);
+        `freed`: told of pods leaving their nodes (a gang waiting for cool room reads it)."""
+        self.freed = freed if freed is not None else FreedRoom()
         self.name = scheduler_name
         self.state = state
         self.queue = queue
@@ -97,6 +101,8 @@ class ClusterEvents:
             return
         if event_type == "DELETED":
             self._forget_pod(uid)
+            if (gone := self.state.pods.get(uid)) is not None:
+                self.freed.freed(gone)
             if self.state.remove_pod(uid):
                 self.queue.move_all_to_active()
             return
@@ -106,6 +112,8 @@ class ClusterEvents:
             self._forget_pod(uid)
             terminal = is_terminal(raw)
             known = self.state.pods.get(uid)
+            if terminal and known is not None:
+                self.freed.freed(known)
             if (
                 known is not None
                 and known.node_name == node_name

@@ -157,6 +157,16 @@ class SchedulingQueue:
         self._count_attempt(entry)
         self._push_backoff(entry)
 
+    def retry_after(self, uid: str, delay: float) -> None:
+        """Tried again in `delay` seconds, whatever its attempts (a gang waiting for cool room:
+        it is not failing, and the room it waits for comes with samples and departures)."""
+        entry = self._entries.get(uid)
+        if entry is None:
+            return
+        entry.attempts += 1
+        entry.backoff_until = self.clock() + delay
+        self._push_backoff(entry)
+
     def park(self, uid: str) -> None:
         """No node fits: wait for a cluster event (or the timeout)."""
         entry = self._entries.get(uid)

@@ -151,7 +151,7 @@ class Scheduler:
         )
         self.watch = ClusterEvents(  # watch events in: the informers call its methods
             self.name, self.state, self.queue, self.profile, self.preemption,
-            self.outcomes.reported, self.pod_groups.foreign_pod,
+            self.outcomes.reported, self.pod_groups.foreign_pod, self.pod_group_cycle.freed,
         )  # fmt: skip
 
     # --- watch events in (event_handlers.py) --------------------------------------------------

@@ -354,7 +354,7 @@ async def test_a_group_that_fits_only_on_a_hot_node_waits_for_cool_room_as_its_p
         (message,) = {e["message"] for e in api.events("FailedScheduling")}
         assert message == (
             "pod group default/g waits up to 1s for cool room (policy gangs, "
-            "gangHotWaitSeconds): 2 member(s) would land on a hot node"
+            "gangHotWaitSeconds 1): 2 member(s) would land on a hot node"
         )
         await until(lambda: len(api.events("Scheduled")) == 2, timeout=5.0)
     first_bind = api.binds("h0")[0].at

@@ -43,6 +43,7 @@ from ..outcomes import Outcomes
 from ..preemptor import Preemptor
 from ..queue import SchedulingQueue
 from ..state import ClusterState
+from .cool_room import AUTO_LIMIT, NEAR_LIMIT, RETRY, FreedRoom, coming, warm
 from .members import PodGroupMembers
 from .status import PodGroupStatus
 
@@ -95,6 +96,7 @@ class PodGroupCycle:
         self.status = PodGroupStatus(pod_groups, binder)
         self._evicting: dict[PodGroupKey, set[str]] = {}  # victims of each group's preemption
         self._hot_since: dict[PodGroupKey, float] = {}  # groups waiting for cool room: since when
+        self.freed = FreedRoom()  # pods leaving their nodes (the watch tells it)
         self._decisions = {
             r: obs.POD_GROUP_DECISIONS.labels(r)
             for r in ("placed", "unschedulable", "hot_wait", "error")
@@ -192,10 +194,10 @@ class PodGroupCycle:
             self.profile.unreserve(cycles[member.uid], member, result.node)
             self.state.forget(member.uid)
             member.node_name, member.assumed = "", False  # pending again, as it was
-        if waits:  # tried again after its backoff: cool room may come with any sample
+        if waits:  # tried again soon: cool room may come with any sample or departure
             self._decisions["hot_wait"].inc()
             for member in members:
-                self.queue.backoff(member.uid)
+                self.queue.retry_after(member.uid, RETRY)
             self._report(group, members, {}, waits, "Unschedulable")
             return True
         self._decisions["unschedulable"].inc()
@@ -221,20 +223,43 @@ class PodGroupCycle:
         return True
 
     def _hot_wait(self, group: PodGroup, decision: PodGroupDecision, basis: Basis) -> str:
-        """Why the group waits for cool room (its policy's gangHotWaitSeconds), or ""."""
-        limit = basis.policy.spec.gang_hot_wait_seconds
-        hot = sum(1 for _, result in decision.placed if result.all_hot)
-        if not limit or not hot:
+        """Why the group waits for cool room, or "". gangHotWaitSeconds N: up to N s;
+        unset: while cool room is coming (cool_room.py), up to AUTO_LIMIT s for a member on a
+        hot node, NEAR_LIMIT s for one only nearly so; 0: never."""
+        setting = basis.policy.spec.gang_hot_wait_seconds
+        hot = [member for member, result in decision.placed if result.all_hot]
+        near: list[PodInfo] = []
+        if setting is None:  # also nearly hot: where an estimate short or a swing tips it over
+            near = [
+                m for m, result in decision.placed
+                if not result.all_hot and warm(result, self.state, basis)
+            ]  # fmt: skip
+            limit = AUTO_LIMIT if hot else NEAR_LIMIT
+        else:
+            limit = float(setting)
+        if not limit or not (hot or near):
             self._hot_since.pop(group.key, None)
             return ""
         now = time.monotonic()
-        if now - self._hot_since.setdefault(group.key, now) >= limit:
+        waited = now - self._hot_since.setdefault(group.key, now)
+        why = f"gangHotWaitSeconds {setting}"
+        if setting is None:
+            siblings = {member.uid for member, _ in decision.placed}
+            signs = coming([*hot, *near], self.state, basis, siblings, self.freed)
+            # pods that will finish some time: worth a wait for heat, not for a near miss
+            if not signs.within(limit - waited, finishing=bool(hot)):
+                self._hot_since.pop(group.key, None)
+                return ""  # no cool room is coming in time: placed as it fits
+            why = f"cool room is coming: {signs}"
+        if waited >= limit:
             self._hot_since.pop(group.key, None)
             return ""  # waited long enough: placed as it fits
+        what = f"{len(hot)} member(s) would land on a hot node" if hot else ""
+        if near:
+            what += f"{', ' if what else ''}{len(near)} on a nearly hot one"
         return (
-            f"pod group {group.key} waits up to {limit}s for cool room "
-            f"(policy {basis.policy.name}, gangHotWaitSeconds): {hot} member(s) would land on "
-            "a hot node"
+            f"pod group {group.key} waits up to {limit:.0f}s for cool room "
+            f"(policy {basis.policy.name}, {why}): {what}"
         )
 
     def _post_filter(

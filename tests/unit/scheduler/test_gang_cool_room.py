@@ -1,0 +1,140 @@
+"""The built-in policy's gang wait: a group that would put a member on a hot node waits only
+while cool room is coming (scheduler/pod_groups/cool_room.py), else it is placed at once."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from loadwise.framework.context import Basis
+from loadwise.framework.cycle import Decision, schedule_one
+from loadwise.framework.pod_groups import UPSTREAM
+from loadwise.framework.types import parse_pod
+from loadwise.policies.policy import Policy, parse_spec
+from loadwise.scheduler.pod_groups.cool_room import FREED_WINDOW, Coming, FreedRoom, warm
+from loadwise.usage.cache import NodeSample
+from loadwise_dev import manifests
+
+from ...fakes import until
+from ...helpers import pod_info, state_with
+from .test_pod_groups import member, pod_group, with_nodes
+from .test_scheduler import Api, bound, raw_pod, running, scheduler
+
+
+def waits(api: Api) -> list[str]:
+    return [e["message"] for e in api.events("FailedScheduling") if "cool room" in e["message"]]
+
+
+async def test_nothing_coming_the_group_is_placed_at_once_as_it_fits() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "2", "2")  # n0 cool, n1 hot by its sample: the group needs both
+    now = time.time()
+    cache = sched.usage.caches["prometheus"]
+    cache.samples = {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
+    async with running(sched):
+        for i in range(2):
+            sched.on_pod_event("ADDED", member(f"h{i}", "g", cpu="2"))
+        await until(lambda: len(api.events("Scheduled")) == 2)
+    assert not waits(api)  # n1 will not cool by waiting: no departures, nothing unmeasured
+
+
+async def test_a_node_hot_only_by_unmeasured_estimates_is_waited_for() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "4", "2")
+    now = time.time()
+    cache = sched.usage.caches["prometheus"]
+    # n0 measured at 10%, but a 2-CPU pod bound since its sample counts 1.5 x 2 of its 4 CPUs
+    cache.samples = {"n0": NodeSample(0.1, 0.1, now - 1), "n1": NodeSample(0.95, 0.1, now)}
+    sched.on_pod_event("ADDED", bound(raw_pod("other", cpu="2"), "n0"))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 1))
+    async with running(sched):
+        sched.on_pod_event("ADDED", member("h0", "g", cpu="1"))
+        await until(lambda: bool(waits(api)))
+        assert not api.fake.requests("POST", "/binding")
+        assert "1 node(s) hot only by estimates of pods not measured yet" in waits(api)[0]
+        # the next sample shows what the other pod uses: n0 is cool, and the group goes there
+        cache.samples = {**cache.samples, "n0": NodeSample(0.3, 0.1, time.time())}
+        await until(lambda: len(api.events("Scheduled")) == 1, timeout=5.0)
+    (bind,) = api.binds("h0")
+    assert (bind.body or {})["target"]["name"] == "n0"
+
+
+async def test_requests_freed_by_departures_are_waited_for() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "2", "2")
+    now = time.time()
+    cache = sched.usage.caches["prometheus"]
+    cache.samples = {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    leaving = bound(raw_pod("leaving", cpu="2"), "n0")
+    sched.on_pod_event("ADDED", leaving)
+    sched.on_pod_event("DELETED", leaving)  # 2 CPUs freed: 2/60 CPU per second measured
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
+    async with running(sched):
+        for i in range(2):
+            sched.on_pod_event("ADDED", member(f"h{i}", "g", cpu="2"))
+        await until(lambda: bool(waits(api)))
+        (message, *_) = waits(api)
+        assert "cool room is coming: requests freed at 0.03 CPU/s" in message
+        assert not api.fake.requests("POST", "/binding")  # it waits, holding nothing
+        assert not sched.state.pods
+
+
+async def test_pods_that_run_to_completion_are_waited_for() -> None:
+    api = Api()
+    sched = scheduler(api)
+    with_nodes(sched, "2", "2", "4")  # n2 is full with a Job's pod: its room comes back
+    now = time.time()
+    cache = sched.usage.caches["prometheus"]
+    cache.samples = {
+        "n0": NodeSample(0.1, 0.1, now),
+        "n1": NodeSample(0.95, 0.1, now),
+        "n2": NodeSample(0.5, 0.1, now),
+    }
+    job = raw_pod("job-0", cpu="4")
+    job["spec"]["restartPolicy"] = "Never"
+    sched.on_pod_event("ADDED", bound(job, "n2"))
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
+    async with running(sched):
+        for i in range(2):
+            sched.on_pod_event("ADDED", member(f"h{i}", "g", cpu="2"))
+        await until(lambda: bool(waits(api)))
+        assert "pods that run to completion hold 4.0 CPU" in waits(api)[0]
+        assert not api.fake.requests("POST", "/binding")
+
+
+def test_freed_room_is_a_rate_over_its_window() -> None:
+    clock = [100.0]
+    freed = FreedRoom(lambda: clock[0])
+    freed.freed(parse_pod(bound(raw_pod("a", cpu="3"), "n0"), placed=True))
+    freed.freed(parse_pod(raw_pod("pending", cpu="5")))  # on no node: frees nothing
+    assert freed.rate() == 3000 / FREED_WINDOW
+    clock[0] += FREED_WINDOW + 1
+    assert freed.rate() == 0
+
+
+def test_coming_is_within_a_wait_when_measured_rates_free_the_hot_members() -> None:
+    assert Coming(1, 0.0, 5000).within(0.5)  # the next samples decide
+    assert Coming(0, 100.0, 5000).within(50.0)
+    assert not Coming(0, 100.0, 5000).within(49.0)
+    assert not Coming(0, 0.0, 5000).within(120.0)
+    assert Coming(0, 0.0, 5000, finishing=5000).within(120.0)  # no rate yet: they will finish
+    assert Coming(0, 10.0, 5000, finishing=9000).within(120.0)  # when: the limit bounds it
+    assert not Coming(0, 10.0, 5000, finishing=4000).within(120.0)  # the rate says too slow
+    assert not Coming(0, 0.0, 5000, finishing=5000).within(0.0)
+
+
+@pytest.mark.parametrize(("measured", "warmed"), [(0.5, False), (0.6, True), (0.95, True)])
+def test_a_member_is_warm_when_it_would_bring_its_node_within_the_band_of_hot(
+    measured: float, warmed: bool
+) -> None:
+    state = state_with(manifests.node("n0", cpu="10"))
+    now = time.time()
+    basis = Basis(Policy("p", parse_spec({})), {"n0": NodeSample(measured, 0.1, now)}, now)
+    result = schedule_one(pod_info("m", cpu="1"), state, basis)  # its estimate: 1.5 of 10 cpu
+    assert isinstance(result, Decision)
+    assert warm(result, state, basis) is warmed  # with it 65% is cool, 75% nearly hot, 110% hot
