@@ -114,7 +114,23 @@ async def wait_running(kube: Kube, ns: str, name: str, timeout: float = 60) -> d
         pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
         return pod if pod.get("status", {}).get("phase") == "Running" else None
 
-    return await wait_for(running, timeout, interval=0.5, what=f"{ns}/{name} Running")
+    try:
+        return await wait_for(running, timeout, interval=0.5, what=f"{ns}/{name} Running")
+    except TimeoutError as exc:  # say where it stood: scheduled? its claim? the kubelet's events?
+        pod = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        events = await kube.list(f"/api/v1/namespaces/{ns}/events")
+        said = [
+            f"{e.get('reason')}: {e.get('message')}"
+            for e in events
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
+        status = pod.get("status", {})
+        raise TimeoutError(
+            f"{exc}; node {pod['spec'].get('nodeName')!r}, phase {status.get('phase')}, "
+            f"conditions {status.get('conditions')}, containers "
+            f"{status.get('containerStatuses')}, claims {status.get('resourceClaimStatuses')}; "
+            f"events {said}"
+        ) from exc
 
 
 def deployment(ns: str, name: str, template: dict[str, Any], replicas: int) -> dict[str, Any]:

@@ -55,7 +55,7 @@ async def test_a_node_hot_only_by_unmeasured_estimates_is_waited_for() -> None:
         sched.on_pod_event("ADDED", member("h0", "g", cpu="1"))
         await until(lambda: bool(waits(api)))
         assert not api.fake.requests("POST", "/binding")
-        assert "1 node(s) hot only by estimates of pods not measured yet" in waits(api)[0]
+        assert "a node hot only by estimates of pods not measured yet" in waits(api)[0]
         # the next sample shows what the other pod uses: n0 is cool, and the group goes there
         cache.samples = {**cache.samples, "n0": NodeSample(0.3, 0.1, time.time())}
         await until(lambda: len(api.events("Scheduled")) == 1, timeout=5.0)

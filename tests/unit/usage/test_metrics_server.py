@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from loadwise.usage.cache import MetricsCache
+from loadwise.usage.learned import PodFacts
 from loadwise.usage.metrics_server import PATH, TIMEOUT, MetricsServerSource
 
 from ...fakes import FakeTransport, Reply, answering
@@ -95,7 +96,7 @@ async def test_pods_fetched_and_learned_alongside_nodes_and_a_pod_failure_keeps_
         return answers[path]
 
     fake = FakeTransport(api)
-    placed = {("ns", "a"): ("ns/ReplicaSet/web", 0.0)}
+    placed = {("ns", "a"): PodFacts("ns/ReplicaSet/web", 0.0, 0, 0)}
     source = MetricsServerSource(fake, ALLOCATABLE.get)
     cache = MetricsCache(source, 10.0, lambda ns, name: placed.get((ns, name)), 30.0)
     await cache.refresh()

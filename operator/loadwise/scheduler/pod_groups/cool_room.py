@@ -24,6 +24,7 @@ a wait, never a placement, which the next try makes through the one scheduling c
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -80,7 +81,7 @@ class FreedRoom:
 
 @dataclass(frozen=True)
 class Coming:
-    settling: int  # nodes hot only by unmeasured estimates that a hot member fits
+    settling: int  # 1: a node a hot member fits is hot only by unmeasured estimates
     rate: float  # millicores of requests freed per second, measured
     needed: int  # millicores the hot members request
     finishing: int = 0  # millicores held by placed pods that run to completion
@@ -100,7 +101,7 @@ class Coming:
     def __str__(self) -> str:
         parts = []
         if self.settling:
-            parts.append(f"{self.settling} node(s) hot only by estimates of pods not measured yet")
+            parts.append("a node hot only by estimates of pods not measured yet")
         if self.finishing >= self.needed:
             parts.append(f"pods that run to completion hold {self.finishing / 1000:.1f} CPU")
         if self.rate:
@@ -114,34 +115,60 @@ def coming(
     basis: Basis,
     skip: Collection[str],
     freed: FreedRoom,
-) -> Coming:
-    """The signs of cool room for the `hot` members (the group's members, `skip`, left out of
-    the nodes' estimates: their own heat does not go away by waiting)."""
-    return Coming(
-        _settling(hot, state, basis, skip),
+    seconds: float,
+    finishing: bool = True,
+) -> Coming | None:
+    """The signs of cool room for the `hot` members within `seconds` (`Coming.within`), or
+    None. The group's members (`skip`) are left out of the nodes' estimates: their own heat
+    does not go away by waiting. The cheap signs first; nodes settling (a walk over every node)
+    only when those do not say so."""
+    signs = Coming(
+        0,
         freed.rate(),
         sum(m.requests.nonzero[0] for m in hot),
         freed.finishing(p for p in state.pods.values() if p.uid not in skip),
     )
+    if signs.within(seconds, finishing):
+        return signs
+    if _settling(hot, state, basis, skip):
+        return dataclasses.replace(signs, settling=1)
+    return None
 
 
-def warm(decision: Decision, state: ClusterView, basis: Basis) -> bool:
-    """The member's node is hot, or would be within APPROACH_BAND of a hot threshold with it
-    (where the load score fades to 0: an estimate a little short, or a background that swings,
-    tips it over)."""
+def warm(
+    decision: Decision, state: ClusterView, basis: Basis, siblings: Collection[str] = ()
+) -> bool:
+    """The member's node is hot, or would be within APPROACH_BAND of a hot threshold by what
+    is measured there and the group's own members (`siblings`) on it: where the load score
+    fades to 0, and an estimate a little short or a background that swings tips it over.
+    Other pods not yet in the sample are left out: their estimates are what the next samples
+    settle, mostly downwards."""
     if decision.all_hot:
         return True
     chosen = decision.chosen
-    if chosen.source != "metrics":
-        return False
+    sample = basis.samples.get(chosen.node)
     node = state.nodes.get(chosen.node)
-    rooms = headrooms(basis.policy, chosen.cpu, chosen.memory, chosen.extra, node, basis.band)
+    if chosen.source != "metrics" or sample is None or node is None:
+        return False
+    spec = basis.policy.spec
+    factors = (spec.placement_estimate, spec.memory_estimate)
+    use = basis.learned if spec.learned_estimate else None
+    others = unmeasured(chosen.node, sample, state, factors, use, siblings)
+    cpu = chosen.cpu - _share(others[0], node.allocatable.get(CPU, 0))
+    memory = chosen.memory - _share(others[1], node.allocatable.get(MEMORY, 0))
+    rooms = headrooms(basis.policy, cpu, memory, chosen.extra, node, basis.band)
     return any(room < APPROACH_BAND for _, room, weight in rooms if weight > 0)
+
+
+def _share(amount: float, allocatable: int) -> float:
+    return amount / allocatable if allocatable > 0 else 0.0
 
 
 def _settling(
     hot: Sequence[PodInfo], state: ClusterView, basis: Basis, skip: Collection[str]
-) -> int:
+) -> bool:
+    """Whether a node a hot member fits by requests is hot only by the estimates of pods its
+    sample does not show yet (stops at the first)."""
     policy, samples = basis.policy, basis.samples
     spec = policy.spec
     factors = (spec.placement_estimate, spec.memory_estimate)
@@ -149,7 +176,6 @@ def _settling(
     smallest = min(m.requests.nonzero[0] for m in hot)
     member = min(hot, key=lambda m: m.requests.nonzero[0])
     own_cpu, own_mem = pod_estimate(member, factors, use)
-    count = 0
     for node in state.nodes.values():
         sample = samples.get(node.name)
         if not node.ready or node.unschedulable or not is_fresh(sample, policy, basis.now):
@@ -167,5 +193,5 @@ def _settling(
         more = (cpu + more_cpu / alloc_cpu, mem + more_mem / alloc_mem)
         rooms = headrooms(policy, *more, dims, node, basis.band)
         if any(r < 0 for _, r, _ in rooms):
-            count += 1
-    return count
+            return True
+    return False

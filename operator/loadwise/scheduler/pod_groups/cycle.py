@@ -229,10 +229,11 @@ class PodGroupCycle:
         setting = basis.policy.spec.gang_hot_wait_seconds
         hot = [member for member, result in decision.placed if result.all_hot]
         near: list[PodInfo] = []
+        siblings = {member.uid for member, _ in decision.placed}
         if setting is None:  # also nearly hot: where an estimate short or a swing tips it over
             near = [
                 m for m, result in decision.placed
-                if not result.all_hot and warm(result, self.state, basis)
+                if not result.all_hot and warm(result, self.state, basis, siblings)
             ]  # fmt: skip
             limit = AUTO_LIMIT if hot else NEAR_LIMIT
         else:
@@ -244,10 +245,11 @@ class PodGroupCycle:
         waited = now - self._hot_since.setdefault(group.key, now)
         why = f"gangHotWaitSeconds {setting}"
         if setting is None:
-            siblings = {member.uid for member, _ in decision.placed}
-            signs = coming([*hot, *near], self.state, basis, siblings, self.freed)
             # pods that will finish some time: worth a wait for heat, not for a near miss
-            if not signs.within(limit - waited, finishing=bool(hot)):
+            signs = coming(
+                [*hot, *near], self.state, basis, siblings, self.freed, limit - waited, bool(hot)
+            )
+            if signs is None:
                 self._hot_since.pop(group.key, None)
                 return ""  # no cool room is coming in time: placed as it fits
             why = f"cool room is coming: {signs}"
