@@ -135,33 +135,19 @@ def coming(
     return None
 
 
-def warm(
-    decision: Decision, state: ClusterView, basis: Basis, siblings: Collection[str] = ()
-) -> bool:
-    """The member's node is hot, or would be within APPROACH_BAND of a hot threshold by what
-    is measured there and the group's own members (`siblings`) on it: where the load score
-    fades to 0, and an estimate a little short or a background that swings tips it over.
-    Other pods not yet in the sample are left out: their estimates are what the next samples
-    settle, mostly downwards."""
+def warm(decision: Decision, state: ClusterView, basis: Basis) -> bool:
+    """The member's node is hot, or would be within APPROACH_BAND of a hot threshold with it
+    (where the load score fades to 0: an estimate a little short, or a background that swings,
+    tips it over). Judged as it was chosen: with every estimate on the node (judged by what is
+    measured and the group's own members alone, seeds 2 and 3 of bench/gang grew hotter)."""
     if decision.all_hot:
         return True
     chosen = decision.chosen
-    sample = basis.samples.get(chosen.node)
-    node = state.nodes.get(chosen.node)
-    if chosen.source != "metrics" or sample is None or node is None:
+    if chosen.source != "metrics":
         return False
-    spec = basis.policy.spec
-    factors = (spec.placement_estimate, spec.memory_estimate)
-    use = basis.learned if spec.learned_estimate else None
-    others = unmeasured(chosen.node, sample, state, factors, use, siblings)
-    cpu = chosen.cpu - _share(others[0], node.allocatable.get(CPU, 0))
-    memory = chosen.memory - _share(others[1], node.allocatable.get(MEMORY, 0))
-    rooms = headrooms(basis.policy, cpu, memory, chosen.extra, node, basis.band)
+    node = state.nodes.get(chosen.node)
+    rooms = headrooms(basis.policy, chosen.cpu, chosen.memory, chosen.extra, node, basis.band)
     return any(room < APPROACH_BAND for _, room, weight in rooms if weight > 0)
-
-
-def _share(amount: float, allocatable: int) -> float:
-    return amount / allocatable if allocatable > 0 else 0.0
 
 
 def _settling(

@@ -233,7 +233,7 @@ class PodGroupCycle:
         if setting is None:  # also nearly hot: where an estimate short or a swing tips it over
             near = [
                 m for m, result in decision.placed
-                if not result.all_hot and warm(result, self.state, basis, siblings)
+                if not result.all_hot and warm(result, self.state, basis)
             ]  # fmt: skip
             limit = AUTO_LIMIT if hot else NEAR_LIMIT
         else:
