@@ -13,6 +13,7 @@ from loadwise.framework.pod_groups import UPSTREAM
 from loadwise.framework.types import parse_pod
 from loadwise.policies.policy import Policy, parse_spec
 from loadwise.scheduler.pod_groups.cool_room import FREED_WINDOW, Coming, FreedRoom, warm
+from loadwise.scheduler.scheduler import Scheduler
 from loadwise.usage.cache import NodeSample
 from loadwise_dev import manifests
 
@@ -26,13 +27,20 @@ def waits(api: Api) -> list[str]:
     return [e["message"] for e in api.events("FailedScheduling") if "cool room" in e["message"]]
 
 
-async def test_nothing_coming_the_group_is_placed_at_once_as_it_fits() -> None:
+def world(cpus: tuple[str, ...], samples: dict[str, NodeSample]) -> tuple[Api, Scheduler]:
+    """A scheduler on nodes n0, n1, ... of these CPUs, with these samples from Prometheus."""
     api = Api()
     sched = scheduler(api)
-    with_nodes(sched, "2", "2")  # n0 cool, n1 hot by its sample: the group needs both
-    now = time.time()
-    cache = sched.usage.caches["prometheus"]
-    cache.samples = {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    with_nodes(sched, *cpus)
+    sched.usage.caches["prometheus"].samples = samples
+    return api, sched
+
+
+async def test_nothing_coming_the_group_is_placed_at_once_as_it_fits() -> None:
+    now = time.time()  # n0 cool, n1 hot by its sample: the group needs both
+    api, sched = world(
+        ("2", "2"), {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    )
     sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
     async with running(sched):
         for i in range(2):
@@ -42,13 +50,11 @@ async def test_nothing_coming_the_group_is_placed_at_once_as_it_fits() -> None:
 
 
 async def test_a_node_hot_only_by_unmeasured_estimates_is_waited_for() -> None:
-    api = Api()
-    sched = scheduler(api)
-    with_nodes(sched, "4", "2")
-    now = time.time()
+    now = time.time()  # n0 measured at 10%, but a 2-CPU pod bound since counts 1.5 x 2 of 4 CPUs
+    api, sched = world(
+        ("4", "2"), {"n0": NodeSample(0.1, 0.1, now - 1), "n1": NodeSample(0.95, 0.1, now)}
+    )
     cache = sched.usage.caches["prometheus"]
-    # n0 measured at 10%, but a 2-CPU pod bound since its sample counts 1.5 x 2 of its 4 CPUs
-    cache.samples = {"n0": NodeSample(0.1, 0.1, now - 1), "n1": NodeSample(0.95, 0.1, now)}
     sched.on_pod_event("ADDED", bound(raw_pod("other", cpu="2"), "n0"))
     sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 1))
     async with running(sched):
@@ -64,12 +70,10 @@ async def test_a_node_hot_only_by_unmeasured_estimates_is_waited_for() -> None:
 
 
 async def test_requests_freed_by_departures_are_waited_for() -> None:
-    api = Api()
-    sched = scheduler(api)
-    with_nodes(sched, "2", "2")
     now = time.time()
-    cache = sched.usage.caches["prometheus"]
-    cache.samples = {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    api, sched = world(
+        ("2", "2"), {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    )
     leaving = bound(raw_pod("leaving", cpu="2"), "n0")
     sched.on_pod_event("ADDED", leaving)
     sched.on_pod_event("DELETED", leaving)  # 2 CPUs freed: 2/60 CPU per second measured
@@ -85,16 +89,9 @@ async def test_requests_freed_by_departures_are_waited_for() -> None:
 
 
 async def test_pods_that_run_to_completion_are_waited_for() -> None:
-    api = Api()
-    sched = scheduler(api)
-    with_nodes(sched, "2", "2", "4")  # n2 is full with a Job's pod: its room comes back
-    now = time.time()
-    cache = sched.usage.caches["prometheus"]
-    cache.samples = {
-        "n0": NodeSample(0.1, 0.1, now),
-        "n1": NodeSample(0.95, 0.1, now),
-        "n2": NodeSample(0.5, 0.1, now),
-    }
+    now = time.time()  # n2 is full with a Job's pod: its room comes back
+    samples = {n: NodeSample(cpu, 0.1, now) for n, cpu in (("n0", 0.1), ("n1", 0.95), ("n2", 0.5))}
+    api, sched = world(("2", "2", "4"), samples)
     job = raw_pod("job-0", cpu="4")
     job["spec"]["restartPolicy"] = "Never"
     sched.on_pod_event("ADDED", bound(job, "n2"))
