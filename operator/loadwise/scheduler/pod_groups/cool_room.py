@@ -7,7 +7,7 @@ measured departures bring, not for pods that will finish some time.
 
 A gang runs at the pace of its slowest member, so a member on a hot node slows all of it; but
 waiting for cool room that is not coming only delays it. With gangHotWaitSeconds unset (the
-built-in policy) a group waits, holding nothing, only while one of two measured signs says cool
+built-in policy) a group waits, holding nothing, only while one of three signs says cool
 room is on its way, and at most AUTO_LIMIT seconds in all:
 - settling: a node a hot member fits by requests is hot only by the estimates of other pods
   placed since its last sample (the sample itself, with the member, is cool): the next samples
@@ -64,8 +64,9 @@ class FreedRoom:
 
     def freed(self, pod: PodInfo) -> None:
         if pod.node_name and not pod.assumed:
-            self._freed.append((self.clock(), pod.requests.nonzero[0]))
-            self._trim(self.clock())
+            now = self.clock()
+            self._freed.append((now, pod.requests.nonzero[0]))
+            self._trim(now)
 
     def rate(self) -> float:
         """Millicores of requests freed per second over the last FREED_WINDOW seconds."""
@@ -159,8 +160,8 @@ def _settling(
     spec = policy.spec
     factors = (spec.placement_estimate, spec.memory_estimate)
     use = basis.learned if spec.learned_estimate else None
-    smallest = min(m.requests.nonzero[0] for m in hot)
     member = min(hot, key=lambda m: m.requests.nonzero[0])
+    smallest = member.requests.nonzero[0]
     own_cpu, own_mem = pod_estimate(member, factors, use)
     for node in state.nodes.values():
         sample = samples.get(node.name)
