@@ -316,7 +316,7 @@ class SchedulingPolicySpec(_Model):
         "controller) use, as the metrics source reports it (each pod judged like nodes: by "
         "metrics.aggregation over metrics.windowSeconds); for a workload not known yet (or a "
         "pod without a controller), its requests times what the namespace's measured pods use "
-        "of theirs (95th percentile, at least 5 pods); requests x placementEstimate when "
+        "of theirs (the mean across them, at least 5 pods); requests x placementEstimate when "
         "nothing is known.",
     )
 

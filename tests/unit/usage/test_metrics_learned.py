@@ -260,7 +260,7 @@ def test_a_namespace_ratio_of_use_to_requests_is_learned_from_its_measured_pods(
     learned.observe(few, lambda ns, n: facts.get((ns, n)), NOW, 60.0)
     assert learned.ratio("spark") is None  # too few measured to say
     learned.observe(usage, lambda ns, n: facts.get((ns, n)), NOW, 60.0)
-    assert learned.ratio("spark") == (1.0, 0.5)  # the 95th percentile, per resource
+    assert learned.ratio("spark") == (0.55, 0.5)  # the mean, per resource
     assert learned.ratio("other") is None and learned.estimate("spark/ratio") is not None
     young = {pod: PodFacts(None, NOW - 1, 1000, 2 << 30) for pod in facts}
     fresh = LearnedUsage()
