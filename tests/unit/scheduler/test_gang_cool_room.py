@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from loadwise.framework.context import Basis
 from loadwise.framework.cycle import Decision, schedule_one
@@ -86,6 +87,34 @@ async def test_requests_freed_by_departures_are_waited_for() -> None:
         assert "cool room is coming: requests freed at 0.03 CPU/s" in message
         assert not api.fake.requests("POST", "/binding")  # it waits, holding nothing
         assert not sched.state.pods
+
+
+def hot_waits() -> float:
+    return (
+        REGISTRY.get_sample_value("loadwise_pod_group_decisions_total", {"result": "hot_wait"})
+        or 0.0
+    )
+
+
+async def test_a_waiting_group_is_told_again_only_when_more_than_its_figures_change() -> None:
+    now = time.time()  # the departures test's world; its rate changes while the group waits
+    api, sched = world(
+        ("2", "2"), {"n0": NodeSample(0.1, 0.1, now), "n1": NodeSample(0.95, 0.1, now)}
+    )
+    leaving = [bound(raw_pod(f"leaving-{i}", cpu="2"), "n0") for i in range(2)]
+    sched.on_pod_event("ADDED", leaving[0])
+    sched.on_pod_event("DELETED", leaving[0])
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 2))
+    async with running(sched):
+        for i in range(2):
+            sched.on_pod_event("ADDED", member(f"h{i}", "g", cpu="2"))
+        await until(lambda: len(waits(api)) == 2)  # each member told once
+        sched.on_pod_event("ADDED", leaving[1])
+        sched.on_pod_event("DELETED", leaving[1])  # the rate doubles: 0.03 -> 0.07 CPU/s
+        tried = hot_waits()
+        await until(lambda: hot_waits() >= tried + 2, timeout=5.0)  # two tries at the new rate
+    assert len(waits(api)) == 2  # not an event and a status patch per member and try
+    assert "0.03 CPU/s" in waits(api)[0]
 
 
 async def test_pods_that_run_to_completion_are_waited_for() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from typing import Any
@@ -49,6 +50,7 @@ from .status import PodGroupStatus
 
 log = logging.getLogger(__name__)
 
+FIGURES = re.compile(r"\d+(?:\.\d+)?")  # the figures of a message, for its gist
 # (pod, basis, the siblings decided with it) -> the scheduling cycle's result
 Decide = Callable[[PodInfo, Basis, Collection[str]], Decision | Unschedulable]
 # (pod, decision, attempt started, what its Reserve plugins kept) -> its binding cycle
@@ -198,7 +200,9 @@ class PodGroupCycle:
             self._decisions["hot_wait"].inc()
             for member in members:
                 self.queue.retry_after(member.uid, RETRY)
-            self._report(group, members, {}, waits, "Unschedulable")
+            # its figures (the rate rooms free at, what is finishing) change by the second:
+            # told again only when more than those changed, not at every try
+            self._report(group, members, {}, waits, "Unschedulable", FIGURES.sub("#", waits))
             return True
         self._decisions["unschedulable"].inc()
         self.outcomes.unschedulable(len(members), done - started)
@@ -404,13 +408,18 @@ class PodGroupCycle:
         own: dict[str, str],
         message: str,
         reason: str,
+        gist: str | None = None,
     ) -> None:
-        """One task (it holds the loop's slot) tells every member, and the PodGroup."""
+        """One task (it holds the loop's slot) tells every member, and the PodGroup. `gist`:
+        what the message says but for figures that change from try to try; a member is told
+        again (the group's status too) only when it changed, or after failure_event_interval."""
         told = [
             (m, f"{own.get(m.uid, '')}{message}")
             for m in members
-            if self.outcomes.should_report(m.uid, f"{own.get(m.uid, '')}{message}")
+            if self.outcomes.should_report(m.uid, f"{own.get(m.uid, '')}{gist or message}")
         ]
+        if gist is not None and not told:
+            return  # every member was told this within the interval: the status says it too
 
         async def report() -> None:
             for member, text in told:
