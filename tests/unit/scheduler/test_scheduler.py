@@ -87,6 +87,7 @@ def scheduler(
     backoff: float = 0.05,
     failure_event_interval: float = 60.0,
     gang_wait_timeout: float = 60.0,
+    bind_concurrency: int = 64,
 ) -> Scheduler:
     return Scheduler(
         NAME,
@@ -94,7 +95,9 @@ def scheduler(
         {"prometheus": MetricsCache(None, 10.0)},
         SchedulingQueue(initial_backoff=backoff, max_backoff=backoff),
         SchedulingSettings(
-            failure_event_interval=failure_event_interval, gang_wait_timeout=gang_wait_timeout
+            failure_event_interval=failure_event_interval,
+            gang_wait_timeout=gang_wait_timeout,
+            bind_concurrency=bind_concurrency,
         ),
         rng=random.Random(1),
     )

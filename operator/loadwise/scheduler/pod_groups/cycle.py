@@ -202,8 +202,7 @@ class PodGroupCycle:
                 self.queue.retry_after(member.uid, RETRY)
             # its figures (the rate rooms free at, what is finishing) change by the second:
             # told again only when more than those changed, not at every try
-            self._report(group, members, {}, waits, "Unschedulable", FIGURES.sub("#", waits))
-            return True
+            return self._report(group, members, {}, waits, "Unschedulable", FIGURES.sub("#", waits))
         self._decisions["unschedulable"].inc()
         self.outcomes.unschedulable(len(members), done - started)
         for member in members:
@@ -223,8 +222,7 @@ class PodGroupCycle:
             self._evicting[group.key] = {v.uid for v in outcome.victims}
             self.inflight.spawn(self._preempt(group, members, outcome, message, cleared))
             return True
-        self._report(group, members, own, message, "Unschedulable")
-        return True
+        return self._report(group, members, own, message, "Unschedulable")
 
     def _hot_wait(self, group: PodGroup, decision: PodGroupDecision, basis: Basis) -> str:
         """Why the group waits for cool room, or "". gangHotWaitSeconds N: up to N s;
@@ -409,17 +407,18 @@ class PodGroupCycle:
         message: str,
         reason: str,
         gist: str | None = None,
-    ) -> None:
-        """One task (it holds the loop's slot) tells every member, and the PodGroup. `gist`:
-        what the message says but for figures that change from try to try; a member is told
-        again (the group's status too) only when it changed, or after failure_event_interval."""
+    ) -> bool:
+        """One task (it holds the loop's slot: True) tells every member, and the PodGroup.
+        `gist`: what the message says but for figures that change from try to try; a member is
+        told again (the group's status too) only when it changed, or after
+        failure_event_interval. False: nobody to tell, the caller keeps its slot."""
         told = [
             (m, f"{own.get(m.uid, '')}{message}")
             for m in members
             if self.outcomes.should_report(m.uid, f"{own.get(m.uid, '')}{gist or message}")
         ]
         if gist is not None and not told:
-            return  # every member was told this within the interval: the status says it too
+            return False  # every member was told this within the interval, and the status
 
         async def report() -> None:
             for member, text in told:
@@ -427,3 +426,4 @@ class PodGroupCycle:
             await self.status.write(group, False, reason, message)
 
         self.inflight.spawn(report())
+        return True
