@@ -42,6 +42,7 @@ from .preflight import AccessError, connect
 from .scheduler.rebalancing.move_store import StoreError, ledger_store
 from .scheduler.rebalancing.rebalancer import Rebalancer
 from .scheduler.scheduler import Scheduler
+from .scheduler.usage_sources import GROUP_PEAK
 from .usage.cache import NodeSample
 
 
@@ -63,9 +64,9 @@ def explain_rows(
     policy = scheduler.policies.for_pod(
         pod.labels, state.namespaces.get(pod.namespace), pod.scheduler_name
     )
-    ctx = CycleContext(
-        pod, state, scheduler.usage.basis(policy, now, random.Random(0), pod.priority)
-    )
+    in_group = scheduler.pod_groups.applies(pod)
+    judged = scheduler.usage.basis(policy, now, random.Random(0), pod.priority, in_group)
+    ctx = CycleContext(pod, state, judged)
     profile = scheduler.profile  # with the scheduler's own plugins (devices, volumes, gates)
     diagnoses = diagnose(ctx, profile)
     result = prefilter(ctx, profile) or conclude(ctx, diagnoses, profile)
@@ -101,6 +102,9 @@ def explain_rows(
     if metrics.aggregation != "latest" and cache is not None:
         window = float(metrics.window_seconds)
         summary = f"{summary}\nload: {metrics.aggregation}; {cache.window_note(window)}"
+    elif cache is not None and in_group:  # a pod group's member judges nodes by their peaks
+        note = cache.window_note(GROUP_PEAK)
+        summary = f"{summary}\nload: max over {GROUP_PEAK:.0f}s (a pod group's member); {note}"
     held = scheduler.profile.why_held(pod.uid)  # a PreEnqueue plugin: never tried yet
     group = None if held is not None else group_line(scheduler, pod, now)
     if held is not None:
@@ -146,7 +150,7 @@ def group_line(scheduler: Scheduler, pod: PodInfo, now: float) -> str | None:
     policy = scheduler.policies.for_pod(
         first.labels, state.namespaces.get(first.namespace), first.scheduler_name
     )
-    basis = scheduler.usage.basis(policy, now, random.Random(0))
+    basis = scheduler.usage.basis(policy, now, random.Random(0), group=True)
     scheduled = state.pod_group_members[key]
     decision = what_if_pod_group(
         list(members.values()), state, basis, group.minimum, scheduled, scheduler.profile

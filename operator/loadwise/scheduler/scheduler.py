@@ -300,10 +300,11 @@ class Scheduler:
 
     def basis_for(self, pod: PodInfo) -> Basis:
         """What the pod's decision is judged against now: its policy, that policy's samples
-        (as the pod's priority band sees them)."""
+        (as the pod's priority band sees them; a pod group's member, by peaks)."""
         namespace = self.state.namespaces.get(pod.namespace)
         policy = self.policies.for_pod(pod.labels, namespace, pod.scheduler_name)
-        return self.usage.basis(policy, time.time(), self.rng, pod.priority)
+        group = self.pod_groups.applies(pod)
+        return self.usage.basis(policy, time.time(), self.rng, pod.priority, group)
 
     def decide(
         self, pod: PodInfo, basis: Basis, siblings: Collection[str] = ()

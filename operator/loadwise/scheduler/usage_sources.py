@@ -1,6 +1,10 @@
 """The metrics caches by source name, read as each policy asks: its source, and its
 aggregation over a window (spec.metrics), or the latest figures; for a pod in one of the
-policy's priority bands, those figures as its band is judged by them (band_samples.py)."""
+policy's priority bands, those figures as its band is judged by them (band_samples.py); for a
+pod group's member under a policy judging by the latest sample, each node's peak over the last
+GROUP_PEAK seconds: a gang runs for minutes at the pace of its slowest member, and a node whose
+background swings looks cool by a sample taken in a trough (bench/gang: the heat left once no
+member was placed on a hot node)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from ..usage.learned import LearnedUsage, WindowedEstimates
 from .band_samples import BandSamples
 
 NO_SAMPLES: Mapping[str, NodeSample] = MappingProxyType({})
+GROUP_PEAK = 60.0  # seconds over which a pod group's member judges a node by its peak
 
 
 class UsageSources:
@@ -28,6 +33,8 @@ class UsageSources:
         self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
         self.state = state
         self._bands = BandSamples()
+        self._policies: list[Policy] = []
+        self._peaks = False  # a pod group's member asked for peaks: history is kept for them
 
     def cache_for(self, policy: Policy) -> MetricsCache | None:
         return self.caches.get(policy.spec.metrics.source)
@@ -55,22 +62,34 @@ class UsageSources:
         return cache.learned.over(metrics.aggregation, metrics.window_seconds)
 
     def basis(
-        self, policy: Policy, now: float, rng: random.Random, priority: int | None = None
+        self,
+        policy: Policy,
+        now: float,
+        rng: random.Random,
+        priority: int | None = None,
+        group: bool = False,
     ) -> Basis:
-        """What a decision for a pod of `policy` (and of `priority`: its band's view) is
-        judged against at `now`."""
+        """What a decision for a pod of `policy` (and of `priority`: its band's view; `group`:
+        a pod group's member) is judged against at `now`."""
         samples, learned = self.samples_for(policy), self.learned_for(policy)
+        cache = self.cache_for(policy)
+        if group and cache is not None and policy.spec.metrics.aggregation == "latest":
+            if not self._peaks:  # the first member: from now on history is kept for peaks
+                self._peaks = True
+                self.keep_history(self._policies)
+            samples = cache.history.aggregated("max", GROUP_PEAK, samples)
         band = band_of(policy.spec.priority_bands, priority) if priority is not None else None
         if band is None:
             return Basis(policy, samples, now, rng, learned)
-        cache, state = self.cache_for(policy), self.state
+        state = self.state
         if cache is not None and state is not None:
             samples = self._bands.judged(band, samples, cache, state.pods, state.nodes)
         return Basis(policy, samples, now, rng, learned, band)
 
     def keep_history(self, policies: Iterable[Policy]) -> None:
-        """Each source keeps the history its policies' longest window needs (none: none)."""
-        policies = list(policies)
+        """Each source keeps the history its policies' longest window needs (none: none), and
+        GROUP_PEAK seconds of node samples once a pod group's member asked for peaks."""
+        policies = self._policies = list(policies)
         for name, cache in self.caches.items():
             cache.history.keep = cache.learned.keep = max(
                 (
@@ -80,3 +99,5 @@ class UsageSources:
                 ),
                 default=0.0,
             )
+            if self._peaks:
+                cache.history.keep = max(cache.history.keep, GROUP_PEAK)

@@ -31,7 +31,11 @@ class SampleHistory:
         self.step = step
         self._points: dict[str, deque[NodeSample]] = {}
         self._version = 0
-        self._memo: dict[tuple[Aggregation, float], tuple[int, dict[str, NodeSample]]] = {}
+        # (how, window) -> (version, the latest samples aggregated with, the aggregate)
+        self._memo: dict[
+            tuple[Aggregation, float],
+            tuple[int, Mapping[str, NodeSample], dict[str, NodeSample]],
+        ] = {}
 
     def record(self, samples: Mapping[str, NodeSample]) -> None:
         """Add the samples newer than each node's last point by at least `step`."""
@@ -83,13 +87,14 @@ class SampleHistory:
     ) -> Mapping[str, NodeSample]:
         """Each node's latest sample with its figures replaced by `how` over the samples of
         the last `window` seconds (before its latest): freshness and coverage stay the latest
-        sample's. The same mapping object until the next record (the score index keys on it)."""
+        sample's. The same mapping object until the next record or new latest samples (the score
+        index keys on it)."""
         if how == "latest":
             return latest
         key = (how, window)
         memo = self._memo.get(key)
-        if memo is not None and memo[0] == self._version:
-            return memo[1]
+        if memo is not None and memo[0] == self._version and memo[1] is latest:
+            return memo[2]
         out: dict[str, NodeSample] = {}
         for node, sample in latest.items():
             since = sample.timestamp - window
@@ -106,7 +111,7 @@ class SampleHistory:
                 memory=aggregate(how, [p.memory for p in points]),
                 extra=extra,
             )
-        self._memo[key] = (self._version, out)
+        self._memo[key] = (self._version, latest, out)
         return out
 
     def holds(self, node: str) -> bool:
