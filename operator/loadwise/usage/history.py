@@ -7,8 +7,9 @@ started (every replica refreshes, leader or not), and, from a source that keeps 
 (Prometheus), what it answers for the times before that (`backfill`, once the window is known:
 cache.py), so a replica that just started judges a node over a full window. metrics-server keeps
 none: there a window covers what this replica has fetched so far (a shorter window), never
-nothing. It is kept only for as long as the longest window a policy asks for (none asked:
-nothing is kept), at most one point per node every `step` seconds.
+nothing. It is kept only for as long as the longest window a policy asks for, or a pod group's
+members' peaks need (usage_sources.py; neither: nothing is kept), at most one point per node
+every `step` seconds.
 """
 
 from __future__ import annotations

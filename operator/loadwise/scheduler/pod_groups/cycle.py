@@ -418,7 +418,7 @@ class PodGroupCycle:
             if self.outcomes.should_report(m.uid, f"{own.get(m.uid, '')}{gist or message}")
         ]
         if gist is not None and not told:
-            return False  # every member was told this within the interval, and the status
+            return False  # every member was told this within the interval, the group too
 
         async def report() -> None:
             for member, text in told:
