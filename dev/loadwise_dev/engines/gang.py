@@ -450,6 +450,15 @@ def summarise(times: Sequence[GroupTimes], start: float, end: float) -> dict[str
         "partial_max": most_at_once(spans),
         "deadlocks": sum(1 for a, b in spans if b - a >= STUCK),
         "bind_spread_max_s": rounded(max(spreads, default=None), 3),
+        # each group's size, seconds to its minimum bound and running (None: never), in order
+        "per_group": [
+            [
+                t.size,
+                rounded(t.placed - t.complete, 1) if t.placed and t.complete else None,
+                rounded(t.running - t.complete, 1) if t.running and t.complete else None,
+            ]
+            for t in times
+        ],
     }
 
 

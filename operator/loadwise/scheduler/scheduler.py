@@ -145,6 +145,7 @@ class Scheduler:
             bind_task=self.bind_task,
             observe=self._decision_metrics.observe,
             wait_timeout=self.settings.gang_wait_timeout,
+            departures=self.usage.departures,
         )
         self.binding = BindingCycle(
             self.name, self.profile, self.binder, self.inflight, self.events, self.outcomes

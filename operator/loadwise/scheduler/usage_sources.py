@@ -4,7 +4,8 @@ policy's priority bands, those figures as its band is judged by them (band_sampl
 pod group's member under a policy judging by the latest sample, each node's peak over the last
 GROUP_PEAK seconds: a gang runs for minutes at the pace of its slowest member, and a node whose
 background swings looks cool by a sample taken in a trough (bench/gang: the heat left once no
-member was placed on a hot node)."""
+member was placed on a hot node); judged without the pods that have left it since
+(departures.py)."""
 
 from __future__ import annotations
 
@@ -13,25 +14,38 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from ..framework.context import Basis
+from ..framework.scoring import pod_estimate
+from ..framework.types import PodInfo
 from ..framework.view import ClusterView
 from ..policies.policy import Policy
 from ..policies.priority_bands import band_of
 from ..usage.cache import MetricsCache, NodeSample
 from ..usage.learned import LearnedUsage, WindowedEstimates
 from .band_samples import BandSamples
+from .departures import Departures, peaks
 
 NO_SAMPLES: Mapping[str, NodeSample] = MappingProxyType({})
-GROUP_PEAK = 60.0  # seconds over which a pod group's member judges a node by its peak
+# (history and departures versions, the latest samples, policy and learned use), the peaks
+PeakMemo = tuple[tuple[int, int], tuple[object, ...], dict[str, NodeSample]]
+GROUP_PEAK = 120.0  # seconds over which a pod group's member judges a node by its peak
 
 
 class UsageSources:
     def __init__(
-        self, caches: Mapping[str, MetricsCache], state: ClusterView | None = None
+        self,
+        caches: Mapping[str, MetricsCache],
+        state: ClusterView | None = None,
+        departures: Departures | None = None,
     ) -> None:
         """`state`: the placed pods a band's use is summed from (None: bands are judged by
-        their nodes' whole use)."""
+        their nodes' whole use); `departures`: the pods that left their nodes lately (the
+        watch tells it), whom a peak does not count."""
         self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
         self.state = state
+        self.departures = departures if departures is not None else Departures()
+        # (source, policy) -> (what they were computed from, the peaks): one mapping until
+        # that changes (the score index keys on it)
+        self._peak_memo: dict[tuple[str, str], PeakMemo] = {}
         self._bands = BandSamples()
         self._policies: list[Policy] = []
         self._peaks = False  # a pod group's member asked for peaks: history is kept for them
@@ -77,7 +91,7 @@ class UsageSources:
             if not self._peaks:  # the first member: from now on history is kept for peaks
                 self._peaks = True
                 self.keep_history(self._policies)
-            samples = cache.history.aggregated("max", GROUP_PEAK, samples)
+            samples = self._peak_samples(policy, cache, samples, learned)
         band = band_of(policy.spec.priority_bands, priority) if priority is not None else None
         if band is None:
             return Basis(policy, samples, now, rng, learned)
@@ -85,6 +99,33 @@ class UsageSources:
         if cache is not None and state is not None:
             samples = self._bands.judged(band, samples, cache, state.pods, state.nodes)
         return Basis(policy, samples, now, rng, learned, band)
+
+    def _peak_samples(
+        self,
+        policy: Policy,
+        cache: MetricsCache,
+        latest: Mapping[str, NodeSample],
+        learned: LearnedUsage | WindowedEstimates | None,
+    ) -> Mapping[str, NodeSample]:
+        """Each node's peak over GROUP_PEAK seconds, without the pods that left it since."""
+        if self.state is None:
+            return cache.history.aggregated("max", GROUP_PEAK, latest)
+        key = (policy.spec.metrics.source, policy.name)
+        versions = (cache.history.version, self.departures.version)
+        objects = (latest, policy, learned)
+        memo = self._peak_memo.get(key)
+        if memo is not None and memo[0] == versions and _same(memo[1], objects):
+            return memo[2]
+        spec = policy.spec
+        factors = (spec.placement_estimate, spec.memory_estimate)
+        use = learned if spec.learned_estimate else None
+
+        def estimate(pod: PodInfo) -> tuple[float, float]:
+            return pod_estimate(pod, factors, use)
+
+        out = peaks(cache.history.since, latest, GROUP_PEAK, self.state, self.departures, estimate)
+        self._peak_memo[key] = (versions, objects, out)
+        return out
 
     def keep_history(self, policies: Iterable[Policy]) -> None:
         """Each source keeps the history its policies' longest window needs (none: none), and
@@ -101,3 +142,7 @@ class UsageSources:
             )
             if self._peaks:
                 cache.history.keep = max(cache.history.keep, GROUP_PEAK)
+
+
+def _same(these: tuple[object, ...], those: tuple[object, ...]) -> bool:
+    return all(a is b for a, b in zip(these, those, strict=True))

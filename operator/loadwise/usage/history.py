@@ -98,8 +98,7 @@ class SampleHistory:
             return memo[2]
         out: dict[str, NodeSample] = {}
         for node, sample in latest.items():
-            since = sample.timestamp - window
-            points = [p for p in self._points.get(node, ()) if since <= p.timestamp]
+            points = self.since(node, sample.timestamp - window)
             if not points or points[-1].timestamp < sample.timestamp:
                 points.append(sample)
             extra = {
@@ -114,6 +113,15 @@ class SampleHistory:
             )
         self._memo[key] = (self._version, latest, out)
         return out
+
+    @property
+    def version(self) -> int:
+        """Changes with every record or backfill."""
+        return self._version
+
+    def since(self, node: str, since: float) -> list[NodeSample]:
+        """The node's points from `since` on, oldest first (a new list)."""
+        return [p for p in self._points.get(node, ()) if since <= p.timestamp]
 
     def holds(self, node: str) -> bool:
         return node in self._points

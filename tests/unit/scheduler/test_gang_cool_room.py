@@ -134,7 +134,7 @@ async def test_pods_that_run_to_completion_are_waited_for() -> None:
         assert not api.fake.requests("POST", "/binding")
 
 
-async def test_a_members_node_is_judged_by_its_peak_over_the_last_minute() -> None:
+async def test_a_members_node_is_judged_by_its_peak_over_the_last_two_minutes() -> None:
     now = time.time()  # n0 at 95% 20 s ago, 20% now: a member passes it over, a lone pod not
     then = {"n0": NodeSample(0.95, 0.1, now - 20), "n1": NodeSample(0.4, 0.1, now - 20)}
     latest = {"n0": NodeSample(0.2, 0.1, now), "n1": NodeSample(0.4, 0.1, now)}
@@ -152,6 +152,29 @@ async def test_a_members_node_is_judged_by_its_peak_over_the_last_minute() -> No
     assert [(b.body or {})["target"]["name"] for b in api.binds("m0")] == ["n1"]
     assert [(b.body or {})["target"]["name"] for b in api.binds("lone")] == ["n0"]
     assert history.keep >= 60.0  # kept for members from the first one on
+
+
+async def test_a_members_peak_leaves_out_a_pod_that_has_left_the_node_since() -> None:
+    now = time.time()  # n0 was at 95% 20 s ago with a 6-CPU pod of 8 on it, which has left
+    then = {"n0": NodeSample(0.95, 0.1, now - 20), "n1": NodeSample(0.4, 0.1, now - 20)}
+    latest = {"n0": NodeSample(0.2, 0.1, now), "n1": NodeSample(0.4, 0.1, now)}
+    api, sched = world(("8", "8"), latest)
+    history = sched.usage.caches["prometheus"].history
+    history.keep = 60.0
+    history.record(then)
+    history.record(latest)
+    gone = bound(raw_pod("gone", cpu="6"), "n0")
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 100))
+    gone["status"] = {
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": since}]
+    }
+    sched.pod_groups.on_event(UPSTREAM)("ADDED", pod_group("g", 1))
+    async with running(sched):
+        sched.on_pod_event("ADDED", gone)
+        sched.on_pod_event("DELETED", gone)
+        sched.on_pod_event("ADDED", member("m0", "g", cpu="1"))
+        await until(lambda: len(api.events("Scheduled")) == 1)
+    assert [(b.body or {})["target"]["name"] for b in api.binds("m0")] == ["n0"]
 
 
 def test_freed_room_is_a_rate_over_its_window() -> None:

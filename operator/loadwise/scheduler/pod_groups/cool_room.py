@@ -2,8 +2,9 @@
 
 "Hot" here includes nearly hot: a member that would bring its node within APPROACH_BAND of a
 hot threshold (`warm`), where an estimate a little short or a swinging background tips it over.
-Such a near miss is worth a short wait only (NEAR_LIMIT), for room the next samples or the
-measured departures bring, not for pods that will finish some time.
+Such a near miss is worth a shorter wait (NEAR_LIMIT), for the same signs: waiting for one only
+while the next samples or measured departures promised room (15 s at most) left members at
+72-80% of busy nodes whose background then swung over (bench/gang, docs/gangs.md).
 
 A gang runs at the pace of its slowest member, so a member on a hot node slows all of it; but
 waiting for cool room that is not coming only delays it. With gangHotWaitSeconds unset (the
@@ -37,9 +38,10 @@ from ...framework.scoring import APPROACH_BAND, pod_estimate, unmeasured
 from ...framework.types import PodInfo
 from ...framework.view import ClusterView
 from ...resources import CPU, MEMORY
+from ..departures import Departures
 
 AUTO_LIMIT = 120.0  # seconds a group waits at most with gangHotWaitSeconds unset
-NEAR_LIMIT = 15.0  # and when its members would only be nearly hot
+NEAR_LIMIT = 30.0  # and when its members would only be nearly hot
 FREED_WINDOW = 60.0  # seconds over which the rate of freed room is measured
 RETRY = 1.0  # seconds between a waiting group's tries: samples and departures come often
 
@@ -48,8 +50,12 @@ class FreedRoom:
     """CPU requests freed by pods leaving their nodes (deleted or finished), over time, and
     those held by pods that will finish."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, departures: Departures | None = None
+    ) -> None:
+        """`departures`: told of each pod that left, for the nodes' peaks (departures.py)."""
         self.clock = clock
+        self.departures = departures
         self._freed: deque[tuple[float, int]] = deque()  # (when, millicores)
         self._finishing = (-1.0, 0)  # (when counted, millicores): counted at most once a second
 
@@ -63,6 +69,8 @@ class FreedRoom:
         return self._finishing[1]
 
     def freed(self, pod: PodInfo) -> None:
+        if self.departures is not None:
+            self.departures.left(pod)
         if pod.node_name and not pod.assumed:
             now = self.clock()
             self._freed.append((now, pod.requests.nonzero[0]))
@@ -87,15 +95,15 @@ class Coming:
     needed: int  # millicores the hot members request
     finishing: int = 0  # millicores held by placed pods that run to completion
 
-    def within(self, seconds: float, finishing: bool = True) -> bool:
+    def within(self, seconds: float) -> bool:
         """Whether cool room is expected within `seconds`: at once by the next samples; by
-        pods that will finish (when is not known: the wait's limit bounds it; not counted
-        unless `finishing`); by the rate departures are measured to free requests at."""
+        pods that will finish (when is not known: the wait's limit bounds it); by the rate
+        departures are measured to free requests at."""
         if self.settling > 0:
             return True
         if seconds <= 0:
             return False
-        return (finishing and self.finishing >= self.needed) or (
+        return self.finishing >= self.needed or (
             self.rate > 0 and self.needed / self.rate <= seconds
         )
 
@@ -117,7 +125,6 @@ def coming(
     skip: Collection[str],
     freed: FreedRoom,
     seconds: float,
-    finishing: bool = True,
 ) -> Coming | None:
     """The signs of cool room for the `hot` members within `seconds` (`Coming.within`), or
     None. The group's members (`skip`) are left out of the nodes' estimates: their own heat
@@ -129,7 +136,7 @@ def coming(
         sum(m.requests.nonzero[0] for m in hot),
         freed.finishing(p for p in state.pods.values() if p.uid not in skip),
     )
-    if signs.within(seconds, finishing):
+    if signs.within(seconds):
         return signs
     if _settling(hot, state, basis, skip):
         return dataclasses.replace(signs, settling=1)

@@ -40,6 +40,7 @@ from ...framework.types import PodInfo
 from ...usage.cache import NodeSample
 from ..binding.binder import Binder
 from ..binding.inflight import InFlight
+from ..departures import Departures
 from ..outcomes import Outcomes
 from ..preemptor import Preemptor
 from ..queue import SchedulingQueue
@@ -77,10 +78,11 @@ class PodGroupCycle:
         bind_task: BindTask,
         observe: Callable[[Decision, Mapping[str, NodeSample]], None],
         wait_timeout: float,
+        departures: Departures | None = None,
     ) -> None:
         """`preempts`: DefaultPreemption is on. `observe`: the placement metrics of a
         decision that is kept. `wait_timeout`: how long members may wait for their group
-        before they are told why."""
+        before they are told why. `departures`: told of pods leaving their nodes too."""
         self.pod_groups = pod_groups
         self.state = state
         self.queue = queue
@@ -98,7 +100,7 @@ class PodGroupCycle:
         self.status = PodGroupStatus(pod_groups, binder)
         self._evicting: dict[PodGroupKey, set[str]] = {}  # victims of each group's preemption
         self._hot_since: dict[PodGroupKey, float] = {}  # groups waiting for cool room: since when
-        self.freed = FreedRoom()  # pods leaving their nodes (the watch tells it)
+        self.freed = FreedRoom(departures=departures)  # pods leaving (the watch tells it)
         self._decisions = {
             r: obs.POD_GROUP_DECISIONS.labels(r)
             for r in ("placed", "unschedulable", "hot_wait", "error")
@@ -247,10 +249,7 @@ class PodGroupCycle:
         waited = now - self._hot_since.setdefault(group.key, now)
         why = f"gangHotWaitSeconds {setting}"
         if setting is None:
-            # pods that will finish some time: worth a wait for heat, not for a near miss
-            signs = coming(
-                [*hot, *near], self.state, basis, siblings, self.freed, limit - waited, bool(hot)
-            )
+            signs = coming([*hot, *near], self.state, basis, siblings, self.freed, limit - waited)
             if signs is None:
                 self._hot_since.pop(group.key, None)
                 return ""  # no cool room is coming in time: placed as it fits

@@ -1,0 +1,124 @@
+"""Departures: the pods that left each node in the last few minutes, and each node's peak
+without them.
+
+A pod group's member judges a node by its peak over GROUP_PEAK seconds (usage_sources.py). A
+sample taken while a pod ran shows that pod's use; once the pod has left, its use is not
+coming back, so a peak that still counts it judges a node busy for a minute after a gang
+finished there (bench/gang: the largest groups waited for room that was free). Each past
+sample is judged without the estimated use of the pods that ran in it and have since left: the
+counterpart of `unmeasured`, which adds the pods placed since a sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+
+from ..framework.types import PodInfo
+from ..framework.view import ClusterView
+from ..resources import CPU, MEMORY
+from ..usage.cache import NodeSample
+
+KEEP = 180.0  # seconds a departure is remembered: longer than any peak window in use
+
+Estimate = Callable[[PodInfo], tuple[float, float]]  # (cpu millicores, memory bytes)
+
+
+class Departures:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """`clock`: wall-clock seconds, as samples are stamped."""
+        self.clock = clock
+        self._left: dict[str, deque[tuple[float, PodInfo]]] = {}
+        self.version = 0  # changes with every departure: a peak memoised before it is stale
+
+    def left(self, pod: PodInfo) -> None:
+        """A pod that ran on its node left it (deleted or finished)."""
+        if not pod.node_name or pod.assumed:
+            return
+        now = self.clock()
+        gone = self._left.setdefault(pod.node_name, deque())
+        gone.append((now, pod))
+        while gone and gone[0][0] < now - KEEP:
+            gone.popleft()
+        self.version += 1
+
+    def on(self, node: str) -> Iterable[tuple[float, PodInfo]]:
+        """(when it left, the pod) of the pods that left `node` in the last KEEP seconds."""
+        gone = self._left.get(node)
+        if not gone:
+            return ()
+        horizon = self.clock() - KEEP
+        while gone and gone[0][0] < horizon:
+            gone.popleft()
+        if not gone:
+            del self._left[node]
+        return tuple(gone)
+
+
+def ran_in(sample: NodeSample, placed_at: float, left_at: float) -> bool:
+    """Whether a pod was in the sample: on its node at the middle of what the sample covers
+    (a rate window shows a pod gradually; `unmeasured` reads coverage the same way)."""
+    middle = (sample.coverage + sample.timestamp) / 2
+    return placed_at <= middle < left_at
+
+
+def without_departed(
+    points: Iterable[NodeSample],
+    node: str,
+    state: ClusterView,
+    departures: Departures,
+    estimate: Estimate,
+) -> Iterable[NodeSample]:
+    """The node's samples, each less the estimated use of the pods in it that have left since."""
+    gone = departures.on(node)
+    info = state.nodes.get(node)
+    cpu_alloc = info.allocatable.get(CPU, 0) if info is not None else 0
+    mem_alloc = info.allocatable.get(MEMORY, 0) if info is not None else 0
+    if not gone or cpu_alloc <= 0 or mem_alloc <= 0:
+        yield from points
+        return
+    uses = [(left_at, pod.placed_at, estimate(pod)) for left_at, pod in gone]
+    for point in points:
+        cpu = memory = 0.0
+        for left_at, placed_at, (pod_cpu, pod_memory) in uses:
+            if ran_in(point, placed_at, left_at):
+                cpu += pod_cpu
+                memory += pod_memory
+        if cpu or memory:
+            point = dataclasses.replace(
+                point,
+                cpu=max(0.0, point.cpu - cpu / cpu_alloc),
+                memory=max(0.0, point.memory - memory / mem_alloc),
+            )
+        yield point
+
+
+def peaks(
+    history: Callable[[str, float], list[NodeSample]],
+    latest: Mapping[str, NodeSample],
+    window: float,
+    state: ClusterView,
+    departures: Departures,
+    estimate: Estimate,
+) -> dict[str, NodeSample]:
+    """Each node's latest sample with its CPU and memory replaced by their peaks over the last
+    `window` seconds (`history(node, since)`: the points kept), judged without the pods that
+    have left since (freshness and coverage stay the latest sample's)."""
+    out: dict[str, NodeSample] = {}
+    for node, sample in latest.items():
+        points = history(node, sample.timestamp - window)
+        if not points or points[-1].timestamp < sample.timestamp:
+            points.append(sample)
+        judged = list(without_departed(points, node, state, departures, estimate))
+        extra = {
+            name: max(p.extra[name] for p in points if name in p.extra) for name in sample.extra
+        }
+        out[node] = dataclasses.replace(
+            sample,
+            cpu=max(p.cpu for p in judged),
+            memory=max(p.memory for p in judged),
+            extra=extra,
+        )
+    return out

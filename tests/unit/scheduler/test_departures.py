@@ -1,0 +1,53 @@
+"""A pod group's member judges a node by its peak without the pods that have left it since
+(scheduler/departures.py): their use is in the older samples, and is not coming back."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadwise.scheduler.departures import Departures, peaks
+from loadwise.usage.cache import NodeSample
+from loadwise_dev import manifests
+
+from ...helpers import pod_info, state_with
+
+
+def test_a_peak_leaves_out_the_pods_that_ran_in_it_and_have_left() -> None:
+    clock = [200.0]
+    departures = Departures(lambda: clock[0])
+    state = state_with(manifests.node("n0", cpu="4"))
+    early = pod_info("early", cpu="1", node="n0")  # left before the busy sample: not in it
+    early.placed_at = 10.0
+    busy = pod_info("busy", cpu="2", node="n0")  # in the busy sample, left after it
+    busy.placed_at = 50.0
+    late = pod_info("late", cpu="1", node="n0")  # placed after the busy sample
+    late.placed_at = 150.0
+    for pod, left in ((early, 90.0), (busy, 160.0), (late, 170.0)):
+        clock[0] = left
+        departures.left(pod)
+    clock[0] = 200.0
+    points = {"n0": [NodeSample(0.9, 0.5, 100.0), NodeSample(0.3, 0.2, 190.0)]}
+    latest = {"n0": NodeSample(0.3, 0.2, 200.0)}
+
+    def judged(estimate: float) -> NodeSample:
+        return peaks(
+            lambda node, since: [p for p in points[node] if p.timestamp >= since],
+            latest, 120.0, state, departures,
+            lambda pod: (estimate * pod.requests.nonzero[0], 0.0),
+        )["n0"]  # fmt: skip
+
+    assert judged(1.0).cpu == pytest.approx(0.9 - 2 / 4)  # busy's 2 CPUs of 4: 0.4 > 0.3
+    assert judged(1.5).cpu == pytest.approx(0.3)  # less than the latest: the latest stands
+    assert judged(1.0).timestamp == 200.0  # freshness is the latest sample's
+    assert judged(1.0).memory == pytest.approx(0.5)  # its estimate uses no memory
+
+
+def test_a_departure_is_forgotten_after_a_while_and_pods_never_placed_are_not_recorded() -> None:
+    clock = [0.0]
+    departures = Departures(lambda: clock[0])
+    departures.left(pod_info("pending", cpu="1"))  # on no node
+    assert not departures.version
+    departures.left(pod_info("gone", cpu="1", node="n0"))
+    assert [p.name for _, p in departures.on("n0")] == ["gone"]
+    clock[0] = 1000.0
+    assert not departures.on("n0")
