@@ -104,7 +104,10 @@ def explain_rows(
         summary = f"{summary}\nload: {metrics.aggregation}; {cache.window_note(window)}"
     elif cache is not None and in_group:  # a pod group's member judges nodes by their peaks
         note = cache.window_note(GROUP_PEAK)
-        summary = f"{summary}\nload: max over {GROUP_PEAK:.0f}s (a pod group's member); {note}"
+        summary = (
+            f"{summary}\nload: max over {GROUP_PEAK:.0f}s, with the pods on each node now"
+            f" (a pod group's member); {note}"
+        )
     held = scheduler.profile.why_held(pod.uid)  # a PreEnqueue plugin: never tried yet
     group = None if held is not None else group_line(scheduler, pod, now)
     if held is not None:

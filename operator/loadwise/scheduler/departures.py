@@ -1,17 +1,20 @@
 """Departures: the pods that left each node in the last few minutes, and each node's peak
-without them.
+with the pods it has now.
 
 A pod group's member judges a node by its peak over GROUP_PEAK seconds (usage_sources.py). A
-sample taken while a pod ran shows that pod's use; once the pod has left, its use is not
-coming back, so a peak that still counts it judges a node busy for a minute after a gang
-finished there (bench/gang: the largest groups waited for room that was free). Each past
-sample is judged without the estimated use of the pods that ran in it and have since left: the
-counterpart of `unmeasured`, which adds the pods placed since a sample.
+sample shows the pods that ran then, not the node as it is now. Each past sample is judged as
+if the node had had its pods of now: less the estimated use of the pods in it that have left
+since (their use is not coming back: a peak that still counts them judges a node busy for two
+minutes after a gang finished there), plus that of the pods placed since (a node that took
+members in a trough is as hot at its next crest as at its last, with them on it). bench/gang:
+docs/gangs.md. The counterpart of `unmeasured`, which adds the pods placed since the latest
+sample.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -64,33 +67,46 @@ def ran_in(sample: NodeSample, placed_at: float, left_at: float) -> bool:
     return placed_at <= middle < left_at
 
 
-def without_departed(
+def as_now(
     points: Iterable[NodeSample],
     node: str,
+    until: float,
     state: ClusterView,
     departures: Departures,
     estimate: Estimate,
 ) -> Iterable[NodeSample]:
-    """The node's samples, each less the estimated use of the pods in it that have left since."""
-    gone = departures.on(node)
+    """The node's samples, each as if the node had had the pods it has now: less the estimated
+    use of the pods in it that have left since, plus that of the pods placed since, up to
+    `until` (the latest sample's coverage: later ones the scorer adds itself, `unmeasured`)."""
     info = state.nodes.get(node)
     cpu_alloc = info.allocatable.get(CPU, 0) if info is not None else 0
     mem_alloc = info.allocatable.get(MEMORY, 0) if info is not None else 0
-    if not gone or cpu_alloc <= 0 or mem_alloc <= 0:
+    points = list(points)
+    if cpu_alloc <= 0 or mem_alloc <= 0 or not points:
         yield from points
         return
-    uses = [(left_at, pod.placed_at, estimate(pod)) for left_at, pod in gone]
+    oldest = min((p.coverage + p.timestamp) / 2 for p in points)
+    uses = [(left_at, pod.placed_at, estimate(pod)) for left_at, pod in departures.on(node)]
+    uses += [
+        (math.inf, pod.placed_at, estimate(pod))
+        for pod in state.placed_since(node, oldest)
+        if pod.placed_at <= until
+    ]
     for point in points:
         cpu = memory = 0.0
+        middle = (point.coverage + point.timestamp) / 2
         for left_at, placed_at, (pod_cpu, pod_memory) in uses:
-            if ran_in(point, placed_at, left_at):
-                cpu += pod_cpu
-                memory += pod_memory
+            if left_at == math.inf:  # on the node now: missing from the samples before it
+                sign = 1.0 if placed_at > middle else 0.0
+            else:  # gone: its use in the samples it ran in is not coming back
+                sign = -1.0 if ran_in(point, placed_at, left_at) else 0.0
+            cpu += sign * pod_cpu
+            memory += sign * pod_memory
         if cpu or memory:
             point = dataclasses.replace(
                 point,
-                cpu=max(0.0, point.cpu - cpu / cpu_alloc),
-                memory=max(0.0, point.memory - memory / mem_alloc),
+                cpu=max(0.0, point.cpu + cpu / cpu_alloc),
+                memory=max(0.0, point.memory + memory / mem_alloc),
             )
         yield point
 
@@ -104,14 +120,14 @@ def peaks(
     estimate: Estimate,
 ) -> dict[str, NodeSample]:
     """Each node's latest sample with its CPU and memory replaced by their peaks over the last
-    `window` seconds (`history(node, since)`: the points kept), judged without the pods that
-    have left since (freshness and coverage stay the latest sample's)."""
+    `window` seconds (`history(node, since)`: the points kept), each point as if the node had
+    had its pods of now (`as_now`; freshness and coverage stay the latest sample's)."""
     out: dict[str, NodeSample] = {}
     for node, sample in latest.items():
         points = history(node, sample.timestamp - window)
         if not points or points[-1].timestamp < sample.timestamp:
             points.append(sample)
-        judged = list(without_departed(points, node, state, departures, estimate))
+        judged = list(as_now(points, node, sample.coverage, state, departures, estimate))
         extra = {
             name: max(p.extra[name] for p in points if name in p.extra) for name in sample.extra
         }

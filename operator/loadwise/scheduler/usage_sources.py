@@ -4,7 +4,7 @@ policy's priority bands, those figures as its band is judged by them (band_sampl
 pod group's member under a policy judging by the latest sample, each node's peak over the last
 GROUP_PEAK seconds: a gang runs for minutes at the pace of its slowest member, and a node whose
 background swings looks cool by a sample taken in a trough (bench/gang: the heat left once no
-member was placed on a hot node); judged without the pods that have left it since
+member was placed on a hot node); each past sample as if the node had had its pods of now
 (departures.py)."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class UsageSources:
         latest: Mapping[str, NodeSample],
         learned: LearnedUsage | WindowedEstimates | None,
     ) -> Mapping[str, NodeSample]:
-        """Each node's peak over GROUP_PEAK seconds, without the pods that left it since."""
+        """Each node's peak over GROUP_PEAK seconds, with the pods it has now."""
         if self.state is None:
             return cache.history.aggregated("max", GROUP_PEAK, latest)
         key = (policy.spec.metrics.source, policy.name)

@@ -51,3 +51,21 @@ def test_a_departure_is_forgotten_after_a_while_and_pods_never_placed_are_not_re
     assert [p.name for _, p in departures.on("n0")] == ["gone"]
     clock[0] = 1000.0
     assert not departures.on("n0")
+
+
+def test_a_peak_counts_the_pods_placed_since_it_that_are_still_there() -> None:
+    state = state_with(manifests.node("n0", cpu="4"))
+    here = pod_info("here", cpu="1", node="n0")  # on the node before the busy sample
+    state.assume(here, "n0", at=50.0)
+    since = pod_info("since", cpu="2", node="n0")  # placed after the busy sample, still there
+    state.assume(since, "n0", at=150.0)
+    after = pod_info("after", cpu="1", node="n0")  # after the latest sample: the scorer's own
+    state.assume(after, "n0", at=205.0)
+    points = {"n0": [NodeSample(0.7, 0.5, 100.0)]}
+    latest = {"n0": NodeSample(0.6, 0.5, 200.0)}
+    peak = peaks(
+        lambda node, since: [p for p in points[node] if p.timestamp >= since],
+        latest, 120.0, state, Departures(lambda: 200.0),
+        lambda pod: (pod.requests.nonzero[0], 0.0),
+    )["n0"]  # fmt: skip
+    assert peak.cpu == pytest.approx(0.7 + 2 / 4)  # the busy moment with `since` on it too
