@@ -32,17 +32,13 @@ GROUP_PEAK = 120.0  # seconds over which a pod group's member judges a node by i
 
 class UsageSources:
     def __init__(
-        self,
-        caches: Mapping[str, MetricsCache],
-        state: ClusterView | None = None,
-        departures: Departures | None = None,
+        self, caches: Mapping[str, MetricsCache], state: ClusterView | None = None
     ) -> None:
         """`state`: the placed pods a band's use is summed from (None: bands are judged by
-        their nodes' whole use); `departures`: the pods that left their nodes lately (the
-        watch tells it), whom a peak does not count."""
+        their nodes' whole use)."""
         self.caches = dict(caches)  # metrics source name -> its cache; policies pick one
         self.state = state
-        self.departures = departures if departures is not None else Departures()
+        self.departures = Departures()  # pods that left their nodes lately (the watch tells it)
         # (source, policy) -> (what they were computed from, the peaks): one mapping until
         # that changes (the score index keys on it)
         self._peak_memo: dict[tuple[str, str], PeakMemo] = {}
