@@ -1,7 +1,8 @@
 """Gangs under pressure: Spark-like pod groups, loadwise vs kube-scheduler with gang scheduling.
 
 bench/gang [--nodes N] [--groups G] [--seed S] [--schedulers loadwise,kube-scheduler]
-           [--duration SECONDS] [--runtime SECONDS] [--tenants T] [--min-share F]
+           [--duration SECONDS] [--runtime SECONDS] [--preroll SECONDS] [--tenants T]
+           [--min-share F]
            [--policy JSON] [--quick] [--verbose] [--json PATH]
 Sets up its own control plane (GenericWorkload on: kube-scheduler places `default-scheduler`
 pods naming a PodGroup as one gang), Prometheus and a KWOK fleet whose usage KWOK serves
@@ -25,8 +26,12 @@ for over a second: their seconds, the most at once; target 0); deadlocks (groups
 30 s or more; target 0); hot node-s (node-seconds above 80% CPU by the ground truth; target:
 loadwise at most half of kube-scheduler's); by pods (of those, the node-seconds the background
 alone would not have been hot); cpu mean (the fleet's mean CPU).
+Before each scheduler's run the backgrounds drift for --preroll seconds (default 120): a
+busy node has swung before the groups come, as on a real cluster (before 2026-11-30 there was
+no such prelude: every node had been flat for minutes at its value at 0; --preroll 0 gives
+that world).
 --quick: 12 nodes, runtime 12 s, duration 60 s: a smoke run (about 2.5 minutes on two cores;
-the defaults about 4). --policy: loadwise's SchedulingPolicy spec (default: its built-in one).
+the defaults about 8). --policy: loadwise's SchedulingPolicy spec (default: its built-in one).
 """
 
 from __future__ import annotations
@@ -124,6 +129,12 @@ def main() -> int:
     parser.add_argument("--schedulers", default="loadwise,kube-scheduler")
     parser.add_argument("--duration", type=float, help="seconds per scheduler (default 110)")
     parser.add_argument("--runtime", type=float, help="a group's mean runtime (default 25)")
+    parser.add_argument(
+        "--preroll",
+        type=float,
+        default=gang.PREROLL,
+        help="seconds the backgrounds drift before the groups come (default %(default)s)",
+    )
     parser.add_argument("--tenants", type=int, default=4)
     parser.add_argument("--min-share", type=float, default=1.0)
     parser.add_argument(
@@ -155,11 +166,14 @@ def main() -> int:
     began = time.monotonic()
     cluster = LocalCluster(kwok=True, kwok_usage=True).start()
     try:
-        results = asyncio.run(gang.run_all(cluster, scenario, schedulers, duration, args.policy))
+        results = asyncio.run(
+            gang.run_all(cluster, scenario, schedulers, duration, args.policy, args.preroll)
+        )
     finally:
         cluster.stop()
     data = gang.as_json(scenario, results, duration, runtime)
     data["policy"] = args.policy
+    data["preroll_s"] = args.preroll
     data["wall_s"] = round(time.monotonic() - began, 1)
     print(table(data))
     print(f"wall time {data['wall_s']:.0f} s")

@@ -62,6 +62,7 @@ CORES = (4, 6, 8)
 DRIFT_STEP = 5.0  # seconds between background updates
 PARTIAL_GRACE = 1.0  # a group partial for less is one decision's binds in flight
 STUCK = 30.0  # a group partial this long counts as a deadlock
+PREROLL = 120.0  # seconds the backgrounds drift before the groups come (`prelude`)
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
 PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
 SCHEDULERS = {"loadwise": "loadwise-scheduler", "kube-scheduler": "default-scheduler"}
@@ -672,6 +673,19 @@ async def warm_up(kube: Kube, ns: str, scheduler: str, index: int) -> None:
         await kube.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
 
 
+async def prelude(cluster: LocalCluster, kube: Kube, scenario: Scenario, seconds: float) -> None:
+    """The backgrounds' drift for `seconds` before the run (times -seconds to 0, so the run
+    goes on from where it ends): a busy node has swung before the groups come, and a scheduler
+    that judges nodes by their recent past sees it, as it would on a real cluster (without it
+    every node had been flat for minutes, at its value at 0)."""
+    steps = int(seconds // DRIFT_STEP)
+    for step in range(steps, -1, -1):
+        began = time.monotonic()
+        await set_backgrounds(cluster, kube, scenario, -step * DRIFT_STEP)
+        if step:
+            await asyncio.sleep(max(0.0, DRIFT_STEP - (time.monotonic() - began)))
+
+
 async def set_backgrounds(cluster: LocalCluster, kube: Kube, scenario: Scenario, t: float) -> None:
     assert cluster.usage is not None
     usage = cluster.usage
@@ -757,9 +771,10 @@ async def one_run(
     index: int,
     duration: float,
     policy: dict[str, Any] | None = None,
+    preroll: float = PREROLL,
 ) -> dict[str, Any]:
     """One scheduler's run, then the cleanup. `policy`: loadwise's SchedulingPolicy spec (None:
-    none, its built-in defaults)."""
+    none, its built-in defaults); `preroll`: seconds the backgrounds drift before it (`prelude`)."""
     start = {n.name: n.background(0.0) for n in scenario.nodes}
     async with contextlib.AsyncExitStack() as stack:
         if scheduler == "kube-scheduler":
@@ -779,6 +794,7 @@ async def one_run(
         else:
             raise ValueError(f"unknown scheduler {scheduler!r}: one of {sorted(SCHEDULERS)}")
         await warm_up(kube, scenario.tenants[0], SCHEDULERS[scheduler], index)
+        await prelude(cluster, kube, scenario, preroll)
         before = loadwise_counts()
         figures = await Run(cluster, kube, watch, scenario, index, scheduler).run(duration)
         if scheduler == "loadwise":
@@ -794,6 +810,7 @@ async def run_all(
     schedulers: Sequence[str],
     duration: float,
     policy: dict[str, Any] | None = None,
+    preroll: float = PREROLL,
 ) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     async with cluster.kube() as kube:
@@ -824,7 +841,7 @@ async def run_all(
             for index, scheduler in enumerate(schedulers):
                 began = time.monotonic()
                 results[scheduler] = await one_run(
-                    cluster, kube, watch, scenario, scheduler, index, duration, policy
+                    cluster, kube, watch, scenario, scheduler, index, duration, policy, preroll
                 )
                 print(
                     f"{scheduler}: done in {time.monotonic() - began:.0f} s (run and cleanup)",
