@@ -306,8 +306,9 @@ class SchedulingPolicySpec(_Model):
         "the estimates of pods its samples do not show yet, or pods that run to completion "
         "(restartPolicy Never or OnFailure) hold the hot members' requests, or departing pods "
         "free requests at a measured rate that frees as much within the wait; a member that "
-        "would only bring its node within 10 points of a hot threshold waits at most 30s, for "
-        "the same signs. N: up to N seconds for a hot member, "
+        "would only bring its node within 10 points of a hot threshold (5 once the node's "
+        "two-minute peak covers its whole window) waits at most 30s, for the same signs. N: up "
+        "to N seconds for a hot member, "
         "whatever is coming. 0: no wait. After the wait it is placed as it fits.",
     )
     learned_estimate: bool = Field(

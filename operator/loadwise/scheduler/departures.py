@@ -121,7 +121,8 @@ def peaks(
 ) -> dict[str, NodeSample]:
     """Each node's latest sample with its CPU and memory replaced by their peaks over the last
     `window` seconds (`history(node, since)`: the points kept), each point as if the node had
-    had its pods of now (`as_now`; freshness and coverage stay the latest sample's)."""
+    had its pods of now (`as_now`; freshness and coverage stay the latest sample's), and the
+    seconds of history that took (`seen`: less than `window` while the history is short)."""
     out: dict[str, NodeSample] = {}
     for node, sample in latest.items():
         points = history(node, sample.timestamp - window)
@@ -136,5 +137,6 @@ def peaks(
             cpu=max(p.cpu for p in judged),
             memory=max(p.memory for p in judged),
             extra=extra,
+            seen=sample.timestamp - points[0].timestamp,
         )
     return out

@@ -47,6 +47,9 @@ class NodeSample:
     # Further dimensions (those its source's `dimensions` names): name -> utilisation 0..1.
     # A node the dimension's query did not return lacks the key.
     extra: Mapping[str, float] = field(default_factory=dict)
+    # Seconds of history the figures were taken over (a pod group's member's peak:
+    # departures.py); 0: this sample alone.
+    seen: float = 0.0
 
     @property
     def coverage(self) -> float:

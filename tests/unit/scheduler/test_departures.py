@@ -39,6 +39,7 @@ def test_a_peak_leaves_out_the_pods_that_ran_in_it_and_have_left() -> None:
     assert judged(1.0).cpu == pytest.approx(0.9 - 2 / 4)  # busy's 2 CPUs of 4: 0.4 > 0.3
     assert judged(1.5).cpu == pytest.approx(0.3)  # less than the latest: the latest stands
     assert judged(1.0).timestamp == 200.0  # freshness is the latest sample's
+    assert judged(1.0).seen == 100.0  # over 100 s of history: from the point at 100 on
     assert judged(1.0).memory == pytest.approx(0.5)  # its estimate uses no memory
 
 

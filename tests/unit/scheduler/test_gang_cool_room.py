@@ -198,13 +198,24 @@ def test_coming_is_within_a_wait_when_measured_rates_free_the_hot_members() -> N
     assert not Coming(0, 0.0, 5000, finishing=5000).within(0.0)
 
 
-@pytest.mark.parametrize(("measured", "warmed"), [(0.5, False), (0.6, True), (0.95, True)])
+@pytest.mark.parametrize(
+    ("measured", "seen", "warmed"),
+    [
+        (0.5, 0.0, False),  # with it 65%: cool
+        (0.6, 0.0, True),  # 75%: within 10 points of hot, judged by a short history
+        (0.6, 60.0, True),  # half a window does not show the node's swing
+        (0.6, 115.0, False),  # a whole window's peak does: within 5 points only
+        (0.66, 115.0, True),  # 81%: hot
+        (0.95, 0.0, True),  # 110%
+    ],
+)
 def test_a_member_is_warm_when_it_would_bring_its_node_within_the_band_of_hot(
-    measured: float, warmed: bool
+    measured: float, seen: float, warmed: bool
 ) -> None:
     state = state_with(manifests.node("n0", cpu="10"))
     now = time.time()
-    basis = Basis(Policy("p", parse_spec({})), {"n0": NodeSample(measured, 0.1, now)}, now)
+    sample = NodeSample(measured, 0.1, now, seen=seen)
+    basis = Basis(Policy("p", parse_spec({})), {"n0": sample}, now)
     result = schedule_one(pod_info("m", cpu="1"), state, basis)  # its estimate: 1.5 of 10 cpu
     assert isinstance(result, Decision)
-    assert warm(result, state, basis) is warmed  # with it 65% is cool, 75% nearly hot, 110% hot
+    assert warm(result, state, basis) is warmed

@@ -4,7 +4,10 @@
 hot threshold (`warm`), where an estimate a little short or a swinging background tips it over.
 Such a near miss is worth a shorter wait (NEAR_LIMIT), for the same signs: waiting for one only
 while the next samples or measured departures promised room (15 s at most) left members at
-72-80% of busy nodes whose background then swung over (bench/gang, docs/gangs.md).
+72-80% of busy nodes whose background then swung over (bench/gang, docs/gangs.md). A node
+judged by a peak over its whole window (GROUP_PEAK) has shown its swing already: there only
+the estimates can err, and the band is SEEN_BAND (with the full band everywhere, gangs waited
+30 s for nodes that would have stayed at 70-75%, bench/gang seed 2).
 
 A gang runs at the pace of its slowest member, so a member on a hot node slows all of it; but
 waiting for cool room that is not coming only delays it. With gangHotWaitSeconds unset (the
@@ -39,9 +42,12 @@ from ...framework.types import PodInfo
 from ...framework.view import ClusterView
 from ...resources import CPU, MEMORY
 from ..departures import Departures
+from ..usage_sources import GROUP_PEAK
 
 AUTO_LIMIT = 120.0  # seconds a group waits at most with gangHotWaitSeconds unset
 NEAR_LIMIT = 30.0  # and when its members would only be nearly hot
+SEEN_BAND = 0.05  # nearly hot, on a node whose peak was taken over its whole window
+WHOLE = GROUP_PEAK - 20.0  # seconds of history that make a whole window (a point per 10 s)
 FREED_WINDOW = 60.0  # seconds over which the rate of freed room is measured
 RETRY = 1.0  # seconds between a waiting group's tries: samples and departures come often
 
@@ -146,7 +152,8 @@ def coming(
 def warm(decision: Decision, state: ClusterView, basis: Basis) -> bool:
     """The member's node is hot, or would be within APPROACH_BAND of a hot threshold with it
     (where the load score fades to 0: an estimate a little short, or a background that swings,
-    tips it over). Judged as it was chosen: with every estimate on the node (judged by what is
+    tips it over); within SEEN_BAND if the node's peak covers its whole window (its swing is
+    in it). Judged as it was chosen: with every estimate on the node (judged by what is
     measured and the group's own members alone, seeds 2 and 3 of bench/gang grew hotter)."""
     if decision.all_hot:
         return True
@@ -154,8 +161,10 @@ def warm(decision: Decision, state: ClusterView, basis: Basis) -> bool:
     if chosen.source != "metrics":
         return False
     node = state.nodes.get(chosen.node)
+    sample = basis.samples.get(chosen.node)
+    band = SEEN_BAND if sample is not None and sample.seen >= WHOLE else APPROACH_BAND
     rooms = headrooms(basis.policy, chosen.cpu, chosen.memory, chosen.extra, node, basis.band)
-    return any(room < APPROACH_BAND for _, room, weight in rooms if weight > 0)
+    return any(room < band for _, room, weight in rooms if weight > 0)
 
 
 def _settling(
