@@ -60,11 +60,18 @@ class Departures:
         return tuple(gone)
 
 
-def ran_in(sample: NodeSample, placed_at: float, left_at: float) -> bool:
-    """Whether a pod was in the sample: on its node at the middle of what the sample covers
-    (a rate window shows a pod gradually; `unmeasured` reads coverage the same way)."""
-    middle = (sample.coverage + sample.timestamp) / 2
-    return placed_at <= middle < left_at
+def shown(sample: NodeSample, placed_at: float, left_at: float = math.inf) -> float:
+    """The share of a pod's use in the sample: of what the sample covers (a rate window,
+    from its coverage to its timestamp), the part the pod was on its node. `unmeasured` reads
+    a sample the same way: a pod that left halfway through the window is half in it, and
+    fades out of the samples over a window (judged by the window's middle alone, it counted
+    in none of a sample taken half a window after it left, which still showed up to half of
+    its use)."""
+    start, end = sample.coverage, sample.timestamp
+    if end <= start:  # an instant
+        return 1.0 if placed_at <= end < left_at else 0.0
+    overlap = min(end, left_at) - max(start, placed_at)
+    return min(1.0, max(0.0, overlap / (end - start)))
 
 
 def as_now(
@@ -77,7 +84,8 @@ def as_now(
 ) -> Iterable[NodeSample]:
     """The node's samples, each as if the node had had the pods it has now: less the estimated
     use of the pods in it that have left since, plus that of the pods placed since, up to
-    `until` (the latest sample's coverage: later ones the scorer adds itself, `unmeasured`)."""
+    `until` (the latest sample's coverage: later ones the scorer adds itself, `unmeasured`),
+    each by the share of it the sample shows (`shown`)."""
     info = state.nodes.get(node)
     cpu_alloc = info.allocatable.get(CPU, 0) if info is not None else 0
     mem_alloc = info.allocatable.get(MEMORY, 0) if info is not None else 0
@@ -85,7 +93,7 @@ def as_now(
     if cpu_alloc <= 0 or mem_alloc <= 0 or not points:
         yield from points
         return
-    oldest = min((p.coverage + p.timestamp) / 2 for p in points)
+    oldest = min(p.coverage for p in points)
     uses = [(left_at, pod.placed_at, estimate(pod)) for left_at, pod in departures.on(node)]
     uses += [
         (math.inf, pod.placed_at, estimate(pod))
@@ -94,14 +102,12 @@ def as_now(
     ]
     for point in points:
         cpu = memory = 0.0
-        middle = (point.coverage + point.timestamp) / 2
         for left_at, placed_at, (pod_cpu, pod_memory) in uses:
-            if left_at == math.inf:  # on the node now: missing from the samples before it
-                sign = 1.0 if placed_at > middle else 0.0
-            else:  # gone: its use in the samples it ran in is not coming back
-                sign = -1.0 if ran_in(point, placed_at, left_at) else 0.0
-            cpu += sign * pod_cpu
-            memory += sign * pod_memory
+            share = shown(point, placed_at, left_at)
+            if left_at == math.inf:  # on the node now: what the sample lacks of it
+                share -= 1.0
+            cpu -= share * pod_cpu  # gone: its use in the sample is not coming back
+            memory -= share * pod_memory
         if cpu or memory:
             point = dataclasses.replace(
                 point,

@@ -70,3 +70,30 @@ def test_a_peak_counts_the_pods_placed_since_it_that_are_still_there() -> None:
         lambda pod: (pod.requests.nonzero[0], 0.0),
     )["n0"]  # fmt: skip
     assert peak.cpu == pytest.approx(0.7 + 2 / 4)  # the busy moment with `since` on it too
+
+
+def test_a_rate_window_shows_a_pod_by_the_share_of_it_the_pod_was_there() -> None:
+    clock = [255.0]
+    departures = Departures(lambda: clock[0])
+    state = state_with(manifests.node("n0", cpu="4"))
+    gone = pod_info("gone", cpu="2", node="n0")  # left 45 s before the latest: a quarter in it
+    gone.placed_at = 10.0
+    departures.left(gone)
+    new = pod_info("new", cpu="2", node="n0")  # placed 40 s before the older point: 2/3 in it
+    state.assume(new, "n0", at=230.0)
+    clock[0] = 300.0
+    older = NodeSample(0.9, 0.5, 270.0, covers_until=210.0)  # rates over the last 60 s
+    latest = NodeSample(0.5, 0.5, 300.0, covers_until=240.0)
+
+    def peak(points: list[NodeSample]) -> float:
+        return peaks(
+            lambda node, since: list(points), {"n0": latest}, 120.0, state, departures,
+            lambda pod: (pod.requests.nonzero[0], 0.0),
+        )["n0"].cpu  # fmt: skip
+
+    # the latest less the quarter of `gone`'s 2 CPUs it still shows (judged by the window's
+    # middle, 270, it showed none of it: nothing was taken off)
+    assert peak([]) == pytest.approx(0.5 - 0.25 * 2 / 4)
+    # the older point showed 3/4 of `gone` (it left 15 s before the point) and 2/3 of `new`:
+    # less the one, plus the third it lacks of the other (`new` is wholly in the latest)
+    assert peak([older]) == pytest.approx(0.9 - 0.75 * 2 / 4 + 2 / 4 / 3)
