@@ -33,6 +33,7 @@ class QueuedPod:
     where: Where
     seq: int
     attempts: int = 0
+    failures: int = 0  # attempts that found no room: they set the backoff
     backoff_until: float = 0.0
     parked_at: float = 0.0
     queued_at: float = 0.0  # when it entered the queue: the scheduling SLI starts here
@@ -159,11 +160,15 @@ class SchedulingQueue:
 
     def retry_after(self, uid: str, delay: float) -> None:
         """Tried again in `delay` seconds, whatever its attempts (a gang waiting for cool room:
-        it is not failing, and the room it waits for comes with samples and departures)."""
+        it is not failing, and the room it waits for comes with samples and departures). Its
+        failures start over: it found room, so when it next finds none its backoff is short
+        (counted on, a group that had waited for cool room a while backed off the longest,
+        10 s, each time it then found no room)."""
         entry = self._entries.get(uid)
         if entry is None:
             return
         entry.attempts += 1
+        entry.failures = 0
         entry.backoff_until = self.clock() + delay
         self._push_backoff(entry)
 
@@ -252,7 +257,8 @@ class SchedulingQueue:
 
     def _count_attempt(self, entry: QueuedPod) -> None:
         entry.attempts += 1
-        delay = min(self.initial_backoff * 2 ** (entry.attempts - 1), self.max_backoff)
+        entry.failures += 1
+        delay = min(self.initial_backoff * 2 ** (entry.failures - 1), self.max_backoff)
         entry.backoff_until = self.clock() + delay
 
     def _requeue(self, entry: QueuedPod, now: float) -> None:

@@ -42,6 +42,28 @@ def test_backoff_doubles_up_to_max() -> None:
     assert waits == [1, 2, 4, 8, 10, 10]
 
 
+def test_tries_that_found_room_do_not_lengthen_the_next_backoff() -> None:
+    clock = Clock()
+    queue = SchedulingQueue(initial_backoff=1, max_backoff=10, clock=clock)
+    pod = pod_info()
+    queue.add(pod)
+    for _ in range(3):  # three failures: the next backoff would be 8 s
+        assert queue.pop_nowait() is pod
+        queue.backoff(pod.uid)
+        clock.now += 10
+    for _ in range(20):  # a gang waiting for cool room: twenty tries a second apart
+        assert queue.pop_nowait() is pod
+        queue.retry_after(pod.uid, 1.0)
+        clock.now += 1
+    assert queue.pop_nowait() is pod
+    queue.park(pod.uid)  # then no room at all: the first failure since it found room
+    assert queue.move_all_to_active() == 1  # a cluster event
+    clock.now += 0.5
+    assert queue.pop_nowait() is None  # backing off: 1 s, not 10
+    clock.now += 0.5
+    assert queue.pop_nowait() is pod
+
+
 def test_parked_pods_move_on_cluster_event_or_timeout() -> None:
     clock = Clock()
     queue = SchedulingQueue(initial_backoff=1, unschedulable_timeout=60, clock=clock)
