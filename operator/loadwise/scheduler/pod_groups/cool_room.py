@@ -7,7 +7,7 @@ while the next samples or measured departures promised room (15 s at most) left 
 72-80% of busy nodes whose background then swung over (bench/gang, docs/gangs.md). A node
 judged by a peak over its whole window (GROUP_PEAK) has shown its swing already: there only
 the estimates can err, and the band is SEEN_BAND (with the full band everywhere, gangs waited
-30 s for nodes that would have stayed at 70-75%, bench/gang seed 2).
+30 s for nodes judged at 70-75% whose backgrounds hardly moved, bench/gang seed 2).
 
 A gang runs at the pace of its slowest member, so a member on a hot node slows all of it; but
 waiting for cool room that is not coming only delays it. With gangHotWaitSeconds unset (the
