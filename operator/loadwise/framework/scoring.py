@@ -102,8 +102,7 @@ def unmeasured(
         # is about half in the sample already. Counting it fully as well would count that
         # half twice and push a burst off the nodes it just started filling. (A pod slow to
         # start shows later than this assumes: the metrics lag setting should cover it.)
-        shown = (sample.timestamp - placed.placed_at) / window if window > 0 else 0.0
-        unseen = 1.0 - _clamp(shown)
+        unseen = 1.0 - (sample.shows(placed.placed_at) if window > 0 else 0.0)
         cpu += unseen * cpu_est
         memory += unseen * mem_est
     return cpu, memory

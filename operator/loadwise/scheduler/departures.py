@@ -60,20 +60,6 @@ class Departures:
         return tuple(gone)
 
 
-def shown(sample: NodeSample, placed_at: float, left_at: float = math.inf) -> float:
-    """The share of a pod's use in the sample: of what the sample covers (a rate window,
-    from its coverage to its timestamp), the part the pod was on its node. `unmeasured` reads
-    a sample the same way: a pod that left halfway through the window is half in it, and
-    fades out of the samples over a window (judged by the window's middle alone, it counted
-    in none of a sample taken half a window after it left, which still showed up to half of
-    its use)."""
-    start, end = sample.coverage, sample.timestamp
-    if end <= start:  # an instant
-        return 1.0 if placed_at <= end < left_at else 0.0
-    overlap = min(end, left_at) - max(start, placed_at)
-    return min(1.0, max(0.0, overlap / (end - start)))
-
-
 def as_now(
     points: Iterable[NodeSample],
     node: str,
@@ -85,7 +71,9 @@ def as_now(
     """The node's samples, each as if the node had had the pods it has now: less the estimated
     use of the pods in it that have left since, plus that of the pods placed since, up to
     `until` (the latest sample's coverage: later ones the scorer adds itself, `unmeasured`),
-    each by the share of it the sample shows (`shown`)."""
+    each by the share of it the sample shows (`NodeSample.shows`: judged by the window's
+    middle alone, a pod counted in none of a sample taken half a window after it left, which
+    still showed up to half of its use)."""
     info = state.nodes.get(node)
     cpu_alloc = info.allocatable.get(CPU, 0) if info is not None else 0
     mem_alloc = info.allocatable.get(MEMORY, 0) if info is not None else 0
@@ -103,7 +91,7 @@ def as_now(
     for point in points:
         cpu = memory = 0.0
         for left_at, placed_at, (pod_cpu, pod_memory) in uses:
-            share = shown(point, placed_at, left_at)
+            share = point.shows(placed_at, left_at)
             if left_at == math.inf:  # on the node now: what the sample lacks of it
                 share -= 1.0
             cpu -= share * pod_cpu  # gone: its use in the sample is not coming back

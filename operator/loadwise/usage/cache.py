@@ -55,6 +55,17 @@ class NodeSample:
     def coverage(self) -> float:
         return self.timestamp if self.covers_until is None else self.covers_until
 
+    def shows(self, placed_at: float, left_at: float = math.inf) -> float:
+        """The share of a pod's use in the figures: of what they cover (a rate window, from
+        the coverage to the timestamp), the part the pod was on its node. A pod that left
+        halfway through the window is half in it, and fades out of the samples over a window.
+        An instant (no window): all of it if it was there then, else none."""
+        start, end = self.coverage, self.timestamp
+        if end <= start:
+            return 1.0 if placed_at <= end < left_at else 0.0
+        overlap = min(end, left_at) - max(start, placed_at)
+        return min(1.0, max(0.0, overlap / (end - start)))
+
 
 class MetricsSource(Protocol):
     name: str
