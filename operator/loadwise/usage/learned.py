@@ -21,7 +21,11 @@ requests alike, and what its pods use of them says more than one fixed factor fo
 cluster. The mean, not an upper percentile as for a workload: a namespace mixes workloads, so
 its spread is their difference, not noise, and an upper percentile of it over-estimates every
 pod (bench/shadow, pods using 0.2-2.5 times their requests: estimated at 2.4 times, the shadow
-trial judged nodes hot that were not).
+trial judged nodes hot that were not). Like a workload's estimate it outlives the pods it came
+from: a batch tenant's jobs come one after another, and the next one's first pods are judged
+by what the last one's used, not by placementEstimate (bench/gang: groups in namespaces with no
+ratio took half the cool room in their first 12 s, judged at 1.5 times their requests). Fewer
+than MIN_RATIO_PODS measured pods keep the ratio from the last time there were enough.
 
 Memory is bounded: a pod not reported for FORGET_REFRESHES refreshes is forgotten (it ended, or
 moved out of view); a workload with no pod left keeps its estimate (scaled to zero, it will want
@@ -102,10 +106,10 @@ class LearnedUsage:
         return known.estimate if known is not None else None
 
     def ratio(self, namespace: str) -> tuple[float, float] | None:
-        """(cpu, memory) use per unit requested by the namespace's pods; None if too few are
-        measured."""
+        """(cpu, memory) use per unit requested by the namespace's pods (kept after they go);
+        None if never MIN_RATIO_PODS of them were measured, or not for WORKLOAD_TTL."""
         known = self._workloads.get(RATIO.format(namespace=namespace))
-        if known is None or known.estimate is None or len(known.pods) < MIN_RATIO_PODS:
+        if known is None or known.estimate is None:  # set from MIN_RATIO_PODS pods or more
             return None
         return known.estimate[0] / 1000, known.estimate[1] / 1000
 
@@ -173,13 +177,14 @@ class LearnedUsage:
                     past.popleft()
                 if not past or pod not in pods:
                     del workload.past[pod]
-            if pods:
-                summary = _mean if key.count("/") == 1 else _percentile  # ns/ratio: a mean
+            of_namespace = key.count("/") == 1  # ns/ratio: a mean, of MIN_RATIO_PODS or more
+            if len(pods) >= (MIN_RATIO_PODS if of_namespace else 1):
+                summary = _mean if of_namespace else _percentile
                 workload.estimate = (
                     summary([cpu for cpu, _, _ in pods.values()]),
                     summary([memory for _, memory, _ in pods.values()]),
                 )
-            elif now - workload.seen > WORKLOAD_TTL:
+            elif not pods and now - workload.seen > WORKLOAD_TTL:
                 del workloads[key]
         if len(workloads) > MAX_WORKLOADS:
             by_age = sorted(workloads, key=lambda k: workloads[k].seen)

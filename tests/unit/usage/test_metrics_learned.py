@@ -266,3 +266,25 @@ def test_a_namespace_ratio_of_use_to_requests_is_learned_from_its_measured_pods(
     fresh = LearnedUsage()
     fresh.observe(usage, lambda ns, n: young.get((ns, n)), NOW, 60.0)
     assert fresh.ratio("spark") is None  # placed within min_age: not fully in a rate window
+
+
+def test_a_namespace_ratio_outlives_its_pods_for_the_next_job() -> None:
+    """A batch tenant's job ends; its next job's first pods are judged by the ratio the last
+    one's pods showed, not by placementEstimate; too few pods measured do not move it."""
+    learned = LearnedUsage()
+    facts = {("spark", f"e{i}"): PodFacts(None, 0.0, 1000, 2 << 30) for i in range(10)}
+    usage = {pod: (400, 1 << 30) for pod in facts}
+    lookup = lambda ns, n: facts.get((ns, n))  # noqa: E731
+    learned.observe(usage, lookup, NOW, 60.0)
+    assert learned.ratio("spark") == (0.4, 0.5)
+    for step in range(1, learned_module.FORGET_REFRESHES + 1):  # the job is gone
+        learned.observe({}, lookup, NOW + step, 60.0)
+    assert learned.ratio("spark") == (0.4, 0.5)
+    few = {pod: (900, 2 << 30) for pod in list(facts)[: MIN_RATIO_PODS - 1]}
+    learned.observe(few, lookup, NOW + 20, 60.0)  # the next job's first measured pods
+    assert learned.ratio("spark") == (0.4, 0.5)
+    learned.observe({pod: (900, 2 << 30) for pod in facts}, lookup, NOW + 30, 60.0)
+    assert learned.ratio("spark") == (0.9, 1.0)  # enough of them: theirs
+    for step in range(1, learned_module.FORGET_REFRESHES + 1):
+        learned.observe({}, lookup, NOW + 30 + learned_module.WORKLOAD_TTL + step, 60.0)
+    assert learned.ratio("spark") is None  # forgotten after WORKLOAD_TTL without a pod
