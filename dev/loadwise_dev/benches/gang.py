@@ -1,8 +1,8 @@
 """Gangs under pressure: Spark-like pod groups, loadwise vs kube-scheduler with gang scheduling.
 
 bench/gang [--nodes N] [--groups G] [--seed S] [--schedulers loadwise,kube-scheduler]
-           [--duration SECONDS] [--runtime SECONDS] [--preroll SECONDS] [--tenants T]
-           [--min-share F]
+           [--duration SECONDS] [--runtime SECONDS] [--preroll SECONDS] [--history PODS]
+           [--tenants T] [--min-share F]
            [--policy JSON] [--quick] [--verbose] [--json PATH]
 Sets up its own control plane (GenericWorkload on: kube-scheduler places `default-scheduler`
 pods naming a PodGroup as one gang), Prometheus and a KWOK fleet whose usage KWOK serves
@@ -29,7 +29,9 @@ alone would not have been hot); cpu mean (the fleet's mean CPU).
 Before each scheduler's run the backgrounds drift for --preroll seconds (default 120): a
 busy node has swung before the groups come, as on a real cluster (before 2026-11-30 there was
 no such prelude: every node had been flat for minutes at its value at 0; --preroll 0 gives
-that world).
+that world). During it each tenant's last job runs, --history executors (default 8, drawn as
+the groups' are, no PodGroup), deleted 20 s before the groups come: a tenant has run jobs
+before (before 2026-11-30 every tenant was new at time 0; --history 0 gives that world).
 --quick: 12 nodes, runtime 12 s, duration 60 s: a smoke run (about 2.5 minutes on two cores;
 the defaults about 8). --policy: loadwise's SchedulingPolicy spec (default: its built-in one).
 """
@@ -135,6 +137,12 @@ def main() -> int:
         default=gang.PREROLL,
         help="seconds the backgrounds drift before the groups come (default %(default)s)",
     )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=gang.HISTORY,
+        help="pods of each tenant's last job, run in the prelude (default %(default)s)",
+    )
     parser.add_argument("--tenants", type=int, default=4)
     parser.add_argument("--min-share", type=float, default=1.0)
     parser.add_argument(
@@ -167,13 +175,16 @@ def main() -> int:
     cluster = LocalCluster(kwok=True, kwok_usage=True).start()
     try:
         results = asyncio.run(
-            gang.run_all(cluster, scenario, schedulers, duration, args.policy, args.preroll)
+            gang.run_all(
+                cluster, scenario, schedulers, duration, args.policy, args.preroll, args.history
+            )
         )
     finally:
         cluster.stop()
     data = gang.as_json(scenario, results, duration, runtime)
     data["policy"] = args.policy
     data["preroll_s"] = args.preroll
+    data["history_pods"] = args.history
     data["wall_s"] = round(time.monotonic() - began, 1)
     print(table(data))
     print(f"wall time {data['wall_s']:.0f} s")

@@ -63,6 +63,8 @@ DRIFT_STEP = 5.0  # seconds between background updates
 PARTIAL_GRACE = 1.0  # a group partial for less is one decision's binds in flight
 STUCK = 30.0  # a group partial this long counts as a deadlock
 PREROLL = 120.0  # seconds the backgrounds drift before the groups come (`prelude`)
+HISTORY = 8  # pods of each tenant's last job, run during the prelude (`past_jobs`)
+LEAVE = 20.0  # seconds before the groups come that the last jobs' pods are deleted
 POLICIES = "/apis/loadwise.io/v1alpha1/schedulingpolicies"
 PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
 SCHEDULERS = {"loadwise": "loadwise-scheduler", "kube-scheduler": "default-scheduler"}
@@ -686,6 +688,56 @@ async def prelude(cluster: LocalCluster, kube: Kube, scenario: Scenario, seconds
             await asyncio.sleep(max(0.0, DRIFT_STEP - (time.monotonic() - began)))
 
 
+def past_job(scenario: Scenario, tenant: str, pods: int, run: int, scheduler: str) -> list[Any]:
+    """A tenant's last job before the run: `pods` executors drawn as the groups' are (their
+    own generator, so the groups do not change), without a PodGroup."""
+    rng = random.Random(f"{scenario.seed}/{tenant}")
+    bodies = []
+    for i in range(pods):
+        cpu = rng.choice((250, 500, 750, 1000))
+        memory = 2 * cpu * 1024 // 1000
+        use = max(1, round(cpu * rng.uniform(0.25, 0.65)))
+        body = manifests.pod(
+            f"r{run}-past-{i:02d}",
+            namespace=tenant,
+            scheduler_name=SCHEDULERS[scheduler],
+            cpu=f"{cpu}m",
+            memory=f"{memory}Mi",
+            labels={"app": "spark", "spark-role": "executor"},
+            annotations=usage_annotations(f"{use}m", f"{round(memory * 0.6)}Mi"),
+        )
+        body["spec"]["restartPolicy"] = "Never"
+        bodies.append(body)
+    return bodies
+
+
+async def past_jobs(
+    kube: Kube, scenario: Scenario, scheduler: str, run: int, seconds: float, pods: int
+) -> None:
+    """Each tenant's last job (`past_job`), placed at the prelude's start by the scheduler
+    under test and deleted LEAVE seconds before the groups come: a tenant has run jobs before,
+    as a busy node has swung before, and a scheduler that learns what a namespace's pods use
+    of their requests has seen it (without it every tenant is new at time 0, and loadwise
+    judges its first groups by placementEstimate). `pods` 0: new tenants."""
+    if pods <= 0 or seconds <= LEAVE:
+        return
+    began = time.monotonic()
+    made = [
+        (tenant, body)
+        for tenant in scenario.tenants
+        for body in past_job(scenario, tenant, pods, run, scheduler)
+    ]
+    await asyncio.gather(*(kube.create(f"/api/v1/namespaces/{ns}/pods", body) for ns, body in made))
+    await asyncio.sleep(max(0.0, seconds - LEAVE - (time.monotonic() - began)))
+    with contextlib.suppress(KubeError):
+        await asyncio.gather(
+            *(
+                kube.delete(f"/api/v1/namespaces/{ns}/pods/{body['metadata']['name']}")
+                for ns, body in made
+            )
+        )
+
+
 async def set_backgrounds(cluster: LocalCluster, kube: Kube, scenario: Scenario, t: float) -> None:
     assert cluster.usage is not None
     usage = cluster.usage
@@ -772,9 +824,11 @@ async def one_run(
     duration: float,
     policy: dict[str, Any] | None = None,
     preroll: float = PREROLL,
+    history: int = HISTORY,
 ) -> dict[str, Any]:
     """One scheduler's run, then the cleanup. `policy`: loadwise's SchedulingPolicy spec (None:
-    none, its built-in defaults); `preroll`: seconds the backgrounds drift before it (`prelude`)."""
+    none, its built-in defaults); `preroll`: seconds the backgrounds drift before it (`prelude`),
+    while each tenant's last job of `history` pods runs (`past_jobs`)."""
     start = {n.name: n.background(0.0) for n in scenario.nodes}
     async with contextlib.AsyncExitStack() as stack:
         if scheduler == "kube-scheduler":
@@ -794,7 +848,10 @@ async def one_run(
         else:
             raise ValueError(f"unknown scheduler {scheduler!r}: one of {sorted(SCHEDULERS)}")
         await warm_up(kube, scenario.tenants[0], SCHEDULERS[scheduler], index)
-        await prelude(cluster, kube, scenario, preroll)
+        await asyncio.gather(
+            prelude(cluster, kube, scenario, preroll),
+            past_jobs(kube, scenario, scheduler, index, preroll, history),
+        )
         before = loadwise_counts()
         figures = await Run(cluster, kube, watch, scenario, index, scheduler).run(duration)
         if scheduler == "loadwise":
@@ -811,6 +868,7 @@ async def run_all(
     duration: float,
     policy: dict[str, Any] | None = None,
     preroll: float = PREROLL,
+    history: int = HISTORY,
 ) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     async with cluster.kube() as kube:
@@ -841,7 +899,16 @@ async def run_all(
             for index, scheduler in enumerate(schedulers):
                 began = time.monotonic()
                 results[scheduler] = await one_run(
-                    cluster, kube, watch, scenario, scheduler, index, duration, policy, preroll
+                    cluster,
+                    kube,
+                    watch,
+                    scenario,
+                    scheduler,
+                    index,
+                    duration,
+                    policy,
+                    preroll,
+                    history,
                 )
                 print(
                     f"{scheduler}: done in {time.monotonic() - began:.0f} s (run and cleanup)",
