@@ -317,8 +317,8 @@ class SchedulingPolicySpec(_Model):
         "controller) use, as the metrics source reports it (each pod judged like nodes: by "
         "metrics.aggregation over metrics.windowSeconds); for a workload not known yet (or a "
         "pod without a controller), its requests times what the namespace's measured pods use "
-        "of theirs (the mean across them, at least 5 pods); requests x placementEstimate when "
-        "nothing is known.",
+        "of theirs (the mean across them, at least 5 pods; kept for an hour after they go, for "
+        "a batch tenant's next job); requests x placementEstimate when nothing is known.",
     )
 
     @model_validator(mode="after")
