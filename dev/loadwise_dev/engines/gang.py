@@ -688,7 +688,9 @@ async def prelude(cluster: LocalCluster, kube: Kube, scenario: Scenario, seconds
             await asyncio.sleep(max(0.0, DRIFT_STEP - (time.monotonic() - began)))
 
 
-def past_job(scenario: Scenario, tenant: str, pods: int, run: int, scheduler: str) -> list[Any]:
+def past_job(
+    scenario: Scenario, tenant: str, pods: int, run: int, scheduler: str
+) -> list[dict[str, Any]]:
     """A tenant's last job before the run: `pods` executors drawn as the groups' are (their
     own generator, so the groups do not change), without a PodGroup."""
     rng = random.Random(f"{scenario.seed}/{tenant}")

@@ -65,6 +65,30 @@ def test_member_body_joins_its_group_and_declares_its_use() -> None:
     )
 
 
+def test_a_tenants_last_job_is_drawn_apart_from_the_groups() -> None:
+    """The prelude's past job: executors of the tenant, in no group, using 25-65% of their
+    requests, the same for every run of a seed and scheduler but for their names."""
+    scenario = gang.make_scenario(1, 5, groups=3)
+    tenant = scenario.tenants[0]
+    bodies = gang.past_job(scenario, tenant, 8, 1, "kube-scheduler")
+    assert len(bodies) == 8 and gang.make_scenario(1, 5, groups=3) == scenario
+    assert {b["metadata"]["namespace"] for b in bodies} == {tenant}
+    assert bodies[0]["metadata"]["name"] == "r1-past-00"
+    for body in bodies:
+        spec = body["spec"]
+        assert "schedulingGroup" not in spec and spec["schedulerName"] == "default-scheduler"
+        assert spec["restartPolicy"] == "Never"
+        cpu = int(spec["containers"][0]["resources"]["requests"]["cpu"].removesuffix("m"))
+        use = int(body["metadata"]["annotations"]["kwok.x-k8s.io/usage-cpu"].removesuffix("m"))
+        assert 0.25 * cpu - 1 <= use <= 0.65 * cpu + 1
+    again = gang.past_job(scenario, tenant, 8, 2, "loadwise")
+    assert [b["spec"]["containers"] for b in again] == [b["spec"]["containers"] for b in bodies]
+    other = gang.past_job(scenario, scenario.tenants[1], 8, 1, "loadwise")
+    assert [b["metadata"]["annotations"] for b in other] != [
+        b["metadata"]["annotations"] for b in again
+    ]
+
+
 def test_group_times_from_its_watched_pods() -> None:
     plan = gang.make_scenario(1, 5, groups=1, min_share=0.0).groups[0]  # minimum: the driver
     seen = gang.GroupSeen(plan, "r0-g000")
