@@ -152,6 +152,17 @@ def make_nodes(rng: random.Random, count: int) -> tuple[NodePlan, ...]:
     return tuple(nodes)
 
 
+EXECUTOR_CPU = (250, 500, 750, 1000)  # millicores an executor requests
+
+
+def executor(rng: random.Random, suffix: str, cpu: int) -> MemberPlan:
+    """An executor of `cpu` millicores: 2 GiB per CPU, using 25-65% of its CPU request and 60%
+    of its memory."""
+    memory = 2 * cpu * 1024 // 1000
+    use = max(1, round(cpu * rng.uniform(0.25, 0.65)))
+    return MemberPlan(suffix, cpu, memory, use, round(memory * 0.6))
+
+
 def make_group(
     rng: random.Random, index: int, tenants: Sequence[str], runtime: float, min_share: float
 ) -> GroupPlan:
@@ -167,11 +178,8 @@ def make_group(
         )
     ]
     executors = 4 + int(29 * rng.random() ** 2)  # 4..32, most groups small
-    cpu = rng.choice((250, 500, 750, 1000))
-    memory = 2 * cpu * 1024 // 1000  # 2 GiB per CPU
-    for j in range(executors):
-        use = max(1, round(cpu * rng.uniform(0.25, 0.65)))
-        members.append(MemberPlan(f"e{j:02d}", cpu, memory, use, round(memory * 0.6)))
+    cpu = rng.choice(EXECUTOR_CPU)
+    members.extend(executor(rng, f"e{j:02d}", cpu) for j in range(executors))
     return GroupPlan(
         name=f"g{index:03d}",
         tenant=rng.choice(list(tenants)),
@@ -233,22 +241,35 @@ def pod_group_name(group: GroupPlan, run: int) -> str:
     return f"r{run}-{group.name}"
 
 
-def member_body(group: GroupPlan, member: MemberPlan, run: int, scheduler: str) -> dict[str, Any]:
-    name = pod_group_name(group, run)
+def spark_pod(
+    name: str,
+    tenant: str,
+    member: MemberPlan,
+    scheduler: str,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     body = manifests.pod(
-        f"{name}-{member.suffix}",
-        namespace=group.tenant,
+        name,
+        namespace=tenant,
         scheduler_name=scheduler,
         cpu=f"{member.cpu}m",
         memory=f"{member.memory}Mi",
         labels={
             "app": "spark",
             "spark-role": "driver" if member.suffix == "driver" else "executor",
-            GROUP_LABEL: name,
+            **(labels or {}),
         },
         annotations=usage_annotations(f"{member.use_cpu}m", f"{member.use_memory}Mi"),
     )
     body["spec"]["restartPolicy"] = "Never"  # as Spark writes its driver and executors
+    return body
+
+
+def member_body(group: GroupPlan, member: MemberPlan, run: int, scheduler: str) -> dict[str, Any]:
+    name = pod_group_name(group, run)
+    body = spark_pod(
+        f"{name}-{member.suffix}", group.tenant, member, scheduler, {GROUP_LABEL: name}
+    )
     return manifests.in_group(body, name)
 
 
@@ -696,20 +717,8 @@ def past_job(
     rng = random.Random(f"{scenario.seed}/{tenant}")
     bodies = []
     for i in range(pods):
-        cpu = rng.choice((250, 500, 750, 1000))
-        memory = 2 * cpu * 1024 // 1000
-        use = max(1, round(cpu * rng.uniform(0.25, 0.65)))
-        body = manifests.pod(
-            f"r{run}-past-{i:02d}",
-            namespace=tenant,
-            scheduler_name=SCHEDULERS[scheduler],
-            cpu=f"{cpu}m",
-            memory=f"{memory}Mi",
-            labels={"app": "spark", "spark-role": "executor"},
-            annotations=usage_annotations(f"{use}m", f"{round(memory * 0.6)}Mi"),
-        )
-        body["spec"]["restartPolicy"] = "Never"
-        bodies.append(body)
+        member = executor(rng, f"e{i:02d}", rng.choice(EXECUTOR_CPU))
+        bodies.append(spark_pod(f"r{run}-past-{i:02d}", tenant, member, SCHEDULERS[scheduler]))
     return bodies
 
 
