@@ -154,6 +154,7 @@ async def test_the_same_usage_reaches_loadwise_through_prometheus_as_cadvisor_se
     prometheus = await asyncio.to_thread(Prometheus([], "10s", [job]).start)
     config = Config.of(prometheus_preset="kube-prometheus-stack")
     source = PrometheusSource(config.sources.prometheus.model_copy(update={"url": prometheus.url}))
+    source.retry_discovery = 1.0  # until Prometheus has scraped (and knows) the targets
     try:
 
         async def sampled() -> dict[str, NodeSample] | None:
@@ -161,8 +162,10 @@ async def test_the_same_usage_reaches_loadwise_through_prometheus_as_cadvisor_se
                 found = await source.fetch()
                 # A rate over the 60 s window reads low until the counters' series fill it
                 # (before two scrapes the preset reads 0).
-                if {"busy", "quiet", "idle"} <= set(found) and all(
-                    abs(found[node].cpu - cpu) <= 0.01 for node, cpu in WANT.items()
+                if (
+                    {"busy", "quiet", "idle"} <= set(found)
+                    and all(abs(found[node].cpu - cpu) <= 0.01 for node, cpu in WANT.items())
+                    and source.intervals  # asked at each fetch's start, until known
                 ):
                     return found
             return None

@@ -283,7 +283,11 @@ async def test_a_pod_with_a_resource_claim_runs_on_the_real_node_with_its_device
         body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
         async with loadwise(real_cluster):
             await create_pod(rkube, rns, body)
-            pod = await wait_running(rkube, rns, "trainer")
+            # The kubelet may fetch the claim before the node authorizer's graph has the bound
+            # pod ("no relationship found between node ... and this object"); kubelet 1.37
+            # then tries again only at its next sync, a minute on (kuberuntime_manager.go
+            # returns from a failed PrepareDynamicResources without a sync error to back off on)
+            pod = await wait_running(rkube, rns, "trainer", timeout=150)
         assert pod["spec"]["nodeName"] == REAL
         (status,) = pod["status"]["resourceClaimStatuses"]
         claim = await rkube.get(
