@@ -7,7 +7,7 @@ many of those as members may fill without bringing a node past COOL. START: seco
 bound to running (default 5.5, KWOK's start alone; both schedulers' groups took 8.4-8.8 s on average
 in each run of gang-history-*.json, their binds and status round trips included).
 
-python3 fluid.py RUN.json [START]
+python3 fluid.py RUN.json [START [ORDER]]   (ORDER: arrival, smallest or shortest first)
 """
 
 from __future__ import annotations
@@ -16,10 +16,17 @@ import heapq
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 USE = 0.45  # executors use 25-65% of their CPU requests (engines/gang.py): the mean
 COOL = 0.75  # a node's CPU its members may fill up to, at its background's crest (80%: hot)
+ORDERS: dict[str, Callable[[dict[str, Any]], float]] = {  # which waiting group is tried first
+    "arrival": lambda plan: float(plan["arrival"]),
+    "smallest": lambda plan: float(plan["cpu_m"]),
+    "shortest": lambda plan: float(plan["runtime"]),
+}
+ORDER = "arrival"
 START = 5.5  # seconds from bound to running: KWOK's 1-6 s start for the last of many members
 STEP = 0.1
 
@@ -47,6 +54,7 @@ def simulate(plans: list[dict[str, Any]], cores: float) -> tuple[float, float]:
             waiting.append(pending.pop(0))
         while running and running[0][0] <= now:
             free += heapq.heappop(running)[1]
+        waiting.sort(key=ORDERS[ORDER])
         for plan in list(waiting):
             need = plan["cpu_m"] / 1000
             if need <= free:
@@ -59,9 +67,11 @@ def simulate(plans: list[dict[str, Any]], cores: float) -> tuple[float, float]:
 
 
 def main() -> None:
-    global START
+    global START, ORDER
     if len(sys.argv) > 2:
         START = float(sys.argv[2])
+    if len(sys.argv) > 3:
+        ORDER = sys.argv[3]
     with open(sys.argv[1]) as file:
         data = json.load(file)
     nodes = data["node_plans"]
