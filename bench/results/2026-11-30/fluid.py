@@ -26,7 +26,6 @@ ORDERS: dict[str, Callable[[dict[str, Any]], float]] = {  # which waiting group 
     "smallest": lambda plan: float(plan["cpu_m"]),
     "shortest": lambda plan: float(plan["runtime"]),
 }
-ORDER = "arrival"
 START = 5.5  # seconds from bound to running: KWOK's 1-6 s start for the last of many members
 STEP = 0.1
 
@@ -43,7 +42,9 @@ def cool_cores(node: dict[str, Any]) -> float:
     return float(min(node["cores"], max(0.0, node["cores"] * (COOL - crest) / USE)))
 
 
-def simulate(plans: list[dict[str, Any]], cores: float) -> tuple[float, float]:
+def simulate(
+    plans: list[dict[str, Any]], cores: float, start: float = START, order: str = "arrival"
+) -> tuple[float, float]:
     pending = sorted(plans, key=lambda p: p["arrival"])
     waiting: list[dict[str, Any]] = []
     running: list[tuple[float, float]] = []  # (ends, cores)
@@ -54,24 +55,21 @@ def simulate(plans: list[dict[str, Any]], cores: float) -> tuple[float, float]:
             waiting.append(pending.pop(0))
         while running and running[0][0] <= now:
             free += heapq.heappop(running)[1]
-        waiting.sort(key=ORDERS[ORDER])
+        waiting.sort(key=ORDERS[order])
         for plan in list(waiting):
             need = plan["cpu_m"] / 1000
             if need <= free:
                 free -= need
                 waiting.remove(plan)
-                to_run.append(now - plan["arrival"] + START)
-                heapq.heappush(running, (now + START + plan["runtime"], need))
+                to_run.append(now - plan["arrival"] + start)
+                heapq.heappush(running, (now + start + plan["runtime"], need))
         now += STEP
     return percentile(to_run, 0.5), percentile(to_run, 0.9)
 
 
 def main() -> None:
-    global START, ORDER
-    if len(sys.argv) > 2:
-        START = float(sys.argv[2])
-    if len(sys.argv) > 3:
-        ORDER = sys.argv[3]
+    start = float(sys.argv[2]) if len(sys.argv) > 2 else START
+    order = sys.argv[3] if len(sys.argv) > 3 else "arrival"
     with open(sys.argv[1]) as file:
         data = json.load(file)
     nodes = data["node_plans"]
@@ -81,7 +79,7 @@ def main() -> None:
         ("not busy", sum(n["cores"] for n in quiet)),
         (f"not busy, to {COOL:.0%} at crest", sum(cool_cores(n) for n in quiet)),
     ):
-        p50, p90 = simulate(data["group_plans"], cores)
+        p50, p90 = simulate(data["group_plans"], cores, start, order)
         print(
             f"seed {data['seed']} {name} ({cores:.0f} cores):"
             f" to run p50 {p50:.1f} s, p90 {p90:.1f} s"
