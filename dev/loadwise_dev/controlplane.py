@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -44,10 +45,46 @@ def pinned_versions() -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (and of bind to 0)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
+    """A port on 127.0.0.1 that nothing is bound to, for a server started later, never the same
+    twice in this process. Taken below the ephemeral range: a port from bind(0) is in it, and
+    any outgoing connection made before the server binds may take it as its local port and
+    hold it (an operator's metrics port, held so for over a minute, failed a cluster test)."""
+    low, _ = ephemeral_ports()
+    if low - 1024 >= 4096:
+        for _ in range(200):
+            port = random.randint(max(1024, low - 16384), low - 1)
+            if port not in _HANDED_OUT and _bindable(port):
+                _HANDED_OUT.add(port)
+                return port
+    while True:  # no room below the range (or all tried were taken): the kernel's choice
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _cache() -> Path:
